@@ -1,0 +1,59 @@
+"""fairq: fair, prefix-aware request scheduling for LLM serving.
+
+Hot paths (heaps, the deficit ring, the radix tree, per-client counters) live
+in the Rust extension ``fairq._core``; this package holds configuration,
+validation, integrations and orchestration.
+
+Public names are imported lazily so ``import fairq`` stays cheap and optional
+extras (YAML, matplotlib, transformers) load only when used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from fairq._core import QueueFull
+from fairq._core import __version__ as __version__
+
+# name -> module that defines it. Each feature module owns its names.
+_LAZY: dict[str, str] = {
+    # Deficit Round Robin across policy classes (fairq.drr)
+    "DRRQueue": "fairq.drr",
+    "PolicyClass": "fairq.drr",
+    # Weighted Fair Queuing and the dual-phase queue
+    "WFQQueue": "fairq.wfq",
+    "DualPhaseQueue": "fairq.dualphase",
+    # Prefix cache model and local schedulers
+    "RadixTree": "fairq.radix",
+    "FCFS": "fairq.sched",
+    "LPM": "fairq.sched",
+    "VTC": "fairq.sched",
+    "DLPM": "fairq.sched",
+    "Admission": "fairq.sched",
+    # Distributed dispatch
+    "D2LPM": "fairq.dispatch",
+    "RoundRobin": "fairq.dispatch",
+    "LeastLoaded": "fairq.dispatch",
+    "ClientRoundRobin": "fairq.dispatch",
+    "PrefixAffinity": "fairq.dispatch",
+}
+
+__all__ = ["QueueFull", "__version__", *sorted(_LAZY)]
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'fairq' has no attribute {name!r}")
+    value = getattr(importlib.import_module(mod), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers only
+    pass

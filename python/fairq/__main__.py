@@ -1,0 +1,5 @@
+import sys
+
+from fairq.cli import main
+
+sys.exit(main())

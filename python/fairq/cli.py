@@ -1,0 +1,60 @@
+"""The ``fairq`` command line.
+
+Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
+``run(args) -> int``; this file only dispatches, so importing the CLI does not
+import matplotlib, the simulator or transformers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from fairq import __version__
+
+# subcommand -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "simulate": ("fairq.sim.cli", "run the DLPM paper's policy comparison in the simulator"),
+    "bench": ("fairq.bench", "microbenchmarks: fairq vs the pure-Python queues it replaces"),
+    "engine-bench": (
+        "fairq.integrations.transformers.bench",
+        "replay a multi-client workload on transformers' continuous batching engine",
+    ),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fairq", description="Fair, prefix-aware request scheduling for LLM serving."
+    )
+    parser.add_argument("--version", action="version", version=f"fairq {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            continue
+        mod.add_arguments(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        mod = importlib.import_module(args._module)
+    except ImportError as e:
+        print(f"fairq {args.command}: unavailable ({e})", file=sys.stderr)
+        return 2
+    return int(mod.run(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
