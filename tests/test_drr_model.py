@@ -1,0 +1,124 @@
+"""DRRQueue against the round-by-round reference model (tests/drr_reference.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fairq import DRRQueue, PolicyClass
+from drr_reference import RefDRR
+
+classes_st = st.lists(
+    st.tuples(st.integers(1, 40), st.sampled_from(["fcfs", "wspt"])),
+    min_size=1,
+    max_size=5,
+)
+
+cost_st = st.one_of(st.integers(0, 60), st.integers(61, 3000))
+
+op_st = st.one_of(
+    st.tuples(
+        st.just("push"),
+        st.integers(0, 4),  # class (mod C)
+        cost_st,
+        st.integers(0, 2),  # strict priority tier
+        st.sampled_from([0.0, 0.5, 3.0]),  # priority_jump
+        st.integers(0, 20),  # arrival
+    ),
+    st.tuples(st.just("pop"), st.frozensets(st.integers(0, 4), max_size=3)),
+    st.tuples(st.just("popf"), st.integers(0, 7)),  # predicate on item parity / class
+    st.tuples(st.just("remove"), st.integers(0, 1000)),
+)
+
+
+def _check_same(q: DRRQueue, ref: RefDRR) -> None:
+    assert len(q) == len(ref)
+    for c in ref.classes:
+        assert q.deficit(c.name) == c.deficit, c.name
+        assert q.depth(c.name) == len(c.entries)
+    assert q.cursor == ref.classes[ref.cursor].name
+
+
+@settings(max_examples=150)
+@given(classes=classes_st, ops=st.lists(op_st, max_size=60))
+def test_matches_reference(classes: list[tuple[int, str]], ops: list[tuple[Any, ...]]) -> None:
+    spec = [(f"c{i}", qn, o) for i, (qn, o) in enumerate(classes)]
+    q = DRRQueue([PolicyClass(n, qn, o) for n, qn, o in spec])
+    ref = RefDRR(spec)
+    n = len(spec)
+    live: list[int] = []
+    item = 0
+    popped = 0
+    pushed = 0
+    for op in ops:
+        if op[0] == "push":
+            _, ci, cost, tier, jump, arrival = op
+            name = f"c{ci % n}"
+            t1 = q.push(
+                item, name, cost, strict_priority=tier, priority_jump=jump, arrival=float(arrival)
+            )
+            t2 = ref.push(name, item, cost, tier, jump, float(arrival))
+            assert t1 == t2
+            live.append(t1)
+            item += 1
+            pushed += 1
+        elif op[0] == "pop":
+            blocked = frozenset(f"c{b % n}" for b in op[1])
+            got = q.pop(blocked=blocked)
+            want = ref.pop(blocked=blocked)
+            assert got == want
+            popped += got is not None
+        elif op[0] == "popf":
+            mod = op[1]
+            calls: list[str] = []
+
+            def pred(name: str, it: int, mod: int = mod, calls: list[str] = calls) -> bool:
+                calls.append(name)
+                return (it + int(name[1:])) % 3 != mod % 3
+
+            got = q.pop(dispatchable=pred)
+            assert len(calls) == len(set(calls)), "predicate called twice for a class"
+            want = ref.pop(dispatchable=lambda name, it, mod=mod: (it + int(name[1:])) % 3 != mod % 3)
+            assert got == want
+            popped += got is not None
+        else:
+            if not live:
+                continue
+            t = live[op[1] % len(live)]
+            if t in ref.tickets:
+                assert q.remove(t) == ref.remove(t)
+                popped += 1
+        _check_same(q, ref)
+    # conservation: drain everything, nothing lost or duplicated
+    rest = []
+    while (x := q.pop()) is not None:
+        assert x == ref.pop()
+        rest.append(x[1])
+    assert ref.pop() is None
+    assert popped + len(rest) == pushed
+    assert len(set(rest)) == len(rest)
+
+
+@settings(max_examples=40)
+@given(
+    quanta=st.lists(st.integers(1, 5), min_size=1, max_size=4),
+    costs=st.lists(st.integers(1, 20_000), min_size=1, max_size=10),
+)
+def test_huge_costs_match_reference(quanta: list[int], costs: list[int]) -> None:
+    """Large cost/quantum ratios: the O(C) bulk credit equals round-by-round.
+
+    The reference loops once per virtual round, so keep ratios small here (test_drr.py covers 10^9).
+    """
+    spec = [(f"c{i}", qn, "fcfs") for i, qn in enumerate(quanta)]
+    q = DRRQueue([PolicyClass(n, qn, o) for n, qn, o in spec])
+    ref = RefDRR(spec)
+    for k, cost in enumerate(costs):
+        name = f"c{k % len(spec)}"
+        q.push(k, name, cost, arrival=float(k))
+        ref.push(name, k, cost, arrival=float(k))
+    while (x := q.pop()) is not None:
+        assert x == ref.pop()
+        _check_same(q, ref)
+    assert len(ref) == 0
