@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from drr_reference import RefDRR
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairq import DRRQueue, PolicyClass
-from drr_reference import RefDRR
 
 classes_st = st.lists(
     st.tuples(st.integers(1, 40), st.sampled_from(["fcfs", "wspt"])),
@@ -80,7 +80,9 @@ def test_matches_reference(classes: list[tuple[int, str]], ops: list[tuple[Any, 
 
             got = q.pop(dispatchable=pred)
             assert len(calls) == len(set(calls)), "predicate called twice for a class"
-            want = ref.pop(dispatchable=lambda name, it, mod=mod: (it + int(name[1:])) % 3 != mod % 3)
+            want = ref.pop(
+                dispatchable=lambda name, it, mod=mod: (it + int(name[1:])) % 3 != mod % 3
+            )
             assert got == want
             popped += got is not None
         else:

@@ -31,7 +31,7 @@ def as_tokens(tokens: TokenIds, field: str = "tokens") -> list[int]: ...
 # --- vllm (rust/python/vllm.rs) --------------------------------------------
 
 # --- drr (rust/python/drr.rs) ----------------------------------------------
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable  # noqa: E402  (kept in this section)
 
 class _DRRCore:
     """Rust core of ``fairq.DRRQueue`` (Deficit Round Robin across policy classes)."""

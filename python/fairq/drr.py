@@ -34,7 +34,7 @@ import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from fairq._core import _DRRCore
 
@@ -104,8 +104,7 @@ class PolicyClass:
             raise ValueError(f"quantum must be < 2**64, got {self.quantum!r}")
         if self.order not in _ORDERS:
             raise ValueError(
-                f"queue_policy must be 'fcfs' or 'wspt', got {self.order!r} "
-                f"(class {self.name!r})"
+                f"queue_policy must be 'fcfs' or 'wspt', got {self.order!r} (class {self.name!r})"
             )
         if self.policy_family is not None:
             _check_name("policy_family", self.policy_family)
@@ -183,10 +182,10 @@ def _validate_routing(
             )
         fam[c.cache_bucket] = c.name
     for fam_name, fam in routes.items():
-        for b in bucket_names:
-            if b not in fam:
+        for bname in bucket_names:
+            if bname not in fam:
                 raise ValueError(
-                    f"policy_family {fam_name!r} x cache_bucket {b!r} has no class "
+                    f"policy_family {fam_name!r} x cache_bucket {bname!r} has no class "
                     f"(each pair needs exactly one class)"
                 )
     if default_family is not None:
@@ -235,7 +234,7 @@ class DRRQueue(_DRRCore):
         specs = [
             (c.name, c.quantum, c.order, c.max_queued_requests, c.max_queued_tokens) for c in cl
         ]
-        self = super().__new__(cls, specs)
+        self = cast(DRRQueue, super().__new__(cls, specs))
         self._classes = cl
         self._buckets = buckets
         self._routes = routes
@@ -302,7 +301,7 @@ class DRRQueue(_DRRCore):
                     raise ValueError(f"{f}: unknown field {k!r} (known: {sorted(_CLASS_KEYS)})")
             name = _check_name(f"{f}.name", rc.get("name"))
             q = rc.get("quantum")
-            if not _is_int(q) or q <= 0:
+            if not isinstance(q, int) or isinstance(q, bool) or q <= 0:
                 raise ValueError(f"{f}.quantum must be an integer > 0, got {q!r}")
             order = rc.get("queue_policy", "fcfs")
             if order not in _ORDERS:
@@ -337,9 +336,7 @@ class DRRQueue(_DRRCore):
         if fam is None:
             if "default" in self.class_names and not self._routes:
                 return "default"
-            raise ValueError(
-                "policy_family is required: no default_family is configured, got None"
-            )
+            raise ValueError("policy_family is required: no default_family is configured, got None")
         routes = self._routes.get(fam)
         if routes is None:
             raise KeyError(
@@ -376,8 +373,7 @@ class DRRQueue(_DRRCore):
                 raise ValueError(f"{field} must be an integer >= 0, got {v!r}")
         if cached_tokens > raw_isl_tokens:
             raise ValueError(
-                f"cached_tokens ({cached_tokens}) must not exceed raw_isl_tokens "
-                f"({raw_isl_tokens})"
+                f"cached_tokens ({cached_tokens}) must not exceed raw_isl_tokens ({raw_isl_tokens})"
             )
         if isinstance(priority_jump, float) and math.isnan(priority_jump):
             raise ValueError("priority_jump must be a number >= 0, got NaN")
@@ -395,7 +391,6 @@ class DRRQueue(_DRRCore):
 
     def __repr__(self) -> str:
         parts = ", ".join(
-            f"{c.name}(q={c.quantum}, {c.order}, depth={self.depth(c.name)})"
-            for c in self._classes
+            f"{c.name}(q={c.quantum}, {c.order}, depth={self.depth(c.name)})" for c in self._classes
         )
         return f"DRRQueue([{parts}], len={len(self)})"

@@ -29,6 +29,9 @@ fn non_negative_int(field: &str, v: &Bound<'_, PyAny>) -> PyResult<u64> {
     }
 }
 
+/// `(name, quantum, queue_policy, max_queued_requests, max_queued_tokens)`.
+type SpecTuple = (String, u64, String, Option<u64>, Option<u64>);
+
 /// Rust core of `fairq.DRRQueue` (use that class; this one has no config layer).
 #[pyclass(subclass, module = "fairq._core", name = "_DRRCore")]
 pub struct PyDrrCore {
@@ -56,19 +59,21 @@ impl PyDrrCore {
             for name in b.try_iter()? {
                 let name = name?;
                 let s: String = name.extract().map_err(|_| {
-                    PyTypeError::new_err(format!("blocked must contain class names (str), got {name}"))
+                    PyTypeError::new_err(format!(
+                        "blocked must contain class names (str), got {name}"
+                    ))
                 })?;
-                mask[self
-                    .q
-                    .class_index(&s)
-                    .map_err(|_| pyo3::exceptions::PyKeyError::new_err(format!(
+                mask[self.q.class_index(&s).map_err(|_| {
+                    pyo3::exceptions::PyKeyError::new_err(format!(
                         "blocked: {s:?} is not a configured class"
-                    )))?] = true;
+                    ))
+                })?] = true;
             }
         }
         Ok(mask)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn push_impl(
         &mut self,
         py: Python<'_>,
@@ -105,7 +110,7 @@ impl PyDrrCore {
     #[pyo3(signature = (specs, *_args, **_kwargs))]
     fn new(
         py: Python<'_>,
-        specs: Vec<(String, u64, String, Option<u64>, Option<u64>)>,
+        specs: Vec<SpecTuple>,
         _args: &Bound<'_, PyTuple>,
         _kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
@@ -122,7 +127,11 @@ impl PyDrrCore {
             .map(|i| PyString::new(py, &q.spec(i).name).unbind())
             .collect();
         let monotonic = py.import("time")?.getattr("monotonic")?.unbind();
-        Ok(PyDrrCore { q, names, monotonic })
+        Ok(PyDrrCore {
+            q,
+            names,
+            monotonic,
+        })
     }
 
     /// Enqueue `item` into `class_name` with scheduling cost `cost`
@@ -168,7 +177,15 @@ impl PyDrrCore {
         let raw = non_negative_int("raw_isl_tokens", raw_isl_tokens)?;
         let cached = non_negative_int("cached_tokens", cached_tokens)?;
         let snap = Snapshot::new(raw, cached)?;
-        self.push_impl(py, item, class_name, snap, strict_priority, priority_jump, arrival)
+        self.push_impl(
+            py,
+            item,
+            class_name,
+            snap,
+            strict_priority,
+            priority_jump,
+            arrival,
+        )
     }
 
     /// One DRR arbitration. `blocked`: class names that cannot dispatch now.
@@ -238,10 +255,7 @@ impl PyDrrCore {
 
     /// Scheduling cost of the class head, or None when empty.
     fn head_cost(&self, class_name: &str) -> PyResult<Option<u64>> {
-        Ok(self
-            .q
-            .head(self.idx(class_name)?)
-            .map(|e| e.snapshot.cost))
+        Ok(self.q.head(self.idx(class_name)?).map(|e| e.snapshot.cost))
     }
 
     /// Name of the class the next pop starts its scan from.
