@@ -86,24 +86,36 @@ class PyDRR:
         raise AssertionError("unreachable")
 
 
-def _fill(q: Any, c: int, per_class: int, cost: int) -> Any:
+COLD_COST = 10**15
+
+
+def _fill(q: Any, c: int, per_class: int, cost: int, worst: bool) -> Any:
+    """``worst``: class c0 (quantum 1000) holds the work; the other C-1 classes
+    (quantum 1) hold heads that stay unaffordable, so every pop scans the whole
+    ring, computes the bulk credit and scans again. Otherwise every class holds
+    equal-cost work (the steady round-robin case)."""
     for k in range(per_class):
         for i in range(c):
+            if worst and i > 0:
+                if k == 0:
+                    q.push(k, f"c{i}", COLD_COST, arrival=float(k))
+                continue
             q.push(k, f"c{i}", cost, arrival=float(k))
     return q
 
 
-def _case(c: int, ratio: int, ops: int, quantum: int = 1000) -> tuple[float, float]:
-    per_class = -(-ops // c) + 1
+def _case(c: int, ratio: int, ops: int, worst: bool = True) -> tuple[float, float]:
+    quantum = 1000
+    quanta = [quantum] + [1 if worst else quantum] * (c - 1)
+    per_class = ops + 1 if worst else -(-ops // c) + 1
     cost = ratio * quantum
 
     def setup_fairq() -> Any:
-        return _fill(
-            DRRQueue([PolicyClass(f"c{i}", quantum) for i in range(c)]), c, per_class, cost
-        )
+        q = DRRQueue([PolicyClass(f"c{i}", qn) for i, qn in enumerate(quanta)])
+        return _fill(q, c, per_class, cost, worst)
 
     def setup_py() -> Any:
-        return _fill(PyDRR([quantum] * c), c, per_class, cost)
+        return _fill(PyDRR(quanta), c, per_class, cost, worst)
 
     def op(q: Any) -> None:
         pop = q.pop
@@ -117,11 +129,14 @@ def _case(c: int, ratio: int, ops: int, quantum: int = 1000) -> tuple[float, flo
 def run(quick: bool = False) -> list[Row]:
     """Pop latency vs C and vs cost/quantum ratio, fairq vs pure Python."""
     rows: list[Row] = []
-    ops = 500 if quick else 2000
+    ops = 300 if quick else 1000
     for c in (2, 8, 64, 512):
         f, b = _case(c, 100, ops)
-        rows.append(Row("drr", "pop, cost/quantum=100, vs C", c, f, b))
-    for ratio in (1, 10, 1000, 10**6):
+        rows.append(Row("drr", "pop, full scan + bulk every pop, cost/quantum=100", c, f, b))
+    for ratio in (2, 10, 1000, 10**6):
         f, b = _case(8, ratio, ops)
-        rows.append(Row("drr", "pop, C=8, vs cost/quantum", f"ratio {ratio:g}", f, b))
+        rows.append(Row("drr", "pop, full scan + bulk every pop, C=8", f"ratio {ratio:g}", f, b))
+    for c in (8, 512):
+        f, b = _case(c, 3, ops, worst=False)
+        rows.append(Row("drr", "pop, steady round robin, cost/quantum=3", c, f, b))
     return rows
