@@ -261,6 +261,21 @@ def test_predicate_exception_propagates_and_leaves_queue_unchanged() -> None:
     assert snapshot(q) == before
 
 
+def test_predicate_reentrant_mutation_is_refused_and_rolled_back() -> None:
+    q = DRRQueue([PolicyClass("a", 1), PolicyClass("b", 1)])
+    q.push(1, "a", 10)
+    q.push(2, "b", 10)
+    before = snapshot(q)
+
+    def sneaky(name: str, item: Any) -> bool:
+        q.push(99, "a", 1)  # the queue is mid-pop: refused
+        return True
+
+    with pytest.raises(RuntimeError):
+        q.pop(dispatchable=sneaky)
+    assert snapshot(q) == before
+
+
 def test_unknown_blocked_name_is_a_key_error() -> None:
     q = two(1, 1)
     q.push(1, "a", 1)

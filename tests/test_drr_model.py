@@ -124,3 +124,35 @@ def test_huge_costs_match_reference(quanta: list[int], costs: list[int]) -> None
         assert x == ref.pop()
         _check_same(q, ref)
     assert len(ref) == 0
+
+
+@settings(max_examples=50)
+@given(
+    quanta=st.lists(st.integers(1, 50), min_size=1, max_size=5),
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("push"), st.integers(0, 4), st.integers(0, 2000)),
+            st.tuples(st.just("pop"), st.frozensets(st.integers(0, 4), max_size=2)),
+        ),
+        max_size=60,
+    ),
+)
+def test_benchmark_baseline_is_the_same_algorithm(
+    quanta: list[int], ops: list[tuple[Any, ...]]
+) -> None:
+    """The pure-Python baseline of `fairq bench --suite drr` dispatches exactly
+    like DRRQueue, so the benchmark ratio compares like with like."""
+    from fairq.benchmarks.drr import PyDRR
+
+    n = len(quanta)
+    q = DRRQueue([PolicyClass(f"c{i}", qn) for i, qn in enumerate(quanta)])
+    b = PyDRR(quanta)
+    for k, op in enumerate(ops):
+        if op[0] == "push":
+            name = f"c{op[1] % n}"
+            q.push(k, name, op[2], arrival=float(k))
+            b.push(k, name, op[2], arrival=float(k))
+        else:
+            blocked = frozenset(f"c{i % n}" for i in op[1])
+            assert q.pop(blocked=blocked) == b.pop(blocked)
+    assert [q.deficit(f"c{i}") for i in range(n)] == b.deficit
