@@ -172,17 +172,20 @@ pub struct PushArgs {
 #[derive(Debug, Clone)]
 struct Class<T> {
     spec: ClassSpec,
-    deficit: u128,
     heap: IndexedHeap<Key, Entry<T>>,
     queued_cost: u128,
     dispatched: u64,
     dispatched_cost: u128,
 }
 
-impl<T> Class<T> {
-    fn head_cost(&self) -> Option<u64> {
-        self.heap.peek().map(|(_, _, e)| e.snapshot.cost)
-    }
+/// The per-class state arbitration touches, kept in one compact array.
+#[derive(Debug, Clone, Copy)]
+struct Hot {
+    /// Earned, unspent credit.
+    deficit: u128,
+    quantum: u64,
+    /// Scheduling cost of the class head; 0 when the class is empty (costs are >= 1).
+    head: u64,
 }
 
 /// Per-class statistics.
@@ -202,6 +205,7 @@ pub struct ClassStats {
 #[derive(Debug, Clone)]
 pub struct DrrQueue<T> {
     classes: Vec<Class<T>>,
+    hot: Vec<Hot>,
     by_name: HashMap<String, usize>,
     cursor: usize,
     /// The cursor class dispatched last and its next head was affordable.
@@ -214,11 +218,6 @@ pub struct DrrQueue<T> {
     seen: Vec<u64>,
     ok: Vec<bool>,
     undo: Vec<(usize, u128)>,
-}
-
-enum Scan {
-    Dispatch(usize),
-    None,
 }
 
 impl<T> DrrQueue<T> {
@@ -249,12 +248,20 @@ impl<T> DrrQueue<T> {
             }
         }
         let c = specs.len();
+        let hot = specs
+            .iter()
+            .map(|s| Hot {
+                deficit: 0,
+                quantum: s.quantum,
+                head: 0,
+            })
+            .collect();
         Ok(DrrQueue {
+            hot,
             classes: specs
                 .into_iter()
                 .map(|spec| Class {
                     spec,
-                    deficit: 0,
                     heap: IndexedHeap::new(),
                     queued_cost: 0,
                     dispatched: 0,
@@ -309,7 +316,7 @@ impl<T> DrrQueue<T> {
     }
 
     pub fn deficit(&self, idx: usize) -> u128 {
-        self.classes[idx].deficit
+        self.hot[idx].deficit
     }
 
     pub fn depth(&self, idx: usize) -> usize {
@@ -328,7 +335,7 @@ impl<T> DrrQueue<T> {
             quantum: c.spec.quantum,
             order: c.spec.order,
             depth: c.heap.len(),
-            deficit: c.deficit,
+            deficit: self.hot[idx].deficit,
             queued_cost: c.queued_cost,
             dispatched: c.dispatched,
             dispatched_cost: c.dispatched_cost,
@@ -405,6 +412,7 @@ impl<T> DrrQueue<T> {
         c.queued_cost += args.snapshot.cost as u128;
         self.tickets.insert(ticket, (idx, h));
         self.len += 1;
+        self.refresh_head(idx);
         Ok(ticket)
     }
 
@@ -423,8 +431,10 @@ impl<T> DrrQueue<T> {
         let c = &mut self.classes[idx];
         let (_, e) = c.heap.remove(h).expect("ticket map and heap agree");
         c.queued_cost -= e.snapshot.cost as u128;
-        if c.heap.is_empty() {
-            c.deficit = 0;
+        let emptied = c.heap.is_empty();
+        self.refresh_head(idx);
+        if emptied {
+            self.hot[idx].deficit = 0;
             if self.cursor == idx {
                 self.retained = false;
             }
@@ -437,7 +447,7 @@ impl<T> DrrQueue<T> {
     /// cannot dispatch now). Missing entries count as not blocked.
     pub fn pop(&mut self, blocked: &[bool]) -> Option<(usize, Entry<T>)> {
         let r: std::result::Result<_, std::convert::Infallible> =
-            self.pop_with(|i, _| Ok(!blocked.get(i).copied().unwrap_or(false)));
+            self.arbitrate(|i, _| Ok(!blocked.get(i).copied().unwrap_or(false)));
         match r {
             Ok(v) => v,
             Err(never) => match never {},
@@ -455,22 +465,37 @@ impl<T> DrrQueue<T> {
     where
         F: FnMut(usize, &Entry<T>) -> std::result::Result<bool, E>,
     {
-        let n = self.classes.len();
+        self.arbitrate(|i, classes| {
+            let (_, _, head) = classes[i]
+                .heap
+                .peek()
+                .expect("asked only for non-empty classes");
+            dispatchable(i, head)
+        })
+    }
+
+    /// The arbitration itself. `ok(i, classes)` is the memoised
+    /// dispatchability test; the scan reads and writes only the compact
+    /// `hot` array (deficit, quantum, head cost), so a pass over the ring is
+    /// a linear walk over contiguous memory.
+    fn arbitrate<E, F>(&mut self, mut ok_fn: F) -> std::result::Result<Option<(usize, Entry<T>)>, E>
+    where
+        F: FnMut(usize, &[Class<T>]) -> std::result::Result<bool, E>,
+    {
+        let n = self.hot.len();
         self.epoch += 1;
         let epoch = self.epoch;
 
         // Step 1: the cursor class continues its burst from retained credit.
         if self.retained {
             let i = self.cursor;
-            let c = &self.classes[i];
-            if let Some((_, _, head)) = c.heap.peek() {
-                if c.deficit >= head.snapshot.cost as u128 {
-                    let ok = dispatchable(i, head)?;
-                    self.seen[i] = epoch;
-                    self.ok[i] = ok;
-                    if ok {
-                        return Ok(Some(self.dispatch(i)));
-                    }
+            let h = &self.hot[i];
+            if h.head != 0 && h.deficit >= h.head as u128 {
+                let ok = ok_fn(i, &self.classes)?;
+                self.seen[i] = epoch;
+                self.ok[i] = ok;
+                if ok {
+                    return Ok(Some(self.dispatch(i)));
                 }
             }
         }
@@ -478,22 +503,22 @@ impl<T> DrrQueue<T> {
         // Step 2: one ring scan from the cursor (fallible: undo log).
         let mut undo = std::mem::take(&mut self.undo);
         undo.clear();
-        let mut found = Scan::None;
+        let mut found = None;
         let mut any_ok = false;
-        for j in 0..n {
-            let i = (self.cursor + j) % n;
-            let c = &mut self.classes[i];
-            let Some((_, _, head)) = c.heap.peek() else {
-                if c.deficit != 0 {
-                    undo.push((i, c.deficit));
-                    c.deficit = 0;
+        let cursor = self.cursor;
+        for i in (cursor..n).chain(0..cursor) {
+            let h = &mut self.hot[i];
+            if h.head == 0 {
+                if h.deficit != 0 {
+                    undo.push((i, h.deficit));
+                    h.deficit = 0;
                 }
                 continue;
-            };
+            }
             let ok = if self.seen[i] == epoch {
                 self.ok[i]
             } else {
-                match dispatchable(i, head) {
+                match ok_fn(i, &self.classes) {
                     Ok(v) => {
                         self.seen[i] = epoch;
                         self.ok[i] = v;
@@ -501,7 +526,7 @@ impl<T> DrrQueue<T> {
                     }
                     Err(e) => {
                         for &(k, d) in undo.iter().rev() {
-                            self.classes[k].deficit = d;
+                            self.hot[k].deficit = d;
                         }
                         self.undo = undo;
                         return Err(e);
@@ -512,20 +537,21 @@ impl<T> DrrQueue<T> {
                 continue;
             }
             any_ok = true;
-            let cost = head.snapshot.cost as u128;
-            if c.deficit >= cost {
-                found = Scan::Dispatch(i);
+            let h = &mut self.hot[i];
+            let cost = h.head as u128;
+            if h.deficit >= cost {
+                found = Some(i);
                 break;
             }
-            undo.push((i, c.deficit));
-            c.deficit += c.spec.quantum as u128;
-            if c.deficit >= cost {
-                found = Scan::Dispatch(i);
+            undo.push((i, h.deficit));
+            h.deficit += h.quantum as u128;
+            if h.deficit >= cost {
+                found = Some(i);
                 break;
             }
         }
         self.undo = undo;
-        if let Scan::Dispatch(i) = found {
+        if let Some(i) = found {
             return Ok(Some(self.dispatch(i)));
         }
         // Step 4: nothing dispatchable, no credit.
@@ -533,66 +559,68 @@ impl<T> DrrQueue<T> {
             return Ok(None);
         }
 
-        // Step 3: bulk credit by the minimum number of virtual rounds.
-        // Every class was visited by the scan, so `ok` is cached for all
-        // non-empty classes and no further predicate calls happen.
-        let mut r = u128::MAX;
-        for (i, c) in self.classes.iter().enumerate() {
-            if self.seen[i] != epoch || !self.ok[i] {
-                continue;
-            }
-            if let Some(cost) = c.head_cost() {
-                let need = cost as u128 - c.deficit; // > 0: the scan did not dispatch
-                let q = c.spec.quantum as u128;
-                r = r.min(need.div_ceil(q));
-            }
-        }
-        for (i, c) in self.classes.iter_mut().enumerate() {
-            if self.seen[i] == epoch && self.ok[i] && !c.heap.is_empty() {
-                c.deficit += r * c.spec.quantum as u128;
-            }
-        }
-        for j in 0..n {
-            let i = (self.cursor + j) % n;
-            if self.seen[i] != epoch || !self.ok[i] {
-                continue;
-            }
-            let c = &self.classes[i];
-            if let Some(cost) = c.head_cost() {
-                if c.deficit >= cost as u128 {
-                    return Ok(Some(self.dispatch(i)));
+        // Step 3: bulk credit by the minimum number of virtual rounds. The
+        // scan visited every class, so `ok` is cached for each non-empty one
+        // and no further predicate calls happen (nothing can fail from here).
+        // `need` is in 1..=head (the scan did not dispatch this class), so it
+        // fits in u64; a division happens only when it can lower `r`.
+        let mut r = u64::MAX;
+        for (i, h) in self.hot.iter().enumerate() {
+            if h.head != 0 && self.seen[i] == epoch && self.ok[i] {
+                let need = (h.head as u128 - h.deficit) as u64;
+                if (need as u128) <= (r as u128 - 1) * h.quantum as u128 {
+                    r = need.div_ceil(h.quantum);
                 }
             }
         }
-        unreachable!("bulk credit always makes some dispatchable head affordable")
+        let r = r as u128;
+        let mut first = None;
+        for j in 0..n {
+            let i = (cursor + j) % n;
+            let (seen, ok) = (self.seen[i], self.ok[i]);
+            let h = &mut self.hot[i];
+            if h.head != 0 && seen == epoch && ok {
+                h.deficit += r * h.quantum as u128;
+                if first.is_none() && h.deficit >= h.head as u128 {
+                    first = Some(i);
+                }
+            }
+        }
+        let i = first.expect("bulk credit always makes some dispatchable head affordable");
+        Ok(Some(self.dispatch(i)))
+    }
+
+    fn refresh_head(&mut self, i: usize) {
+        self.hot[i].head = self.classes[i]
+            .heap
+            .peek()
+            .map_or(0, |(_, _, e)| e.snapshot.cost);
     }
 
     /// Pop the head of class `i`, charge it, and move the cursor.
     fn dispatch(&mut self, i: usize) -> (usize, Entry<T>) {
-        let n = self.classes.len();
+        let n = self.hot.len();
         let c = &mut self.classes[i];
         let (_, e) = c.heap.pop().expect("dispatch from a non-empty class");
         let cost = e.snapshot.cost as u128;
-        c.deficit -= cost;
         c.queued_cost -= cost;
         c.dispatched += 1;
         c.dispatched_cost += cost;
         self.tickets.remove(&e.ticket);
         self.len -= 1;
-        match c.head_cost() {
-            None => {
-                c.deficit = 0;
-                self.cursor = (i + 1) % n;
-                self.retained = false;
-            }
-            Some(next) if c.deficit >= next as u128 => {
-                self.cursor = i;
-                self.retained = true;
-            }
-            Some(_) => {
-                self.cursor = (i + 1) % n;
-                self.retained = false;
-            }
+        self.refresh_head(i);
+        let h = &mut self.hot[i];
+        h.deficit -= cost;
+        if h.head == 0 {
+            h.deficit = 0;
+            self.cursor = (i + 1) % n;
+            self.retained = false;
+        } else if h.deficit >= h.head as u128 {
+            self.cursor = i;
+            self.retained = true;
+        } else {
+            self.cursor = (i + 1) % n;
+            self.retained = false;
         }
         (i, e)
     }

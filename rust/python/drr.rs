@@ -216,9 +216,9 @@ impl PyDrrCore {
         let pred = dispatchable.filter(|p| !p.is_none());
         let names = &self.names;
         let r = match pred {
-            None => self
-                .q
-                .pop_with::<PyErr, _>(|i, _| Ok(!mask.get(i).copied().unwrap_or(false))),
+            // No predicate: the core's mask path never touches the heaps of
+            // classes it only scans (the head costs sit in its compact array).
+            None => Ok(self.q.pop(&mask)),
             Some(p) => self.q.pop_with(|i, head| {
                 if mask.get(i).copied().unwrap_or(false) {
                     return Ok(false);
