@@ -213,10 +213,10 @@ pub struct DrrQueue<T> {
     tickets: HashMap<u64, (usize, Handle)>,
     next_ticket: u64,
     len: usize,
-    // Per-pop scratch: predicate cache stamped with `epoch`, and an undo log.
+    // Per-pop scratch: predicate cache stamped with `epoch`, and the log of
+    // empty-class resets (for rollback when the predicate fails).
     epoch: u64,
-    seen: Vec<u64>,
-    ok: Vec<bool>,
+    mark: Vec<u64>,
     undo: Vec<(usize, u128)>,
 }
 
@@ -275,8 +275,7 @@ impl<T> DrrQueue<T> {
             next_ticket: 0,
             len: 0,
             epoch: 0,
-            seen: vec![0; c],
-            ok: vec![false; c],
+            mark: vec![0; c],
             undo: Vec::with_capacity(c),
         })
     }
@@ -486,21 +485,26 @@ impl<T> DrrQueue<T> {
         self.epoch += 1;
         let epoch = self.epoch;
 
+        // `mark[i] == 2 * epoch + ok`: class i's dispatchability, asked once
+        // this call (epochs start at 1, so a stale or zero mark never matches).
+        let seen = 2 * epoch;
+
         // Step 1: the cursor class continues its burst from retained credit.
         if self.retained {
             let i = self.cursor;
             let h = &self.hot[i];
             if h.head != 0 && h.deficit >= h.head as u128 {
                 let ok = ok_fn(i, &self.classes)?;
-                self.seen[i] = epoch;
-                self.ok[i] = ok;
+                self.mark[i] = seen | ok as u64;
                 if ok {
                     return Ok(Some(self.dispatch(i)));
                 }
             }
         }
 
-        // Step 2: one ring scan from the cursor (fallible: undo log).
+        // Step 2: one ring scan from the cursor. It changes deficits in two
+        // ways: +quantum to each visited dispatchable class (undone by
+        // subtracting it again) and a reset of empty classes (logged).
         let mut undo = std::mem::take(&mut self.undo);
         undo.clear();
         let mut found = None;
@@ -515,17 +519,25 @@ impl<T> DrrQueue<T> {
                 }
                 continue;
             }
-            let ok = if self.seen[i] == epoch {
-                self.ok[i]
+            let m = self.mark[i];
+            let ok = if m & !1 == seen {
+                m & 1 == 1
             } else {
                 match ok_fn(i, &self.classes) {
                     Ok(v) => {
-                        self.seen[i] = epoch;
-                        self.ok[i] = v;
+                        self.mark[i] = seen | v as u64;
                         v
                     }
                     Err(e) => {
-                        for &(k, d) in undo.iter().rev() {
+                        // Roll back: every class visited before `i` that is
+                        // non-empty and dispatchable received one quantum.
+                        for k in (cursor..n).chain(0..cursor).take_while(|&k| k != i) {
+                            let h = &mut self.hot[k];
+                            if h.head != 0 && self.mark[k] == seen | 1 {
+                                h.deficit -= h.quantum as u128;
+                            }
+                        }
+                        for &(k, d) in undo.iter() {
                             self.hot[k].deficit = d;
                         }
                         self.undo = undo;
@@ -537,13 +549,11 @@ impl<T> DrrQueue<T> {
                 continue;
             }
             any_ok = true;
-            let h = &mut self.hot[i];
             let cost = h.head as u128;
             if h.deficit >= cost {
                 found = Some(i);
                 break;
             }
-            undo.push((i, h.deficit));
             h.deficit += h.quantum as u128;
             if h.deficit >= cost {
                 found = Some(i);
@@ -560,13 +570,14 @@ impl<T> DrrQueue<T> {
         }
 
         // Step 3: bulk credit by the minimum number of virtual rounds. The
-        // scan visited every class, so `ok` is cached for each non-empty one
-        // and no further predicate calls happen (nothing can fail from here).
+        // scan visited every class, so each non-empty one is marked and no
+        // further predicate calls happen (nothing can fail from here).
         // `need` is in 1..=head (the scan did not dispatch this class), so it
         // fits in u64; a division happens only when it can lower `r`.
+        let live = seen | 1;
         let mut r = u64::MAX;
-        for (i, h) in self.hot.iter().enumerate() {
-            if h.head != 0 && self.seen[i] == epoch && self.ok[i] {
+        for (h, &m) in self.hot.iter().zip(&self.mark) {
+            if h.head != 0 && m == live {
                 let need = (h.head as u128 - h.deficit) as u64;
                 if (need as u128) <= (r as u128 - 1) * h.quantum as u128 {
                     r = need.div_ceil(h.quantum);
@@ -574,12 +585,12 @@ impl<T> DrrQueue<T> {
             }
         }
         let r = r as u128;
+        // Credit every dispatchable class; the first affordable one from the
+        // cursor dispatches (the bulk credit already includes its visit).
         let mut first = None;
-        for j in 0..n {
-            let i = (cursor + j) % n;
-            let (seen, ok) = (self.seen[i], self.ok[i]);
+        for i in (cursor..n).chain(0..cursor) {
             let h = &mut self.hot[i];
-            if h.head != 0 && seen == epoch && ok {
+            if h.head != 0 && self.mark[i] == live {
                 h.deficit += r * h.quantum as u128;
                 if first.is_none() && h.deficit >= h.head as u128 {
                     first = Some(i);

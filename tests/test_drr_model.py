@@ -30,7 +30,12 @@ op_st = st.one_of(
     st.tuples(st.just("pop"), st.frozensets(st.integers(0, 4), max_size=3)),
     st.tuples(st.just("popf"), st.integers(0, 7)),  # predicate on item parity / class
     st.tuples(st.just("remove"), st.integers(0, 1000)),
+    st.tuples(st.just("raise"), st.integers(0, 4), st.integers(0, 7)),
 )
+
+
+class Boom(Exception):
+    pass
 
 
 def _check_same(q: DRRQueue, ref: RefDRR) -> None:
@@ -85,6 +90,28 @@ def test_matches_reference(classes: list[tuple[int, str]], ops: list[tuple[Any, 
             )
             assert got == want
             popped += got is not None
+        elif op[0] == "raise":
+            # the predicate raises on its k-th call: the queue must be untouched
+            k, mod = op[1], op[2]
+            ncalls = [0]
+
+            def bad(name: str, it: int, k: int = k, mod: int = mod, n_: list[int] = ncalls) -> bool:
+                n_[0] += 1
+                if n_[0] > k:
+                    raise Boom
+                return (it + int(name[1:])) % 3 != mod % 3
+
+            try:
+                got = q.pop(dispatchable=bad)
+            except Boom:
+                pass
+            else:
+                # fewer than k+1 calls were needed: an ordinary pop
+                want = ref.pop(
+                    dispatchable=lambda name, it, mod=mod: (it + int(name[1:])) % 3 != mod % 3
+                )
+                assert got == want
+                popped += got is not None
         else:
             if not live:
                 continue
