@@ -261,6 +261,22 @@ def test_predicate_exception_propagates_and_leaves_queue_unchanged() -> None:
     assert snapshot(q) == before
 
 
+def test_predicate_exception_after_credit_was_added_rolls_it_back() -> None:
+    q = DRRQueue([PolicyClass("a", 1), PolicyClass("b", 1), PolicyClass("e", 5)])
+    q.push(1, "a", 10)
+    q.push(2, "b", 10)
+    before = snapshot(q)
+
+    def bad(name: str, item: Any) -> bool:
+        if name == "b":
+            raise LookupError("b")
+        return True  # "a" is asked first and receives a quantum
+
+    with pytest.raises(LookupError):
+        q.pop(dispatchable=bad)
+    assert snapshot(q) == before and q.deficit("a") == 0
+
+
 def test_predicate_reentrant_mutation_is_refused_and_rolled_back() -> None:
     q = DRRQueue([PolicyClass("a", 1), PolicyClass("b", 1)])
     q.push(1, "a", 10)

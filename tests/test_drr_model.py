@@ -183,3 +183,44 @@ def test_benchmark_baseline_is_the_same_algorithm(
             blocked = frozenset(f"c{i % n}" for i in op[1])
             assert q.pop(blocked=blocked) == b.pop(blocked)
     assert [q.deficit(f"c{i}") for i in range(n)] == b.deficit
+
+
+@settings(max_examples=150)
+@given(
+    quanta=st.lists(st.integers(1, 30), min_size=2, max_size=5),
+    pushes=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 200)), min_size=2, max_size=25),
+    warm_pops=st.integers(0, 6),
+    k=st.integers(0, 5),
+    mask=st.integers(0, 31),
+)
+def test_raising_predicate_leaves_state_identical(
+    quanta: list[int], pushes: list[tuple[int, int]], warm_pops: int, k: int, mask: int
+) -> None:
+    n = len(quanta)
+    spec = [(f"c{i}", qn, "fcfs") for i, qn in enumerate(quanta)]
+    q = DRRQueue([PolicyClass(a, b, c) for a, b, c in spec])
+    ref = RefDRR(spec)
+    for t, (ci, cost) in enumerate(pushes):
+        q.push(t, f"c{ci % n}", cost, arrival=float(t))
+        ref.push(f"c{ci % n}", t, cost, arrival=float(t))
+    for _ in range(warm_pops):
+        assert q.pop() == ref.pop()
+    calls = [0]
+
+    def bad(name: str, it: int) -> bool:
+        calls[0] += 1
+        if calls[0] > k:
+            raise Boom
+        return bool(mask >> int(name[1:]) & 1)
+
+    try:
+        got = q.pop(dispatchable=bad)
+    except Boom:
+        _check_same(q, ref)
+    else:
+        assert got == ref.pop(dispatchable=lambda name, it: bool(mask >> int(name[1:]) & 1))
+    _check_same(q, ref)
+    while (x := q.pop()) is not None:
+        assert x == ref.pop()
+        _check_same(q, ref)
+    assert len(ref) == 0
