@@ -122,7 +122,7 @@ def _case(c: int, ratio: int, ops: int, worst: bool = True) -> tuple[float, floa
         for _ in range(ops):
             pop()
 
-    repeat = 3
+    repeat = 5
     return per_op(setup_fairq, op, ops, repeat=repeat), per_op(setup_py, op, ops, repeat=repeat)
 
 
