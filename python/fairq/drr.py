@@ -82,8 +82,10 @@ class PolicyClass:
     priority_jump`` first) or ``"wspt"`` (larger ``(1 + priority_jump) /
     cost`` first); strict-priority tiers always come first.
     ``policy_family`` / ``cache_bucket``: where ``push_request`` routes.
-    ``max_queued_requests`` / ``max_queued_tokens``: optional limits; a push
-    over one raises :class:`fairq.QueueFull` and enqueues nothing.
+    ``max_queued_requests`` / ``max_queued_tokens``: optional limits (the
+    latter on the sum of queued scheduling costs, i.e. uncached tokens with a
+    minimum of 1 each); a push over one raises :class:`fairq.QueueFull` and
+    enqueues nothing.
     """
 
     name: str
