@@ -1,1 +1,793 @@
-//! (placeholder: filled in by its issue)
+//! Deficit Round Robin across policy classes (ALGORITHMS.md section 2).
+//!
+//! DRR decides *which class* dispatches next; each class's own heap (strict
+//! priority tier, then FCFS or WSPT, then insertion order) decides *which
+//! request* inside it. Costs are immutable snapshots taken at enqueue
+//! ([`Snapshot`]); deficits and costs are integers (`u64` costs and quanta,
+//! `u128` deficits, so bulk credit can never overflow).
+//!
+//! One arbitration ([`DrrQueue::pop_with`]) is O(C) in the number of classes
+//! whatever the costs and quanta:
+//! 1. cursor-retained burst: the class that dispatched last and whose next
+//!    head was affordable is served again from its remaining credit;
+//! 2. one ring scan from the cursor (empty: reset; blocked: keep credit, earn
+//!    none; affordable: dispatch without a quantum; else one quantum, then
+//!    dispatch if affordable);
+//! 3. if nothing dispatched but a class is dispatchable: the minimum number
+//!    of virtual rounds `r` any dispatchable head still needs, `r * quantum`
+//!    credited to every dispatchable class, and one more scan (which only
+//!    dispatches: the bulk credit already stands for the final round's visit);
+//! 4. otherwise nothing, and no credit.
+//!
+//! Dispatchability is the caller's: a closure on `(class index, head)`,
+//! called at most once per class per arbitration. If it fails, the queue is
+//! rolled back to exactly its state before the call.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::HashMap;
+
+use crate::error::{check_non_negative, Error, LimitKind, Result};
+use crate::heap::{Handle, IndexedHeap};
+
+/// Within-class order of a policy class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueOrder {
+    /// Earlier `arrival - priority_jump` first.
+    Fcfs,
+    /// Larger `(1 + priority_jump) / cost` first.
+    Wspt,
+}
+
+impl QueueOrder {
+    /// Parse `"fcfs"` / `"wspt"` (case-sensitive), naming `field` on error.
+    pub fn parse(field: &str, s: &str) -> Result<Self> {
+        match s {
+            "fcfs" => Ok(QueueOrder::Fcfs),
+            "wspt" => Ok(QueueOrder::Wspt),
+            other => Err(Error::value(format!(
+                "{field} must be 'fcfs' or 'wspt', got {other:?}"
+            ))),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueOrder::Fcfs => "fcfs",
+            QueueOrder::Wspt => "wspt",
+        }
+    }
+}
+
+/// Static configuration of one physical policy class.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassSpec {
+    pub name: String,
+    /// Credit earned per ring visit, in uncached tokens; must be > 0.
+    pub quantum: u64,
+    pub order: QueueOrder,
+    /// Optional cap on the number of queued requests.
+    pub max_queued_requests: Option<u64>,
+    /// Optional cap on the sum of queued scheduling costs.
+    pub max_queued_tokens: Option<u64>,
+}
+
+impl ClassSpec {
+    pub fn new(name: impl Into<String>, quantum: u64, order: QueueOrder) -> Self {
+        ClassSpec {
+            name: name.into(),
+            quantum,
+            order,
+            max_queued_requests: None,
+            max_queued_tokens: None,
+        }
+    }
+}
+
+/// Immutable cost snapshot taken when a request is enqueued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    pub raw_isl_tokens: u64,
+    pub cached_tokens: u64,
+    /// `raw_isl_tokens - cached_tokens`, exact (used for bucket classification).
+    pub uncached_tokens: u64,
+    /// `max(1, uncached_tokens)`, what DRR charges and WSPT weighs.
+    pub cost: u64,
+}
+
+impl Snapshot {
+    /// Snapshot of a request with `raw` input tokens of which `cached` hit the cache.
+    pub fn new(raw_isl_tokens: u64, cached_tokens: u64) -> Result<Self> {
+        if cached_tokens > raw_isl_tokens {
+            return Err(Error::value(format!(
+                "cached_tokens ({cached_tokens}) must not exceed raw_isl_tokens ({raw_isl_tokens})"
+            )));
+        }
+        let uncached = raw_isl_tokens - cached_tokens;
+        Ok(Snapshot {
+            raw_isl_tokens,
+            cached_tokens,
+            uncached_tokens: uncached,
+            cost: uncached.max(1),
+        })
+    }
+
+    /// Snapshot of a request given directly by its cost (no cache hit).
+    pub fn from_cost(cost: u64) -> Self {
+        Snapshot {
+            raw_isl_tokens: cost,
+            cached_tokens: 0,
+            uncached_tokens: cost,
+            cost: cost.max(1),
+        }
+    }
+}
+
+/// Heap key: higher strict-priority tier first, then the policy key
+/// (smaller first), then the heap's insertion sequence.
+#[derive(Debug, Clone, Copy)]
+struct Key {
+    tier: Reverse<i64>,
+    policy: f64,
+}
+
+impl PartialEq for Key {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Key {}
+impl PartialOrd for Key {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Key {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.tier
+            .cmp(&o.tier)
+            .then_with(|| self.policy.total_cmp(&o.policy))
+    }
+}
+
+/// A queued request as the core stores it.
+#[derive(Debug, Clone)]
+pub struct Entry<T> {
+    pub item: T,
+    pub ticket: u64,
+    pub snapshot: Snapshot,
+    pub strict_priority: i64,
+    pub priority_jump: f64,
+    pub arrival: f64,
+}
+
+/// Everything a push needs besides the item and the class.
+#[derive(Debug, Clone, Copy)]
+pub struct PushArgs {
+    pub snapshot: Snapshot,
+    pub strict_priority: i64,
+    pub priority_jump: f64,
+    pub arrival: f64,
+}
+
+#[derive(Debug, Clone)]
+struct Class<T> {
+    spec: ClassSpec,
+    heap: IndexedHeap<Key, Entry<T>>,
+    queued_cost: u128,
+    dispatched: u64,
+    dispatched_cost: u128,
+}
+
+/// The per-class state arbitration touches, kept in one compact array.
+#[derive(Debug, Clone, Copy)]
+struct Hot {
+    /// Earned, unspent credit.
+    deficit: u128,
+    quantum: u64,
+    /// Scheduling cost of the class head; 0 when the class is empty (costs are >= 1).
+    head: u64,
+}
+
+/// Per-class statistics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassStats {
+    pub name: String,
+    pub quantum: u64,
+    pub order: QueueOrder,
+    pub depth: usize,
+    pub deficit: u128,
+    pub queued_cost: u128,
+    pub dispatched: u64,
+    pub dispatched_cost: u128,
+}
+
+/// The DRR queue over a fixed ring of policy classes.
+#[derive(Debug, Clone)]
+pub struct DrrQueue<T> {
+    classes: Vec<Class<T>>,
+    hot: Vec<Hot>,
+    by_name: HashMap<String, usize>,
+    cursor: usize,
+    /// The cursor class dispatched last and its next head was affordable.
+    retained: bool,
+    tickets: HashMap<u64, (usize, Handle)>,
+    next_ticket: u64,
+    len: usize,
+    // Per-pop scratch: predicate cache stamped with `epoch`, and the log of
+    // empty-class resets (for rollback when the predicate fails).
+    epoch: u64,
+    mark: Vec<u64>,
+    undo: Vec<(usize, u128)>,
+}
+
+impl<T> DrrQueue<T> {
+    /// Build a queue; the class order is the ring order. Rejects no classes,
+    /// `quantum == 0` and duplicate names.
+    pub fn new(specs: Vec<ClassSpec>) -> Result<Self> {
+        if specs.is_empty() {
+            return Err(Error::value("policy_classes must not be empty"));
+        }
+        let mut by_name = HashMap::with_capacity(specs.len());
+        for (i, s) in specs.iter().enumerate() {
+            if s.name.is_empty() {
+                return Err(Error::value(format!(
+                    "policy_classes[{i}].name must be a non-empty string, got ''"
+                )));
+            }
+            if s.quantum == 0 {
+                return Err(Error::value(format!(
+                    "policy_classes[{i}].quantum must be an integer > 0, got 0 (class {:?})",
+                    s.name
+                )));
+            }
+            if by_name.insert(s.name.clone(), i).is_some() {
+                return Err(Error::value(format!(
+                    "policy_classes[{i}].name {:?} is a duplicate class name",
+                    s.name
+                )));
+            }
+        }
+        let c = specs.len();
+        let hot = specs
+            .iter()
+            .map(|s| Hot {
+                deficit: 0,
+                quantum: s.quantum,
+                head: 0,
+            })
+            .collect();
+        Ok(DrrQueue {
+            hot,
+            classes: specs
+                .into_iter()
+                .map(|spec| Class {
+                    spec,
+                    heap: IndexedHeap::new(),
+                    queued_cost: 0,
+                    dispatched: 0,
+                    dispatched_cost: 0,
+                })
+                .collect(),
+            by_name,
+            cursor: 0,
+            retained: false,
+            tickets: HashMap::new(),
+            next_ticket: 0,
+            len: 0,
+            epoch: 0,
+            mark: vec![0; c],
+            undo: Vec::with_capacity(c),
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn num_classes(&self) -> usize {
+        self.classes.len()
+    }
+
+    pub fn spec(&self, idx: usize) -> &ClassSpec {
+        &self.classes[idx].spec
+    }
+
+    /// Index of a class by name (`Error::Key` naming it if unknown).
+    pub fn class_index(&self, name: &str) -> Result<usize> {
+        self.by_name
+            .get(name)
+            .copied()
+            .ok_or_else(|| Error::key(format!("class_name {name:?} is not a configured class")))
+    }
+
+    /// Class index the next arbitration starts from.
+    pub fn cursor(&self) -> usize {
+        self.cursor
+    }
+
+    /// Whether the cursor stays on a class finishing its burst (step 1).
+    pub fn cursor_retained(&self) -> bool {
+        self.retained
+    }
+
+    pub fn deficit(&self, idx: usize) -> u128 {
+        self.hot[idx].deficit
+    }
+
+    pub fn depth(&self, idx: usize) -> usize {
+        self.classes[idx].heap.len()
+    }
+
+    /// The head of one class (what arbitration would look at), if any.
+    pub fn head(&self, idx: usize) -> Option<&Entry<T>> {
+        self.classes[idx].heap.peek().map(|(_, _, e)| e)
+    }
+
+    pub fn stats(&self, idx: usize) -> ClassStats {
+        let c = &self.classes[idx];
+        ClassStats {
+            name: c.spec.name.clone(),
+            quantum: c.spec.quantum,
+            order: c.spec.order,
+            depth: c.heap.len(),
+            deficit: self.hot[idx].deficit,
+            queued_cost: c.queued_cost,
+            dispatched: c.dispatched,
+            dispatched_cost: c.dispatched_cost,
+        }
+    }
+
+    /// Enqueue `item` into class `idx`. Validates everything (class index,
+    /// `priority_jump`, `arrival`, limits) before mutating; returns a ticket
+    /// for [`remove`](Self::remove).
+    pub fn push(&mut self, idx: usize, item: T, args: PushArgs) -> Result<u64> {
+        let c = self.classes.get(idx).ok_or_else(|| {
+            Error::index(format!(
+                "class index {idx} out of range (0..{})",
+                self.classes.len()
+            ))
+        })?;
+        check_non_negative("priority_jump", args.priority_jump)?;
+        if !args.arrival.is_finite() {
+            return Err(Error::value(format!(
+                "arrival must be a finite number, got {}",
+                args.arrival
+            )));
+        }
+        if let Some(max) = c.spec.max_queued_requests {
+            let would = c.heap.len() as u64 + 1;
+            if would > max {
+                return Err(Error::QueueFull {
+                    class_name: c.spec.name.clone(),
+                    limit: LimitKind::Requests,
+                    current: would,
+                    max,
+                });
+            }
+        }
+        if let Some(max) = c.spec.max_queued_tokens {
+            let would = c.queued_cost + args.snapshot.cost as u128;
+            if would > max as u128 {
+                return Err(Error::QueueFull {
+                    class_name: c.spec.name.clone(),
+                    limit: LimitKind::Tokens,
+                    current: u64::try_from(would).unwrap_or(u64::MAX),
+                    max,
+                });
+            }
+        }
+        let policy = match c.spec.order {
+            QueueOrder::Fcfs => args.arrival - args.priority_jump,
+            QueueOrder::Wspt => -((1.0 + args.priority_jump) / args.snapshot.cost as f64),
+        };
+        if !policy.is_finite() {
+            return Err(Error::value(format!(
+                "arrival - priority_jump must be finite, got arrival={} priority_jump={}",
+                args.arrival, args.priority_jump
+            )));
+        }
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        let c = &mut self.classes[idx];
+        let key = Key {
+            tier: Reverse(args.strict_priority),
+            policy,
+        };
+        let h = c.heap.push(
+            key,
+            Entry {
+                item,
+                ticket,
+                snapshot: args.snapshot,
+                strict_priority: args.strict_priority,
+                priority_jump: args.priority_jump,
+                arrival: args.arrival,
+            },
+        );
+        c.queued_cost += args.snapshot.cost as u128;
+        self.tickets.insert(ticket, (idx, h));
+        self.len += 1;
+        self.refresh_head(idx);
+        Ok(ticket)
+    }
+
+    /// Class index of a queued ticket.
+    pub fn ticket_class(&self, ticket: u64) -> Option<usize> {
+        self.tickets.get(&ticket).map(|&(i, _)| i)
+    }
+
+    /// Remove a queued request by ticket. A class emptied this way loses its
+    /// credit (an empty class holds none), as if its empty visit happened now.
+    pub fn remove(&mut self, ticket: u64) -> Result<(usize, Entry<T>)> {
+        let (idx, h) = self
+            .tickets
+            .remove(&ticket)
+            .ok_or_else(|| Error::key(format!("ticket {ticket} is not queued")))?;
+        let c = &mut self.classes[idx];
+        let (_, e) = c.heap.remove(h).expect("ticket map and heap agree");
+        c.queued_cost -= e.snapshot.cost as u128;
+        let emptied = c.heap.is_empty();
+        self.refresh_head(idx);
+        if emptied {
+            self.hot[idx].deficit = 0;
+            if self.cursor == idx {
+                self.retained = false;
+            }
+        }
+        self.len -= 1;
+        Ok((idx, e))
+    }
+
+    /// Arbitrate with a set of blocked classes (`blocked[i]` true: class `i`
+    /// cannot dispatch now). Missing entries count as not blocked.
+    pub fn pop(&mut self, blocked: &[bool]) -> Option<(usize, Entry<T>)> {
+        let r: std::result::Result<_, std::convert::Infallible> =
+            self.arbitrate(|i, _| Ok(!blocked.get(i).copied().unwrap_or(false)));
+        match r {
+            Ok(v) => v,
+            Err(never) => match never {},
+        }
+    }
+
+    /// One arbitration. `dispatchable(class, head)` says whether the class
+    /// head can dispatch now; it is called at most once per class per call,
+    /// only for non-empty classes. If it returns `Err`, the queue is restored
+    /// to its exact state before the call and the error is returned.
+    pub fn pop_with<E, F>(
+        &mut self,
+        mut dispatchable: F,
+    ) -> std::result::Result<Option<(usize, Entry<T>)>, E>
+    where
+        F: FnMut(usize, &Entry<T>) -> std::result::Result<bool, E>,
+    {
+        self.arbitrate(|i, classes| {
+            let (_, _, head) = classes[i]
+                .heap
+                .peek()
+                .expect("asked only for non-empty classes");
+            dispatchable(i, head)
+        })
+    }
+
+    /// The arbitration itself. `ok(i, classes)` is the memoised
+    /// dispatchability test; the scan reads and writes only the compact
+    /// `hot` array (deficit, quantum, head cost), so a pass over the ring is
+    /// a linear walk over contiguous memory.
+    fn arbitrate<E, F>(&mut self, mut ok_fn: F) -> std::result::Result<Option<(usize, Entry<T>)>, E>
+    where
+        F: FnMut(usize, &[Class<T>]) -> std::result::Result<bool, E>,
+    {
+        let n = self.hot.len();
+        self.epoch += 1;
+        let epoch = self.epoch;
+
+        // `mark[i] == 2 * epoch + ok`: class i's dispatchability, asked once
+        // this call (epochs start at 1, so a stale or zero mark never matches).
+        let seen = 2 * epoch;
+
+        // Step 1: the cursor class continues its burst from retained credit.
+        if self.retained {
+            let i = self.cursor;
+            let h = &self.hot[i];
+            if h.head != 0 && h.deficit >= h.head as u128 {
+                let ok = ok_fn(i, &self.classes)?;
+                self.mark[i] = seen | ok as u64;
+                if ok {
+                    return Ok(Some(self.dispatch(i)));
+                }
+            }
+        }
+
+        // Step 2: one ring scan from the cursor. It changes deficits in two
+        // ways: +quantum to each visited dispatchable class (undone by
+        // subtracting it again) and a reset of empty classes (logged).
+        let mut undo = std::mem::take(&mut self.undo);
+        undo.clear();
+        let mut found = None;
+        let mut any_ok = false;
+        let cursor = self.cursor;
+        for i in (cursor..n).chain(0..cursor) {
+            let h = &mut self.hot[i];
+            if h.head == 0 {
+                if h.deficit != 0 {
+                    undo.push((i, h.deficit));
+                    h.deficit = 0;
+                }
+                continue;
+            }
+            let m = self.mark[i];
+            let ok = if m & !1 == seen {
+                m & 1 == 1
+            } else {
+                match ok_fn(i, &self.classes) {
+                    Ok(v) => {
+                        self.mark[i] = seen | v as u64;
+                        v
+                    }
+                    Err(e) => {
+                        // Roll back: every class visited before `i` that is
+                        // non-empty and dispatchable received one quantum.
+                        for k in (cursor..n).chain(0..cursor).take_while(|&k| k != i) {
+                            let h = &mut self.hot[k];
+                            if h.head != 0 && self.mark[k] == seen | 1 {
+                                h.deficit -= h.quantum as u128;
+                            }
+                        }
+                        for &(k, d) in undo.iter() {
+                            self.hot[k].deficit = d;
+                        }
+                        self.undo = undo;
+                        return Err(e);
+                    }
+                }
+            };
+            if !ok {
+                continue;
+            }
+            any_ok = true;
+            let cost = h.head as u128;
+            if h.deficit >= cost {
+                found = Some(i);
+                break;
+            }
+            h.deficit += h.quantum as u128;
+            if h.deficit >= cost {
+                found = Some(i);
+                break;
+            }
+        }
+        self.undo = undo;
+        if let Some(i) = found {
+            return Ok(Some(self.dispatch(i)));
+        }
+        // Step 4: nothing dispatchable, no credit.
+        if !any_ok {
+            return Ok(None);
+        }
+
+        // Step 3: bulk credit by the minimum number of virtual rounds. The
+        // scan visited every class, so each non-empty one is marked and no
+        // further predicate calls happen (nothing can fail from here).
+        // `need` is in 1..=head (the scan did not dispatch this class), so it
+        // fits in u64; a division happens only when it can lower `r`.
+        let live = seen | 1;
+        let mut r = u64::MAX;
+        for (h, &m) in self.hot.iter().zip(&self.mark) {
+            if h.head != 0 && m == live {
+                let need = (h.head as u128 - h.deficit) as u64;
+                if (need as u128) <= (r as u128 - 1) * h.quantum as u128 {
+                    r = need.div_ceil(h.quantum);
+                }
+            }
+        }
+        let r = r as u128;
+        // Credit every dispatchable class; the first affordable one from the
+        // cursor dispatches (the bulk credit already includes its visit).
+        let mut first = None;
+        for i in (cursor..n).chain(0..cursor) {
+            let h = &mut self.hot[i];
+            if h.head != 0 && self.mark[i] == live {
+                h.deficit += r * h.quantum as u128;
+                if first.is_none() && h.deficit >= h.head as u128 {
+                    first = Some(i);
+                }
+            }
+        }
+        let i = first.expect("bulk credit always makes some dispatchable head affordable");
+        Ok(Some(self.dispatch(i)))
+    }
+
+    fn refresh_head(&mut self, i: usize) {
+        self.hot[i].head = self.classes[i]
+            .heap
+            .peek()
+            .map_or(0, |(_, _, e)| e.snapshot.cost);
+    }
+
+    /// Pop the head of class `i`, charge it, and move the cursor.
+    fn dispatch(&mut self, i: usize) -> (usize, Entry<T>) {
+        let n = self.hot.len();
+        let c = &mut self.classes[i];
+        let (_, e) = c.heap.pop().expect("dispatch from a non-empty class");
+        let cost = e.snapshot.cost as u128;
+        c.queued_cost -= cost;
+        c.dispatched += 1;
+        c.dispatched_cost += cost;
+        self.tickets.remove(&e.ticket);
+        self.len -= 1;
+        self.refresh_head(i);
+        let h = &mut self.hot[i];
+        h.deficit -= cost;
+        if h.head == 0 {
+            h.deficit = 0;
+            self.cursor = (i + 1) % n;
+            self.retained = false;
+        } else if h.deficit >= h.head as u128 {
+            self.cursor = i;
+            self.retained = true;
+        } else {
+            self.cursor = (i + 1) % n;
+            self.retained = false;
+        }
+        (i, e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(cost: u64) -> PushArgs {
+        PushArgs {
+            snapshot: Snapshot::from_cost(cost),
+            strict_priority: 0,
+            priority_jump: 0.0,
+            arrival: 0.0,
+        }
+    }
+
+    fn q(specs: &[(&str, u64)]) -> DrrQueue<u32> {
+        DrrQueue::new(
+            specs
+                .iter()
+                .map(|&(n, qn)| ClassSpec::new(n, qn, QueueOrder::Fcfs))
+                .collect(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn burst_from_one_quantum() {
+        let mut d = q(&[("a", 10), ("b", 10)]);
+        for k in 0..4 {
+            d.push(0, k, args(3)).unwrap();
+        }
+        d.push(1, 100, args(5)).unwrap();
+        let mut seen = vec![];
+        for _ in 0..3 {
+            let (i, e) = d.pop(&[]).unwrap();
+            assert_eq!(i, 0);
+            seen.push((e.item, d.deficit(0), d.cursor(), d.cursor_retained()));
+        }
+        assert_eq!(
+            seen,
+            vec![(0, 7, 0, true), (1, 4, 0, true), (2, 1, 1, false)]
+        );
+        let (i, _) = d.pop(&[]).unwrap();
+        assert_eq!(i, 1);
+    }
+
+    #[test]
+    fn bulk_credit_worked_example() {
+        let mut d = q(&[("standard", 1000), ("latency", 2000)]);
+        d.push(0, 1, args(7000)).unwrap();
+        d.push(1, 2, args(9000)).unwrap();
+        let (i, e) = d.pop(&[]).unwrap();
+        assert_eq!((i, e.item), (1, 2));
+        assert_eq!(d.deficit(0), 5000);
+        assert_eq!(d.deficit(1), 0); // latency emptied: reset
+    }
+
+    #[test]
+    fn huge_cost_one_pop() {
+        let mut d = q(&[("a", 1)]);
+        d.push(0, 1, args(1_000_000_000)).unwrap();
+        d.push(0, 2, args(1_000_000_000)).unwrap();
+        assert_eq!(d.pop(&[]).unwrap().1.item, 1);
+        assert_eq!(d.deficit(0), 0);
+    }
+
+    #[test]
+    fn blocked_earns_nothing_and_predicate_error_rolls_back() {
+        let mut d = q(&[("a", 10), ("b", 10)]);
+        d.push(0, 1, args(25)).unwrap();
+        d.push(1, 2, args(25)).unwrap();
+        assert_eq!(d.pop(&[true, true]).map(|x| x.0), None);
+        assert_eq!((d.deficit(0), d.deficit(1)), (0, 0));
+        let (i, _) = d.pop(&[true, false]).unwrap();
+        assert_eq!((i, d.deficit(0)), (1, 0));
+        // predicate error after a quantum was added: rolled back
+        d.push(1, 3, args(25)).unwrap();
+        let mut calls = vec![];
+        let r: std::result::Result<_, &str> = d.pop_with(|i, _| {
+            calls.push(i);
+            if i == 1 {
+                Err("boom")
+            } else {
+                Ok(true)
+            }
+        });
+        assert!(r.is_err());
+        assert_eq!(calls, vec![0, 1]);
+        assert_eq!((d.deficit(0), d.deficit(1), d.len()), (0, 0, 2));
+    }
+
+    #[test]
+    fn limits_and_validation() {
+        let mut spec = ClassSpec::new("a", 5, QueueOrder::Wspt);
+        spec.max_queued_requests = Some(1);
+        spec.max_queued_tokens = Some(10);
+        let mut d: DrrQueue<u8> = DrrQueue::new(vec![spec]).unwrap();
+        assert!(matches!(
+            d.push(0, 1, args(11)),
+            Err(Error::QueueFull {
+                limit: LimitKind::Tokens,
+                current: 11,
+                max: 10,
+                ..
+            })
+        ));
+        d.push(0, 1, args(4)).unwrap();
+        assert!(matches!(
+            d.push(0, 1, args(1)),
+            Err(Error::QueueFull {
+                limit: LimitKind::Requests,
+                ..
+            })
+        ));
+        let mut a = args(1);
+        a.priority_jump = f64::NAN;
+        assert!(d.push(0, 1, a).is_err());
+        assert_eq!(d.len(), 1);
+        assert!(DrrQueue::<u8>::new(vec![ClassSpec::new("a", 0, QueueOrder::Fcfs)]).is_err());
+        assert!(DrrQueue::<u8>::new(vec![
+            ClassSpec::new("a", 1, QueueOrder::Fcfs),
+            ClassSpec::new("a", 1, QueueOrder::Fcfs)
+        ])
+        .is_err());
+        assert!(Snapshot::new(3, 4).is_err());
+        assert_eq!(Snapshot::new(5, 5).unwrap().cost, 1);
+    }
+
+    #[test]
+    fn ordering_tiers_fcfs_wspt_and_remove() {
+        let mut d: DrrQueue<u8> = DrrQueue::new(vec![
+            ClassSpec::new("f", 1000, QueueOrder::Fcfs),
+            ClassSpec::new("w", 1000, QueueOrder::Wspt),
+        ])
+        .unwrap();
+        let mk = |cost, tier, jump, arrival| PushArgs {
+            snapshot: Snapshot::from_cost(cost),
+            strict_priority: tier,
+            priority_jump: jump,
+            arrival,
+        };
+        d.push(0, 1, mk(1, 0, 0.0, 1.0)).unwrap();
+        d.push(0, 2, mk(1, 0, 5.0, 3.0)).unwrap(); // effective -2
+        d.push(0, 3, mk(1, 1, 0.0, 9.0)).unwrap(); // higher tier
+        let t = d.push(1, 4, mk(100, 0, 0.0, 0.0)).unwrap();
+        d.push(1, 5, mk(10, 0, 0.0, 0.0)).unwrap();
+        d.push(1, 6, mk(100, 0, 9.0, 0.0)).unwrap(); // 10/100 == 1/10, later seq
+        assert_eq!(d.head(0).unwrap().item, 3);
+        assert_eq!(d.head(1).unwrap().item, 5);
+        assert_eq!(d.remove(t).unwrap().1.item, 4);
+        assert!(d.remove(t).is_err());
+        let order: Vec<u8> = std::iter::from_fn(|| d.pop(&[]).map(|x| x.1.item)).collect();
+        assert_eq!(order, vec![3, 2, 1, 5, 6]);
+        assert!(d.is_empty());
+    }
+}

@@ -1,0 +1,46 @@
+"""pytest-benchmark cases for DRRQueue.pop (run: pytest benches/test_bench_drr.py
+--benchmark-enable). With benchmarks disabled (the default) each runs once as a
+smoke test."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fairq import DRRQueue, PolicyClass
+from fairq.benchmarks.drr import PyDRR
+
+
+def _filled(impl: str, c: int, ratio: int, per_class: int = 4) -> Any:
+    q: Any = (
+        DRRQueue([PolicyClass(f"c{i}", 1000) for i in range(c)])
+        if impl == "fairq"
+        else PyDRR([1000] * c)
+    )
+    for k in range(per_class):
+        for i in range(c):
+            q.push(k, f"c{i}", ratio * 1000, arrival=float(k))
+    return q
+
+
+@pytest.mark.parametrize("impl", ["fairq", "python"])
+@pytest.mark.parametrize("c", [2, 8, 64, 512])
+def test_pop_vs_classes(benchmark: Any, impl: str, c: int) -> None:
+    def go() -> None:
+        q = _filled(impl, c, 100)
+        for _ in range(c):
+            assert q.pop() is not None
+
+    benchmark(go)
+
+
+@pytest.mark.parametrize("ratio", [1, 1000, 10**6])
+def test_pop_vs_ratio(benchmark: Any, ratio: int) -> None:
+    def go() -> None:
+        q = _filled("fairq", 8, ratio)
+        for _ in range(32):
+            assert q.pop() is not None
+        assert q.pop() is None
+
+    benchmark(go)
