@@ -205,8 +205,9 @@ mod tests {
     fn hasher_spreads_aligned_addresses() {
         use std::hash::BuildHasher;
         let b = BuildHasherDefault::<IdHasher>::default();
-        let hs: std::collections::HashSet<u64> =
-            (0..1000u64).map(|i| b.hash_one(0x7f00_0000_0000 + i * 16) >> 57).collect();
+        let hs: std::collections::HashSet<u64> = (0..1000u64)
+            .map(|i| b.hash_one(0x7f00_0000_0000 + i * 16) >> 57)
+            .collect();
         assert!(hs.len() > 64, "top bits poorly mixed: {}", hs.len());
     }
 }

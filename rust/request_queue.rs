@@ -290,7 +290,10 @@ impl<T> PriorityQueue<T> {
 
     /// Pop the smallest key; `Error::Index` when empty.
     pub fn pop(&mut self) -> Result<(u64, T)> {
-        let (_, (id, t)) = self.heap.pop().ok_or_else(|| Error::index(PRIO_POP_EMPTY))?;
+        let (_, (id, t)) = self
+            .heap
+            .pop()
+            .ok_or_else(|| Error::index(PRIO_POP_EMPTY))?;
         self.reg.remove(&id);
         Ok((id, t))
     }
