@@ -47,7 +47,14 @@ def test_memory_cap_saturates_dispatch() -> None:
     for i in range(10):
         q.add(("t", i))
         q.add(("o", i), phase="output")
-    for blocks, want in [(100, (4, 10)), (14, (4, 10)), (6, (4, 2)), (4, (4, 0)), (3, (3, 0)), (0, (0, 0))]:
+    for blocks, want in [
+        (100, (4, 10)),
+        (14, (4, 10)),
+        (6, (4, 2)),
+        (4, (4, 0)),
+        (3, (3, 0)),
+        (0, (0, 0)),
+    ]:
         out, think = q.schedule_phases(4, blocks)
         assert (len(out), len(think)) == want
         assert len(out) + len(think) <= blocks
@@ -137,9 +144,16 @@ def test_metrics_dict_and_prometheus_export() -> None:
     q.schedule(2, 10)
     m = q.metrics()
     assert set(m) == {
-        "queue_depth_output", "queue_depth_think", "batch_size_output", "batch_size_think",
-        "scheduled_output_total", "scheduled_think_total", "budget_force_triggered_total",
-        "think_wait_longest_rounds", "phase_transitions_total", "schedule_calls_total",
+        "queue_depth_output",
+        "queue_depth_think",
+        "batch_size_output",
+        "batch_size_think",
+        "scheduled_output_total",
+        "scheduled_think_total",
+        "budget_force_triggered_total",
+        "think_wait_longest_rounds",
+        "phase_transitions_total",
+        "schedule_calls_total",
     }
     reg = prometheus_client.CollectorRegistry()
     q.register_prometheus(reg, prefix="dp")

@@ -147,8 +147,12 @@ def test_virtual_time_monotonic_on_random_ops() -> None:
         if r < 0.5:
             x = Item(i)
             items.append(x)
-            q.add(x, tokens=rng.randint(0, 100), flow=rng.choice([None, 1, 2, 3]),
-                  weight=rng.choice([0.5, 1.0, 4.0]))
+            q.add(
+                x,
+                tokens=rng.randint(0, 100),
+                flow=rng.choice([None, 1, 2, 3]),
+                weight=rng.choice([0.5, 1.0, 4.0]),
+            )
         elif r < 0.8 and q:
             q.pop()
         elif items:
@@ -366,7 +370,10 @@ class WFQMachine(RuleBasedStateMachine):
         for x in order[:3]:
             t, r = self.q.tags(x), self.ref.tags(x)
             assert (t["start"], t["finish"], t["seq"], t["flow"]) == (
-                r.start, r.finish, r.seq, r.flow,
+                r.start,
+                r.finish,
+                r.seq,
+                r.flow,
             )
 
 

@@ -95,8 +95,9 @@ def test_reads_inputs_once_at_add() -> None:
 
 
 def test_token_and_flow_sources() -> None:
-    vllm_like = SimpleNamespace(num_prompt_tokens=4, prompt_token_ids=None,
-                                sampling_params=SimpleNamespace(max_tokens=6))
+    vllm_like = SimpleNamespace(
+        num_prompt_tokens=4, prompt_token_ids=None, sampling_params=SimpleNamespace(max_tokens=6)
+    )
     assert request_tokens(vllm_like) == 10
     assert request_tokens(SimpleNamespace(prompt_token_ids=[1, 2], max_tokens=3)) == 5
     assert request_tokens(SimpleNamespace(prompt_token_ids=[1, 2])) == 2

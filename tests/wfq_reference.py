@@ -118,7 +118,9 @@ class RefWFQ:
         return self.live[tok][1]
 
     def order(self) -> list[Any]:
-        ts = sorted(self.live.values(), key=lambda p: (p[1].finish, p[1].start, p[1].arrival, p[1].seq))
+        ts = sorted(
+            self.live.values(), key=lambda p: (p[1].finish, p[1].start, p[1].arrival, p[1].seq)
+        )
         return [it for it, _ in ts]
 
     def __len__(self) -> int:

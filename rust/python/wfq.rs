@@ -10,14 +10,12 @@
 //!   `prepend(item)` can restore them after preemption without keeping
 //!   finished items alive.
 
-use std::collections::HashMap;
-
 use pyo3::exceptions::{PyIndexError, PyKeyError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple, PyWeakrefMethods, PyWeakrefReference};
 
 use crate::heap::Handle;
-use crate::wfq::{Tags, Wfq};
+use crate::wfq::{FastMap, Tags, Wfq};
 
 /// Live handles of one item (an item may be queued more than once).
 enum Handles {
@@ -47,11 +45,11 @@ fn ident(obj: &Bound<'_, PyAny>) -> usize {
 #[pyclass(module = "fairq._core", name = "WFQQueue", subclass)]
 pub struct PyWfqQueue {
     core: Wfq<u64, Py<PyAny>>,
-    ids: HashMap<usize, Handles>,
+    ids: FastMap<usize, Handles>,
     flow_ids: Py<PyDict>,
-    flow_keys: HashMap<u64, Py<PyAny>>,
+    flow_keys: FastMap<u64, Py<PyAny>>,
     next_flow: u64,
-    departed: HashMap<usize, Departed>,
+    departed: FastMap<usize, Departed>,
     sweep_at: usize,
 }
 
@@ -212,11 +210,11 @@ impl PyWfqQueue {
     fn new(py: Python<'_>) -> Self {
         PyWfqQueue {
             core: Wfq::new(),
-            ids: HashMap::new(),
+            ids: FastMap::default(),
             flow_ids: PyDict::new(py).unbind(),
-            flow_keys: HashMap::new(),
+            flow_keys: FastMap::default(),
             next_flow: 0,
-            departed: HashMap::new(),
+            departed: FastMap::default(),
             sweep_at: SWEEP_MIN,
         }
     }

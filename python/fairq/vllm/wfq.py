@@ -89,7 +89,7 @@ class WFQRequestQueue(WFQQueue, RequestQueue):
         if fk is None:
             return None
         if isinstance(fk, str):
-            return getattr(request, fk, None)  # type: ignore[no-any-return]
+            return getattr(request, fk, None)
         return fk(request)
 
     def _read(self, request: Any) -> tuple[Hashable | None, int, float, float]:
