@@ -51,6 +51,10 @@ pub struct PyWfqQueue {
     next_flow: u64,
     departed: FastMap<usize, Departed>,
     sweep_at: usize,
+    /// Types seen not to support weak references (skips a failing call and
+    /// its exception on every pop). Only negative answers are cached, so a
+    /// reused type address can at worst cost one failing call.
+    no_weakref: FastMap<usize, ()>,
 }
 
 impl PyWfqQueue {
@@ -134,8 +138,14 @@ impl PyWfqQueue {
 
     fn remember(&mut self, item: &Bound<'_, PyAny>, tags: Tags<u64>) {
         let py = item.py();
+        let tp = item.get_type().as_ptr() as usize;
+        if self.no_weakref.contains_key(&tp) {
+            return;
+        }
         let Ok(wref) = PyWeakrefReference::new(item) else {
-            return; // not weak-referenceable: not remembered
+            // Not weak-referenceable: not remembered.
+            self.no_weakref.insert(tp, ());
+            return;
         };
         let flow_key = tags
             .flow
@@ -216,6 +226,7 @@ impl PyWfqQueue {
             next_flow: 0,
             departed: FastMap::default(),
             sweep_at: SWEEP_MIN,
+            no_weakref: FastMap::default(),
         }
     }
 
