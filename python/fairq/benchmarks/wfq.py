@@ -101,57 +101,63 @@ def run(quick: bool = False) -> list[Row]:
     sizes = [1_000, 10_000] if quick else [1_000, 10_000, 100_000]
     repeat = 2 if quick else 3
     rows: list[Row] = []
-    base = "pure-Python heapq WFQ"
     for n in sizes:
-        reqs = _trace(n)
-        extra = _trace(n, seed=1)
+        rows.extend(_cases(n, repeat))
+    return rows
 
-        f = per_op(lambda: reqs, _fill_fairq, n, repeat=repeat)
-        b = per_op(lambda: reqs, _fill_py, n, repeat=repeat)
-        rows.append(Row("wfq", "add", n, f, b, base))
 
-        def drain_f(q: WFQQueue) -> None:
-            pop = q.pop
-            for _ in range(n):
-                pop()
+def _cases(n: int, repeat: int) -> list[Row]:
+    rows: list[Row] = []
+    base = "pure-Python heapq WFQ"
+    reqs = _trace(n)
+    extra = _trace(n, seed=1)
 
-        def drain_b(q: PyWFQ) -> None:
-            pop = q.pop
-            for _ in range(n):
-                pop()
+    f = per_op(lambda: reqs, _fill_fairq, n, repeat=repeat)
+    b = per_op(lambda: reqs, _fill_py, n, repeat=repeat)
+    rows.append(Row("wfq", "add", n, f, b, base))
 
-        f = per_op(lambda: _fill_fairq(reqs), drain_f, n, repeat=repeat)
-        b = per_op(lambda: _fill_py(reqs), drain_b, n, repeat=repeat)
-        rows.append(Row("wfq", "pop", n, f, b, base))
+    def drain_f(q: WFQQueue) -> None:
+        pop = q.pop
+        for _ in range(n):
+            pop()
 
-        def steady_f(q: WFQQueue) -> None:
-            add, pop = q.add, q.pop
-            for r in extra:
-                add(r, tokens=r.tokens, flow=r.flow, weight=r.weight)
-                pop()
+    def drain_b(q: PyWFQ) -> None:
+        pop = q.pop
+        for _ in range(n):
+            pop()
 
-        def steady_b(q: PyWFQ) -> None:
-            add, pop = q.add, q.pop
-            for r in extra:
-                add(r, r.tokens, r.flow, r.weight)
-                pop()
+    f = per_op(lambda: _fill_fairq(reqs), drain_f, n, repeat=repeat)
+    b = per_op(lambda: _fill_py(reqs), drain_b, n, repeat=repeat)
+    rows.append(Row("wfq", "pop", n, f, b, base))
 
-        f = per_op(lambda: _fill_fairq(reqs), steady_f, n, repeat=repeat)
-        b = per_op(lambda: _fill_py(reqs), steady_b, n, repeat=repeat)
-        rows.append(Row("wfq", "add+pop", n, f, b, base))
+    def steady_f(q: WFQQueue) -> None:
+        add, pop = q.add, q.pop
+        for r in extra:
+            add(r, tokens=r.tokens, flow=r.flow, weight=r.weight)
+            pop()
 
-        k = min(n // 10, 200)
-        victims = random.Random(2).sample(reqs, k)
+    def steady_b(q: PyWFQ) -> None:
+        add, pop = q.add, q.pop
+        for r in extra:
+            add(r, r.tokens, r.flow, r.weight)
+            pop()
 
-        def remove_f(q: WFQQueue) -> None:
-            for r in victims:
-                q.remove(r)
+    f = per_op(lambda: _fill_fairq(reqs), steady_f, n, repeat=repeat)
+    b = per_op(lambda: _fill_py(reqs), steady_b, n, repeat=repeat)
+    rows.append(Row("wfq", "add+pop", n, f, b, base))
 
-        def remove_b(q: PyWFQ) -> None:
-            for r in victims:
-                q.remove(r)
+    k = min(n // 10, 200)
+    victims = random.Random(2).sample(reqs, k)
 
-        f = per_op(lambda: _fill_fairq(reqs), remove_f, k, repeat=repeat)
-        b = per_op(lambda: _fill_py(reqs), remove_b, k, repeat=repeat)
-        rows.append(Row("wfq", "remove", n, f, b, base))
+    def remove_f(q: WFQQueue) -> None:
+        for r in victims:
+            q.remove(r)
+
+    def remove_b(q: PyWFQ) -> None:
+        for r in victims:
+            q.remove(r)
+
+    f = per_op(lambda: _fill_fairq(reqs), remove_f, k, repeat=repeat)
+    b = per_op(lambda: _fill_py(reqs), remove_b, k, repeat=repeat)
+    rows.append(Row("wfq", "remove", n, f, b, base))
     return rows
