@@ -67,7 +67,7 @@ def test_equal_weights_single_flow_is_fcfs_for_any_sizes() -> None:
 
 @given(st.lists(st.integers(0, 3), min_size=1, max_size=60), st.integers(0, 100))
 @settings(max_examples=60)
-def test_equal_weights_equal_sizes_is_fcfs_across_flows(flows: list[int], size: int) -> None:
+def test_equal_weights_equal_sizes_fcfs_within_flows(flows: list[int], size: int) -> None:
     # Each request is its own flow or shares one of a few clients; equal
     # weights and equal sizes: WFQ serves in arrival order.
     q = WFQQueue()
@@ -110,6 +110,49 @@ def test_weight_two_gets_twice_the_tokens_while_backlogged(seed: int) -> None:
     # Normalized service differs by at most one max-size request per flow.
     assert abs(served["heavy"] / 2.0 - served["light"] / 1.0) <= lmax / 1.0 + lmax / 2.0
     assert served["heavy"] > 0 and served["light"] > 0
+
+
+def test_seed_per_request_formula_misses_the_share_per_flow_fixes_it() -> None:
+    # Why ALGORITHMS.md section 3 chains F per flow: with the seed's formula
+    # (every request starts at max(V, arrival), no F_last) service is not
+    # proportional to weight: here the weight-2 client takes everything and
+    # the weight-1 client nothing while both are backlogged.
+    def seed_share() -> float:
+        import heapq
+
+        heap: list[tuple[float, int, str]] = []
+        v, seq = 0.0, 0
+        for flow, w, n in (("light", 1.0, 400), ("heavy", 2.0, 100)):
+            for _ in range(n):
+                s = max(v, 0.0)
+                heapq.heappush(heap, (s + 10 / w, seq, flow))
+                seq += 1
+        served = {"light": 0, "heavy": 0}
+        for _ in range(60):
+            served[heapq.heappop(heap)[2]] += 10
+        return served["light"] / 600
+
+    assert seed_share() == 0.0  # weight-1 share should be 1/3
+    q = WFQQueue()
+    for flow, w, n in (("light", 1.0, 400), ("heavy", 2.0, 100)):
+        for i in range(n):
+            q.add((flow, i), tokens=10, flow=flow, weight=w)
+    served = {"light": 0, "heavy": 0}
+    for _ in range(60):
+        served[q.pop()[0]] += 10
+    assert served["heavy"] == 2 * served["light"]
+
+
+def test_one_request_flows_are_ordered_by_normalized_size() -> None:
+    # Contract consequence (ALGORITHMS.md section 3): a request that is its
+    # own flow starts at V, and V only advances to popped start tags, so
+    # such requests are served by tokens / weight (shortest first). Fairness
+    # across clients needs a flow key.
+    q = WFQQueue()
+    for name, tokens in (("long", 900), ("short", 10), ("mid", 100)):
+        q.add(name, tokens=tokens)
+    assert drain(q) == ["short", "mid", "long"]
+    assert q.virtual_time == 0.0
 
 
 def test_weight_ratio_with_continuous_arrivals() -> None:

@@ -22,6 +22,13 @@ Algorithm (``ALGORITHMS.md`` section 3)::
 - Equal weights degrade to FCFS within a flow, and across flows of one
   request each when requests have equal size.
 
+.. warning::
+   Requests that are their own flow (``flow=None``) all start at ``V``, and
+   ``V`` only advances to the start tags of popped requests, so among them
+   the contract's rule is *shortest (tokens / weight) first*: a long request
+   can wait indefinitely behind a steady stream of shorter ones. Fairness
+   (and bounded waiting) comes from giving requests a client flow.
+
 API summary (items are compared by **identity**, like vLLM requests)::
 
     q = WFQQueue()

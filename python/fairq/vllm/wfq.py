@@ -25,6 +25,10 @@ absent); ``remove_requests`` removes every occurrence of each request and
 ignores absent ones. Adding a request that is already queued is a
 ``ValueError`` (as in fairq's ``PriorityRequestQueue``). Empty
 ``pop_request``/``peek_request``: ``IndexError``.
+
+Requests without a flow (no ``client_id``) are each their own flow and are
+served shortest-first (see the warning in :mod:`fairq.wfq`); set
+``client_id`` (or ``flow_key``) to get per-client fairness.
 """
 
 from __future__ import annotations
