@@ -113,7 +113,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule()
     def iterate(self) -> None:
         a, b = list(self.q), list(self.ref)
-        assert len(a) == len(b) and all(x is y for x, y in zip(a, b)), (a, b)
+        assert len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True)), (a, b)
         # Iterating does not change the queue.
         assert [id(x) for x in self.q] == [id(x) for x in a]
 

@@ -157,7 +157,7 @@ class RefPriorityRequestQueue:
         for i, r in enumerate(items):
             self._check_new(r, items[:i])
         keys = [read_key(r) for r in items]
-        for k, r in zip(keys, items):
+        for k, r in zip(keys, items, strict=True):
             heapq.heappush(self._heap, _Entry(k, self._seq, r))
             self._seq += 1
 

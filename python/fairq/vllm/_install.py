@@ -19,7 +19,6 @@ PATCH_MODULES = (
 )
 
 _ORIGINAL = "__fairq_original__"
-_registered: set[int] = set()
 
 
 def _make_factory(
@@ -70,10 +69,10 @@ def install(policy: SchedulingPolicy | str | None = None) -> list[str]:
     done: list[str] = []
     base = getattr(rq, "RequestQueue", None)
     if base is not None and hasattr(base, "register"):
-        if id(base) not in _registered:
-            base.register(RequestQueue)
-            _registered.add(id(base))
-        done.append("vllm.v1.core.sched.request_queue.RequestQueue.register(fairq.vllm.RequestQueue)")
+        base.register(RequestQueue)  # idempotent
+        done.append(
+            "vllm.v1.core.sched.request_queue.RequestQueue.register(fairq.vllm.RequestQueue)"
+        )
     for name in PATCH_MODULES:
         mod = sys.modules.get(name)
         if mod is None:
