@@ -11,6 +11,7 @@ FIFOs and picks each engine step's batch (``ALGORITHMS.md`` section 4)::
     batch = q.schedule(output_budget=8, available_blocks=20)
     # -> [(request_id, item), ...]: the output slots, then the think slots
     q.on_phase_event("r1")               # r1 emitted </think>: front of output
+                                         # (several before one schedule: latest first)
     q.remove("r2")                       # finished or aborted
 
 ``schedule(output_budget, available_blocks)``:
