@@ -1,1 +1,617 @@
-//! (placeholder: filled in by its issue)
+//! Weighted Fair Queuing on per-flow virtual finish times (ALGORITHMS.md §3).
+//!
+//! Every request belongs to a *flow* (a client, or the request alone) and has
+//! a weight `> 0` and a size `tokens >= 0` (prompt + max new tokens). On add:
+//!
+//! ```text
+//! S = max(V, F_last[flow]);  F = S + tokens / weight;  F_last[flow] = F
+//! ```
+//!
+//! Pop takes the smallest `(F, S, arrival, seq)` and sets `V = max(V, S)`, so
+//! the global virtual time `V` never decreases. Two continuously backlogged
+//! flows are served in the ratio of their weights because each flow's finish
+//! tags are chained through `F_last`: a flow that queues many requests pushes
+//! its own later requests further into virtual time instead of starting every
+//! one of them at `V` (the seed's per-request formula, which is the special
+//! case of one request per flow).
+//!
+//! All times are `f64` validated finite at every entry point, so the heap key
+//! never holds NaN and `total_cmp` gives a real total order. Preemption
+//! ([`Wfq::readd`]) restores a popped request with its original tags and
+//! sequence number; partial prefill ([`Wfq::update_remaining`]) recomputes
+//! `F = S + remaining / weight` and re-keys in O(log n). Removing a request
+//! never rewinds `F_last` (a client cannot buy an earlier slot by cancelling).
+//!
+//! Flow state is dropped when a flow has nothing queued and `F_last <= V`
+//! (then `max(V, F_last) = V`, indistinguishable from an unknown flow). The
+//! sweep is amortized O(1): it runs when the flow table doubles. Dropped flow
+//! keys are reported through [`Wfq::drain_dropped_flows`] so a binding layer
+//! can forget its own key interning.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+
+use crate::error::{check_non_negative, check_positive, Error, Result};
+use crate::heap::{Handle, IndexedHeap};
+
+/// A small fast hasher for integer-like keys (flow ids, object addresses):
+/// multiply-rotate per word, high bits folded into the low ones at the end so
+/// aligned pointers do not cluster. Not DoS-resistant; keys here are chosen
+/// by the process, not by remote input.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FastHasher(u64);
+
+const MIX: u64 = 0x9E37_79B9_7F4A_7C15;
+
+impl Hasher for FastHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(23) ^ v).wrapping_mul(MIX);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 29)
+    }
+}
+
+/// `HashMap` with [`FastHasher`].
+pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+
+/// Heap key: virtual finish, then virtual start, then arrival (the heap adds
+/// the insertion `seq` as the final tie-break). Never NaN by construction.
+#[derive(Debug, Clone, Copy)]
+pub struct Key {
+    pub finish: f64,
+    pub start: f64,
+    pub arrival: f64,
+}
+
+impl PartialEq for Key {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Key {}
+impl PartialOrd for Key {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Key {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.finish
+            .total_cmp(&o.finish)
+            .then(self.start.total_cmp(&o.start))
+            .then(self.arrival.total_cmp(&o.arrival))
+    }
+}
+
+/// Everything the queue knows about one request: what [`Wfq::pop`] hands
+/// back and what [`Wfq::readd`] takes to restore it after preemption.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tags<K> {
+    /// The flow, or `None` for a request that is its own flow.
+    pub flow: Option<K>,
+    pub weight: f64,
+    /// Virtual start `S`.
+    pub start: f64,
+    /// Virtual finish `F`.
+    pub finish: f64,
+    pub arrival: f64,
+    /// Tokens still needed (the size `F` was last computed from).
+    pub remaining: f64,
+    /// Insertion sequence number (final tie-break).
+    pub seq: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Entry<K, V> {
+    flow: Option<K>,
+    weight: f64,
+    remaining: f64,
+    value: V,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Flow {
+    last_finish: f64,
+    queued: usize,
+}
+
+const GC_MIN: usize = 1024;
+
+/// Validate a timestamp-like value (finite; any sign), naming `field`.
+fn check_finite(field: &str, v: f64) -> Result<f64> {
+    if v.is_finite() {
+        Ok(v + 0.0) // normalizes -0.0 so total_cmp treats it like 0.0
+    } else {
+        Err(Error::value(format!(
+            "{field} must be a finite number, got {v}"
+        )))
+    }
+}
+
+fn finish_of(start: f64, tokens: f64, weight: f64) -> Result<f64> {
+    let f = start + tokens / weight;
+    if f.is_finite() {
+        Ok(f)
+    } else {
+        Err(Error::value(format!(
+            "virtual finish time overflows: start {start} + tokens {tokens} / weight {weight} is not finite"
+        )))
+    }
+}
+
+/// The WFQ queue: flows of type `K`, payloads of type `V`.
+#[derive(Debug, Clone)]
+pub struct Wfq<K, V> {
+    heap: IndexedHeap<Key, Entry<K, V>>,
+    flows: FastMap<K, Flow>,
+    vtime: f64,
+    gc_threshold: usize,
+    dropped: Vec<K>,
+}
+
+impl<K: Hash + Eq + Clone, V> Default for Wfq<K, V> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: Hash + Eq + Clone, V> Wfq<K, V> {
+    pub fn new() -> Self {
+        Wfq {
+            heap: IndexedHeap::new(),
+            flows: FastMap::default(),
+            vtime: 0.0,
+            gc_threshold: GC_MIN,
+            dropped: Vec::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+
+    /// The global virtual time `V` (never decreases).
+    pub fn virtual_time(&self) -> f64 {
+        self.vtime
+    }
+
+    /// Number of flows with state (queued requests or `F_last > V`).
+    pub fn flow_count(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// `F_last` of a flow, if the queue still holds state for it.
+    pub fn flow_last_finish(&self, flow: &K) -> Option<f64> {
+        self.flows.get(flow).map(|f| f.last_finish)
+    }
+
+    /// Number of queued requests of a flow.
+    pub fn flow_queued(&self, flow: &K) -> usize {
+        self.flows.get(flow).map_or(0, |f| f.queued)
+    }
+
+    /// Validate an add without changing anything; returns `(S, F)`.
+    pub fn preview(
+        &self,
+        flow: Option<&K>,
+        tokens: f64,
+        weight: f64,
+        arrival: f64,
+    ) -> Result<(f64, f64)> {
+        check_positive("weight", weight)?;
+        check_non_negative("tokens", tokens)?;
+        check_finite("arrival", arrival)?;
+        let last = flow
+            .and_then(|k| self.flows.get(k))
+            .map_or(self.vtime, |f| f.last_finish);
+        let start = self.vtime.max(last);
+        Ok((start, finish_of(start, tokens, weight)?))
+    }
+
+    /// Add a request of `tokens` tokens with `weight` to `flow`.
+    pub fn add(
+        &mut self,
+        value: V,
+        flow: Option<K>,
+        tokens: f64,
+        weight: f64,
+        arrival: f64,
+    ) -> Result<Handle> {
+        let (start, finish) = self.preview(flow.as_ref(), tokens, weight, arrival)?;
+        let arrival = arrival + 0.0;
+        if let Some(k) = &flow {
+            let f = self.flows.entry(k.clone()).or_insert(Flow {
+                last_finish: start,
+                queued: 0,
+            });
+            f.last_finish = finish;
+            f.queued += 1;
+        }
+        let h = self.heap.push(
+            Key {
+                finish,
+                start,
+                arrival,
+            },
+            Entry {
+                flow,
+                weight,
+                remaining: tokens,
+                value,
+            },
+        );
+        self.maybe_gc();
+        Ok(h)
+    }
+
+    /// Put back a request with the tags it had when popped (preemption):
+    /// same `S`, `F`, arrival and `seq`, so it returns to its old place.
+    /// `F_last` of its flow only grows (`max(F_last, F)`).
+    pub fn readd(&mut self, value: V, tags: Tags<K>) -> Result<Handle> {
+        check_positive("weight", tags.weight)?;
+        check_non_negative("remaining", tags.remaining)?;
+        let start = check_finite("start", tags.start)?;
+        let finish = check_finite("finish", tags.finish)?;
+        let arrival = check_finite("arrival", tags.arrival)?;
+        if finish < start {
+            return Err(Error::value(format!(
+                "finish must be >= start, got start {start} and finish {finish}"
+            )));
+        }
+        if let Some(k) = &tags.flow {
+            let vtime = self.vtime;
+            let f = self.flows.entry(k.clone()).or_insert(Flow {
+                last_finish: vtime,
+                queued: 0,
+            });
+            f.last_finish = f.last_finish.max(finish);
+            f.queued += 1;
+        }
+        Ok(self.heap.push_with_seq(
+            Key {
+                finish,
+                start,
+                arrival,
+            },
+            tags.seq,
+            Entry {
+                flow: tags.flow,
+                weight: tags.weight,
+                remaining: tags.remaining,
+                value,
+            },
+        ))
+    }
+
+    fn tags_of(key: &Key, seq: u64, e: &Entry<K, V>) -> Tags<K> {
+        Tags {
+            flow: e.flow.clone(),
+            weight: e.weight,
+            start: key.start,
+            finish: key.finish,
+            arrival: key.arrival,
+            remaining: e.remaining,
+            seq,
+        }
+    }
+
+    /// The request with the smallest `(F, S, arrival, seq)`.
+    pub fn peek(&self) -> Option<(Handle, &V, Tags<K>)> {
+        let (h, k, e) = self.heap.peek()?;
+        let seq = self.heap.seq_of(h).expect("live handle");
+        Some((h, &e.value, Self::tags_of(k, seq, e)))
+    }
+
+    pub fn peek_handle(&self) -> Option<Handle> {
+        self.heap.peek_handle()
+    }
+
+    pub fn get(&self, h: Handle) -> Option<(&V, Tags<K>)> {
+        let (k, e) = self.heap.get(h)?;
+        let seq = self.heap.seq_of(h)?;
+        Some((&e.value, Self::tags_of(k, seq, e)))
+    }
+
+    pub fn contains(&self, h: Handle) -> bool {
+        self.heap.contains(h)
+    }
+
+    /// Pop the next request; advances `V` to `max(V, S)`.
+    pub fn pop(&mut self) -> Option<(V, Tags<K>)> {
+        let h = self.heap.peek_handle()?;
+        let out = self.take(h)?;
+        self.vtime = self.vtime.max(out.1.start);
+        self.maybe_gc();
+        Some(out)
+    }
+
+    /// Remove a queued request (cancel). `V` and `F_last` are unchanged.
+    pub fn remove(&mut self, h: Handle) -> Option<(V, Tags<K>)> {
+        let out = self.take(h)?;
+        self.maybe_gc();
+        Some(out)
+    }
+
+    fn take(&mut self, h: Handle) -> Option<(V, Tags<K>)> {
+        let seq = self.heap.seq_of(h)?;
+        let (key, e) = self.heap.remove(h)?;
+        if let Some(k) = &e.flow {
+            if let Some(f) = self.flows.get_mut(k) {
+                f.queued -= 1;
+            }
+        }
+        let tags = Self::tags_of(&key, seq, &e);
+        Some((e.value, tags))
+    }
+
+    /// Partial prefill: `remaining` tokens are still needed, so
+    /// `F = S + remaining / weight`; the heap order is restored in O(log n).
+    /// Returns the new `F`. `F_last` of the flow is unchanged.
+    pub fn update_remaining(&mut self, h: Handle, remaining: f64) -> Result<f64> {
+        check_non_negative("remaining", remaining)?;
+        let (key, e) = self
+            .heap
+            .get(h)
+            .ok_or_else(|| Error::key("request is not queued"))?;
+        let finish = finish_of(key.start, remaining, e.weight)?;
+        let new_key = Key { finish, ..*key };
+        self.heap.get_mut(h).expect("live handle").remaining = remaining;
+        self.heap.rekey(h, new_key);
+        Ok(finish)
+    }
+
+    /// Queued requests in pop order, without mutating the queue.
+    pub fn iter_sorted(&self) -> impl Iterator<Item = (Handle, &V)> + '_ {
+        self.heap.iter_sorted().map(|(h, _, e)| (h, &e.value))
+    }
+
+    /// Queued requests in arbitrary order.
+    pub fn iter_unordered(&self) -> impl Iterator<Item = (Handle, &V)> + '_ {
+        self.heap.iter_unordered().map(|(h, _, e)| (h, &e.value))
+    }
+
+    /// Flow keys whose state was dropped since the last call.
+    pub fn drain_dropped_flows(&mut self) -> std::vec::Drain<'_, K> {
+        self.dropped.drain(..)
+    }
+
+    fn maybe_gc(&mut self) {
+        if self.flows.len() <= self.gc_threshold {
+            return;
+        }
+        let v = self.vtime;
+        let dropped = &mut self.dropped;
+        self.flows.retain(|k, f| {
+            let keep = f.queued > 0 || f.last_finish > v;
+            if !keep {
+                dropped.push(k.clone());
+            }
+            keep
+        });
+        self.gc_threshold = GC_MIN.max(2 * self.flows.len());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lcg(s: &mut u64) -> u64 {
+        *s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        *s >> 33
+    }
+
+    fn drain(q: &mut Wfq<u32, u32>) -> Vec<u32> {
+        std::iter::from_fn(|| q.pop().map(|(v, _)| v)).collect()
+    }
+
+    #[test]
+    fn worked_example_per_flow_chaining() {
+        // Flow A (w=1) queues three 10-token requests, flow B (w=1) one.
+        let mut q: Wfq<u32, &str> = Wfq::new();
+        q.add("a1", Some(1), 10.0, 1.0, 0.0).unwrap();
+        q.add("a2", Some(1), 10.0, 1.0, 0.0).unwrap();
+        q.add("a3", Some(1), 10.0, 1.0, 0.0).unwrap();
+        q.add("b1", Some(2), 10.0, 1.0, 1.0).unwrap();
+        // a1: S=0 F=10, a2: S=10 F=20, a3: S=20 F=30, b1: S=0 F=10
+        let t = q.peek().unwrap().2;
+        assert_eq!((t.start, t.finish), (0.0, 10.0));
+        let order: Vec<_> = std::iter::from_fn(|| q.pop().map(|(v, _)| v)).collect();
+        assert_eq!(order, vec!["a1", "b1", "a2", "a3"]);
+        assert_eq!(q.virtual_time(), 20.0);
+    }
+
+    #[test]
+    fn equal_weights_single_request_flows_is_fcfs() {
+        // One request per flow, equal weights and sizes: arrival order.
+        let mut q2: Wfq<u32, u32> = Wfq::new();
+        for i in 0..50u32 {
+            q2.add(i, Some(i), 7.0, 1.0, i as f64).unwrap();
+        }
+        assert_eq!(drain(&mut q2), (0..50).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn weighted_share_two_backlogged_flows() {
+        let mut q: Wfq<u32, u32> = Wfq::new();
+        // flow 1 weight 1 queues 300 requests, flow 2 weight 2 queues 100.
+        for i in 0..300u32 {
+            q.add(1, Some(1), 10.0, 1.0, i as f64).unwrap();
+        }
+        for i in 0..100u32 {
+            q.add(2, Some(2), 10.0, 2.0, i as f64).unwrap();
+        }
+        let mut served = [0.0f64; 3];
+        for _ in 0..120 {
+            let (v, t) = q.pop().unwrap();
+            served[v as usize] += t.remaining;
+        }
+        let ratio = served[2] / served[1];
+        assert!((ratio - 2.0).abs() < 0.1, "ratio {ratio}");
+    }
+
+    #[test]
+    fn preemption_restores_place_and_tags() {
+        let mut q: Wfq<u32, u32> = Wfq::new();
+        for i in 0..5u32 {
+            q.add(i, Some(i % 2), 5.0, 1.0, 0.0).unwrap();
+        }
+        let (v, t) = q.pop().unwrap();
+        let vt = q.virtual_time();
+        q.readd(v, t.clone()).unwrap();
+        assert_eq!(q.virtual_time(), vt);
+        let (v2, t2) = q.pop().unwrap();
+        assert_eq!((v2, t2), (v, t));
+    }
+
+    #[test]
+    fn update_remaining_rekeys() {
+        let mut q: Wfq<u32, u32> = Wfq::new();
+        let a = q.add(0, None, 100.0, 1.0, 0.0).unwrap();
+        q.add(1, None, 50.0, 1.0, 0.0).unwrap();
+        assert_eq!(q.peek().unwrap().1, &1);
+        assert_eq!(q.update_remaining(a, 10.0).unwrap(), 10.0);
+        assert_eq!(q.peek().unwrap().1, &0);
+        assert!(q.update_remaining(a, f64::NAN).is_err());
+        assert_eq!(q.get(a).unwrap().1.finish, 10.0);
+    }
+
+    #[test]
+    fn bad_input_leaves_queue_unchanged() {
+        let mut q: Wfq<u32, u32> = Wfq::new();
+        q.add(0, Some(1), 10.0, 1.0, 0.0).unwrap();
+        for (tok, w, arr) in [
+            (1.0, 0.0, 0.0),
+            (1.0, -1.0, 0.0),
+            (1.0, f64::NAN, 0.0),
+            (1.0, f64::INFINITY, 0.0),
+            (-1.0, 1.0, 0.0),
+            (f64::NAN, 1.0, 0.0),
+            (1.0, 1.0, f64::NAN),
+            (1e308, 1e-300, 0.0),
+        ] {
+            let e = q.add(9, Some(1), tok, w, arr).unwrap_err();
+            assert!(matches!(e, Error::Value(_)));
+        }
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.flow_last_finish(&1), Some(10.0));
+        assert_eq!(q.flow_queued(&1), 1);
+    }
+
+    #[test]
+    fn remove_does_not_rewind_and_gc_drops_idle_flows() {
+        let mut q: Wfq<u32, u32> = Wfq::new();
+        let h = q.add(0, Some(7), 10.0, 1.0, 0.0).unwrap();
+        q.remove(h).unwrap();
+        assert_eq!(q.flow_last_finish(&7), Some(10.0));
+        q.add(1, Some(7), 10.0, 1.0, 0.0).unwrap();
+        assert_eq!(q.peek().unwrap().2.start, 10.0);
+        q.pop();
+        // One-shot flows keep F_last > V (their state still matters) until
+        // V passes them; then the amortized sweep drops them.
+        for i in 0..3000u32 {
+            q.add(i, Some(100 + i), 1.0, 1.0, 0.0).unwrap();
+            q.pop().unwrap();
+        }
+        assert_eq!(q.flow_count(), 3001);
+        for _ in 0..2 {
+            q.add(0, Some(7), 5.0, 1.0, 0.0).unwrap();
+        }
+        q.pop().unwrap();
+        q.pop().unwrap();
+        assert!(q.virtual_time() > 11.0);
+        for i in 0..3000u32 {
+            q.add(i, Some(10_000 + i), 1.0, 1.0, 0.0).unwrap();
+        }
+        assert!(q.flow_count() <= 3001, "{}", q.flow_count());
+        assert!(q.drain_dropped_flows().count() > 0);
+    }
+
+    #[test]
+    fn random_ops_match_naive_model() {
+        // Naive model: a Vec scanned for the minimum key.
+        let mut s = 11u64;
+        let mut q: Wfq<u32, u64> = Wfq::new();
+        let mut model: Vec<(Key, u64, Handle)> = Vec::new();
+        let mut last: HashMap<u32, f64> = HashMap::new();
+        let mut v = 0.0f64;
+        for step in 0..5000u64 {
+            match lcg(&mut s) % 6 {
+                0..=2 => {
+                    let flow = (lcg(&mut s) % 5) as u32;
+                    let tok = (lcg(&mut s) % 20) as f64;
+                    let w = [0.5, 1.0, 2.0][(lcg(&mut s) % 3) as usize];
+                    let st = v.max(*last.get(&flow).unwrap_or(&v));
+                    let f = st + tok / w;
+                    last.insert(flow, f);
+                    let h = q.add(step, Some(flow), tok, w, 0.0).unwrap();
+                    model.push((
+                        Key {
+                            finish: f,
+                            start: st,
+                            arrival: 0.0,
+                        },
+                        step,
+                        h,
+                    ));
+                }
+                3 => {
+                    let i = (0..model.len()).min_by(|&a, &b| {
+                        model[a]
+                            .0
+                            .cmp(&model[b].0)
+                            .then(model[a].1.cmp(&model[b].1))
+                    });
+                    let got = q.pop();
+                    match i {
+                        None => assert!(got.is_none()),
+                        Some(i) => {
+                            let (k, id, _) = model.remove(i);
+                            let (gv, gt) = got.unwrap();
+                            assert_eq!(gv, id);
+                            v = v.max(k.start);
+                            assert_eq!(gt.finish, k.finish);
+                        }
+                    }
+                }
+                4 if !model.is_empty() => {
+                    let i = lcg(&mut s) as usize % model.len();
+                    let (_, id, h) = model.swap_remove(i);
+                    assert_eq!(q.remove(h).unwrap().0, id);
+                }
+                5 if !model.is_empty() => {
+                    let i = lcg(&mut s) as usize % model.len();
+                    let rem = (lcg(&mut s) % 10) as f64;
+                    let (_, t) = q.get(model[i].2).unwrap();
+                    let nf = q.update_remaining(model[i].2, rem).unwrap();
+                    assert_eq!(nf, t.start + rem / t.weight);
+                    model[i].0.finish = nf;
+                }
+                _ => {}
+            }
+            assert_eq!(q.len(), model.len());
+            assert_eq!(q.virtual_time(), v);
+        }
+    }
+}

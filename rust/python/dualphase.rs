@@ -1,7 +1,223 @@
-//! Bindings for `crate::dualphase` (placeholder: filled in by its issue).
+//! Bindings for `crate::dualphase`: `fairq._core.DualPhaseQueue`.
+//!
+//! Request ids are any hashable; this layer interns them to `u64` keys
+//! through a dict and stores `(request_id, item)` as the core payload.
 
+use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+use crate::dualphase::{DualPhase, Phase};
+
+type Slots<'py> = Vec<Bound<'py, PyTuple>>;
+
+/// Two FIFOs of active decode requests, ``output`` drained first.
+///
+/// See ``fairq.dualphase`` for the full description.
+#[pyclass(module = "fairq._core", name = "DualPhaseQueue", subclass)]
+pub struct PyDualPhase {
+    core: DualPhase<u64, (Py<PyAny>, Py<PyAny>)>,
+    keys: Py<PyDict>,
+    next_key: u64,
+}
+
+fn count(field: &str, v: i64) -> PyResult<usize> {
+    usize::try_from(v)
+        .map_err(|_| PyValueError::new_err(format!("{field} must be an integer >= 0, got {v}")))
+}
+
+impl PyDualPhase {
+    fn key_of(&self, request_id: &Bound<'_, PyAny>) -> PyResult<u64> {
+        match self.keys.bind(request_id.py()).get_item(request_id)? {
+            Some(k) => k.extract(),
+            None => Err(PyKeyError::new_err(request_id.clone().unbind())),
+        }
+    }
+
+    fn slots<'py>(&self, py: Python<'py>, keys: &[u64]) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+        keys.iter()
+            .map(|k| {
+                let (_, (rid, item)) = self.core.get(k).expect("scheduled key is queued");
+                PyTuple::new(py, [rid.bind(py), item.bind(py)])
+            })
+            .collect()
+    }
+}
+
+#[pymethods]
+impl PyDualPhase {
+    #[new]
+    #[pyo3(signature = (think_batch_multiplier = 2.5, min_think_reservation = 1))]
+    fn new(
+        py: Python<'_>,
+        think_batch_multiplier: f64,
+        min_think_reservation: i64,
+    ) -> PyResult<Self> {
+        let r = count("min_think_reservation", min_think_reservation)?;
+        Ok(PyDualPhase {
+            core: DualPhase::new(think_batch_multiplier, r)?,
+            keys: PyDict::new(py).unbind(),
+            next_key: 0,
+        })
+    }
+
+    #[getter]
+    fn think_batch_multiplier(&self) -> f64 {
+        self.core.think_batch_multiplier()
+    }
+
+    #[getter]
+    fn min_think_reservation(&self) -> usize {
+        self.core.min_think_reservation()
+    }
+
+    /// Queue ``request_id`` (any hashable, unique) at the back of ``phase``.
+    #[pyo3(signature = (request_id, item = None, phase = "think"))]
+    fn add(
+        &mut self,
+        py: Python<'_>,
+        request_id: &Bound<'_, PyAny>,
+        item: Option<Py<PyAny>>,
+        phase: &str,
+    ) -> PyResult<()> {
+        let phase = Phase::parse(phase)?;
+        let keys = self.keys.bind(py);
+        if keys.get_item(request_id)?.is_some() {
+            return Err(PyValueError::new_err(format!(
+                "request_id {} is already queued",
+                request_id.repr()?
+            )));
+        }
+        let k = self.next_key;
+        let item = item.unwrap_or_else(|| py.None());
+        self.core
+            .add(k, (request_id.clone().unbind(), item), phase)?;
+        keys.set_item(request_id, k)?;
+        self.next_key += 1;
+        Ok(())
+    }
+
+    /// Remove a request; returns its item. ``KeyError`` if not queued.
+    fn remove(&mut self, request_id: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let k = self.key_of(request_id)?;
+        let (_, (_, item)) = self.core.remove(&k)?;
+        self.keys.bind(request_id.py()).del_item(request_id)?;
+        Ok(item)
+    }
+
+    /// End of think: move the request to the front of ``output`` before the
+    /// next ``schedule``. Returns ``False`` if it already was in ``output``.
+    fn on_phase_event(&mut self, request_id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let k = self.key_of(request_id)?;
+        Ok(self.core.on_phase_event(&k)?)
+    }
+
+    /// ``"think"`` or ``"output"``; ``KeyError`` if not queued.
+    fn phase_of(&self, request_id: &Bound<'_, PyAny>) -> PyResult<&'static str> {
+        let k = self.key_of(request_id)?;
+        Ok(self.core.get(&k).expect("interned").0.as_str())
+    }
+
+    /// One step's batch as ``(output_slots, think_slots)``, each a list of
+    /// ``(request_id, item)`` in dispatch order. Scheduled requests move to
+    /// the back of their queue.
+    fn schedule_phases<'py>(
+        &mut self,
+        py: Python<'py>,
+        output_budget: i64,
+        available_blocks: i64,
+    ) -> PyResult<(Slots<'py>, Slots<'py>)> {
+        let b = count("output_budget", output_budget)?;
+        let a = count("available_blocks", available_blocks)?;
+        let batch = self.core.schedule(b, a);
+        Ok((
+            self.slots(py, &batch.output)?,
+            self.slots(py, &batch.think)?,
+        ))
+    }
+
+    /// One step's batch: the output slots then the think slots, as a list of
+    /// ``(request_id, item)``.
+    fn schedule<'py>(
+        &mut self,
+        py: Python<'py>,
+        output_budget: i64,
+        available_blocks: i64,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let (mut out, think) = self.schedule_phases(py, output_budget, available_blocks)?;
+        out.extend(think);
+        PyList::new(py, out)
+    }
+
+    /// Request ids of ``phase`` in queue order.
+    #[pyo3(signature = (phase))]
+    fn ids<'py>(&self, py: Python<'py>, phase: &str) -> PyResult<Bound<'py, PyList>> {
+        let phase = Phase::parse(phase)?;
+        let v: Vec<_> = self
+            .core
+            .iter_phase(phase)
+            .map(|k| {
+                let (_, (rid, _)) = self.core.get(k).expect("queued");
+                rid.bind(py)
+            })
+            .collect();
+        PyList::new(py, v)
+    }
+
+    /// Queue length of one phase (``None``: both).
+    #[pyo3(signature = (phase = None))]
+    fn len(&self, phase: Option<&str>) -> PyResult<usize> {
+        Ok(match phase {
+            None => self.core.len(),
+            Some(p) => self.core.len_phase(Phase::parse(p)?),
+        })
+    }
+
+    /// The metrics as a plain dict (names in ``fairq.dualphase``).
+    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let m = self.core.metrics();
+        let d = PyDict::new(py);
+        d.set_item("queue_depth_output", self.core.len_phase(Phase::Output))?;
+        d.set_item("queue_depth_think", self.core.len_phase(Phase::Think))?;
+        d.set_item("batch_size_output", m.last_output_batch)?;
+        d.set_item("batch_size_think", m.last_think_batch)?;
+        d.set_item("scheduled_output_total", m.output_scheduled_total)?;
+        d.set_item("scheduled_think_total", m.think_scheduled_total)?;
+        d.set_item("budget_force_triggered_total", m.forced_budget_events)?;
+        d.set_item("think_wait_longest_rounds", self.core.longest_think_wait())?;
+        d.set_item("phase_transitions_total", m.phase_transitions)?;
+        d.set_item("schedule_calls_total", m.schedule_calls)?;
+        Ok(d)
+    }
+
+    fn __len__(&self) -> usize {
+        self.core.len()
+    }
+
+    fn __bool__(&self) -> bool {
+        !self.core.is_empty()
+    }
+
+    fn __contains__(&self, request_id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Ok(self
+            .keys
+            .bind(request_id.py())
+            .get_item(request_id)?
+            .is_some())
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "DualPhaseQueue(output={}, think={}, think_batch_multiplier={}, min_think_reservation={})",
+            self.core.len_phase(Phase::Output),
+            self.core.len_phase(Phase::Think),
+            self.core.think_batch_multiplier(),
+            self.core.min_think_reservation()
+        )
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyDualPhase>()?;
     Ok(())
 }

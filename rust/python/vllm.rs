@@ -1,7 +1,388 @@
-//! Bindings for `crate::vllm` (placeholder: filled in by its issue).
+//! Bindings for [`crate::request_queue`]: the Rust halves of
+//! `fairq.vllm.FCFSRequestQueue` and `fairq.vllm.PriorityRequestQueue`.
+//!
+//! Requests are arbitrary Python objects held as `Py<PyAny>` (a strong
+//! reference while queued); their identity is the object's address, which
+//! cannot be reused while the queue keeps the object alive. Every method is
+//! one FFI call. Methods taking an iterable collect it fully *before*
+//! borrowing the queue, so a Python iterator that touches the queue (or the
+//! queue itself, as in `q.remove_requests(q)`) is safe, and every input is
+//! validated before anything is mutated.
 
+use std::sync::OnceLock;
+
+use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::types::{PyFloat, PyInt, PyIterator, PyList, PyString, PyTuple};
+use pyo3::{PyTraverseError, PyVisit};
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+use crate::registry::IdMap;
+use crate::request_queue::{FcfsQueue, Num, PriorityKey, PriorityQueue, RequestId};
+
+/// `deque.remove` changed its message in CPython 3.11.
+static DEQUE_MSG_HAS_REPR: OnceLock<bool> = OnceLock::new();
+
+fn oid(obj: &Bound<'_, PyAny>) -> u64 {
+    obj.as_ptr() as usize as u64
+}
+
+fn repr_of(obj: &Bound<'_, PyAny>) -> String {
+    match obj.repr() {
+        Ok(s) => s.to_string(),
+        Err(_) => format!("<{} object>", type_name(obj)),
+    }
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".to_owned())
+}
+
+/// Every item of `iterable`, collected before any queue is borrowed.
+fn collect<'py>(iterable: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    if let Ok(l) = iterable.downcast::<PyList>() {
+        return Ok(l.iter().collect());
+    }
+    if let Ok(t) = iterable.downcast::<PyTuple>() {
+        return Ok(t.iter().collect());
+    }
+    iterable.try_iter()?.collect()
+}
+
+fn iter_of<'py>(
+    py: Python<'py>,
+    items: impl ExactSizeIterator<Item = Py<PyAny>>,
+) -> PyResult<Bound<'py, PyIterator>> {
+    PyList::new(py, items)?.try_iter()
+}
+
+fn traverse<'a>(
+    items: impl Iterator<Item = &'a Py<PyAny>>,
+    visit: &PyVisit<'_>,
+) -> Result<(), PyTraverseError> {
+    for it in items {
+        visit.call(it)?;
+    }
+    Ok(())
+}
+
+// ----------------------------------------------------------------- keys ----
+
+fn attr<'py>(obj: &Bound<'py, PyAny>, name: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
+    obj.getattr(name).map_err(|e| {
+        if e.is_instance_of::<PyAttributeError>(obj.py()) {
+            PyTypeError::new_err(format!(
+                "{} object has no attribute '{}': PriorityRequestQueue needs \
+                 priority, arrival_time and request_id",
+                type_name(obj),
+                name
+            ))
+        } else {
+            e
+        }
+    })
+}
+
+fn out_of_range(field: &str, v: &Bound<'_, PyAny>) -> PyErr {
+    PyValueError::new_err(format!(
+        "{field} = {} is out of range: integers must fit in 64 bits",
+        repr_of(v)
+    ))
+}
+
+fn read_num(obj: &Bound<'_, PyAny>, name: &Bound<'_, PyString>, field: &str) -> PyResult<Num> {
+    let v = attr(obj, name)?;
+    if let Ok(f) = v.downcast::<PyFloat>() {
+        return Ok(Num::float(field, f.value())?);
+    }
+    if v.is_instance_of::<PyInt>() {
+        return v
+            .extract::<i64>()
+            .map(Num::Int)
+            .map_err(|_| out_of_range(field, &v));
+    }
+    // Other integer types (numpy ints) via __index__.
+    if v.hasattr(intern!(v.py(), "__index__"))? {
+        let i = v.call_method0(intern!(v.py(), "__index__"))?;
+        return i
+            .extract::<i64>()
+            .map(Num::Int)
+            .map_err(|_| out_of_range(field, &v));
+    }
+    Err(PyTypeError::new_err(format!(
+        "{field} must be an int or float, got {} {}",
+        type_name(&v),
+        repr_of(&v)
+    )))
+}
+
+fn read_request_id(obj: &Bound<'_, PyAny>) -> PyResult<RequestId> {
+    let py = obj.py();
+    let v = attr(obj, intern!(py, "request_id"))?;
+    if let Ok(s) = v.downcast::<PyString>() {
+        return Ok(RequestId::Str(match s.to_str() {
+            Ok(s) => s.as_bytes().into(),
+            // Lone surrogates: their surrogatepass UTF-8 keeps code-point order.
+            Err(_) => s
+                .call_method1(intern!(py, "encode"), ("utf-8", "surrogatepass"))?
+                .extract::<Vec<u8>>()?
+                .into(),
+        }));
+    }
+    if v.is_instance_of::<PyInt>() {
+        return v
+            .extract::<i64>()
+            .map(RequestId::Int)
+            .map_err(|_| out_of_range("request_id", &v));
+    }
+    Err(PyTypeError::new_err(format!(
+        "request_id must be a str or int, got {} {}",
+        type_name(&v),
+        repr_of(&v)
+    )))
+}
+
+fn read_key(obj: &Bound<'_, PyAny>) -> PyResult<PriorityKey> {
+    let py = obj.py();
+    Ok(PriorityKey {
+        priority: read_num(obj, intern!(py, "priority"), "priority")?,
+        arrival_time: read_num(obj, intern!(py, "arrival_time"), "arrival_time")?,
+        request_id: read_request_id(obj)?,
+    })
+}
+
+// ----------------------------------------------------------------- FCFS ----
+
+/// Rust half of `fairq.vllm.FCFSRequestQueue` (vLLM's deque-based FCFS queue).
+#[pyclass(subclass, module = "fairq._core", name = "FCFSQueueCore")]
+pub struct PyFcfsQueue {
+    q: FcfsQueue<Py<PyAny>>,
+}
+
+#[pymethods]
+impl PyFcfsQueue {
+    #[new]
+    fn new() -> Self {
+        PyFcfsQueue {
+            q: FcfsQueue::new(),
+        }
+    }
+
+    /// Append at the back.
+    fn add_request(&mut self, request: Bound<'_, PyAny>) {
+        self.q.push_back(oid(&request), request.unbind());
+    }
+
+    /// Pop the oldest; ``IndexError`` when empty.
+    fn pop_request(&mut self) -> PyResult<Py<PyAny>> {
+        Ok(self.q.pop_front()?.1)
+    }
+
+    /// The oldest, not removed; ``IndexError`` when empty.
+    fn peek_request(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self.q.peek_front()?.1.clone_ref(py))
+    }
+
+    /// Put at the front.
+    fn prepend_request(&mut self, request: Bound<'_, PyAny>) {
+        self.q.push_front(oid(&request), request.unbind());
+    }
+
+    /// Put every item of ``requests`` at the front in turn (reverse order of appearance).
+    fn prepend_requests(slf: &Bound<'_, Self>, requests: &Bound<'_, PyAny>) -> PyResult<()> {
+        let items = collect(requests)?;
+        slf.borrow_mut()
+            .q
+            .extend_front(items.into_iter().map(|r| (oid(&r), r.unbind())));
+        Ok(())
+    }
+
+    /// Remove the first occurrence (by identity); ``ValueError`` if absent.
+    fn remove_request(&mut self, request: &Bound<'_, PyAny>) -> PyResult<()> {
+        match self.q.remove_first(oid(request)) {
+            Some(_) => Ok(()),
+            None => {
+                let msg = if *DEQUE_MSG_HAS_REPR.get().unwrap_or(&true) {
+                    format!("{} is not in deque", repr_of(request))
+                } else {
+                    "deque.remove(x): x not in deque".to_owned()
+                };
+                Err(PyValueError::new_err(msg))
+            }
+        }
+    }
+
+    /// Remove every occurrence of each of ``requests``; absent ones are ignored.
+    fn remove_requests(slf: &Bound<'_, Self>, requests: &Bound<'_, PyAny>) -> PyResult<()> {
+        let ids: Vec<u64> = collect(requests)?.iter().map(oid).collect();
+        let removed = slf.borrow_mut().q.remove_all(ids);
+        drop(removed); // decref after the borrow ends
+        Ok(())
+    }
+
+    fn __contains__(&self, request: &Bound<'_, PyAny>) -> bool {
+        self.q.count(oid(request)) > 0
+    }
+
+    fn __len__(&self) -> usize {
+        self.q.len()
+    }
+
+    fn __bool__(&self) -> bool {
+        !self.q.is_empty()
+    }
+
+    /// A snapshot in queue order.
+    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyIterator>> {
+        iter_of(py, self.q.iter().map(|(_, r)| r.clone_ref(py)))
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        Ok(format!(
+            "{}(len={})",
+            slf.get_type().name()?,
+            slf.borrow().q.len()
+        ))
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        traverse(self.q.iter().map(|(_, r)| r), &visit)
+    }
+
+    fn __clear__(&mut self) {
+        self.q.clear();
+    }
+}
+
+// ------------------------------------------------------------- priority ----
+
+/// Rust half of `fairq.vllm.PriorityRequestQueue`.
+#[pyclass(subclass, module = "fairq._core", name = "PriorityQueueCore")]
+pub struct PyPriorityQueue {
+    q: PriorityQueue<Py<PyAny>>,
+}
+
+fn already_queued(request: &Bound<'_, PyAny>) -> PyErr {
+    PyValueError::new_err(format!(
+        "{} is already in the priority queue",
+        repr_of(request)
+    ))
+}
+
+#[pymethods]
+impl PyPriorityQueue {
+    #[new]
+    fn new() -> Self {
+        PyPriorityQueue {
+            q: PriorityQueue::new(),
+        }
+    }
+
+    /// Insert by ``(priority, arrival_time, request_id)``, read now.
+    fn add_request(&mut self, request: Bound<'_, PyAny>) -> PyResult<()> {
+        let id = oid(&request);
+        if self.q.contains(id) {
+            return Err(already_queued(&request));
+        }
+        let key = read_key(&request)?;
+        Ok(self.q.push(id, key, request.unbind())?)
+    }
+
+    /// Pop the smallest key; ``IndexError`` when empty.
+    fn pop_request(&mut self) -> PyResult<Py<PyAny>> {
+        Ok(self.q.pop()?.1)
+    }
+
+    /// The smallest key, not removed; ``IndexError`` when empty.
+    fn peek_request(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self.q.peek()?.2.clone_ref(py))
+    }
+
+    /// Same as ``add_request`` (a priority queue has no front).
+    fn prepend_request(&mut self, request: Bound<'_, PyAny>) -> PyResult<()> {
+        self.add_request(request)
+    }
+
+    /// Add every item of ``requests``; all or nothing.
+    fn prepend_requests(slf: &Bound<'_, Self>, requests: &Bound<'_, PyAny>) -> PyResult<()> {
+        let items = collect(requests)?;
+        let mut batch = Vec::with_capacity(items.len());
+        let mut seen: IdMap<()> = IdMap::default();
+        {
+            let me = slf.borrow();
+            for r in &items {
+                let id = oid(r);
+                if me.q.contains(id) || seen.insert(id, ()).is_some() {
+                    return Err(already_queued(r));
+                }
+            }
+        }
+        // Reading keys runs Python code (properties), so no borrow is held.
+        for r in items {
+            let key = read_key(&r)?;
+            batch.push((oid(&r), key, r.unbind()));
+        }
+        Ok(slf.borrow_mut().q.push_batch(batch)?)
+    }
+
+    /// Remove by identity in O(log n); ``ValueError`` if absent.
+    fn remove_request(&mut self, request: &Bound<'_, PyAny>) -> PyResult<()> {
+        match self.q.remove(oid(request)) {
+            Some(_) => Ok(()),
+            None => Err(PyValueError::new_err("list.remove(x): x not in list")),
+        }
+    }
+
+    /// Remove each of ``requests`` present; absent ones are ignored.
+    fn remove_requests(slf: &Bound<'_, Self>, requests: &Bound<'_, PyAny>) -> PyResult<()> {
+        let ids: Vec<u64> = collect(requests)?.iter().map(oid).collect();
+        let removed = slf.borrow_mut().q.remove_all(ids);
+        drop(removed);
+        Ok(())
+    }
+
+    fn __contains__(&self, request: &Bound<'_, PyAny>) -> bool {
+        self.q.contains(oid(request))
+    }
+
+    fn __len__(&self) -> usize {
+        self.q.len()
+    }
+
+    fn __bool__(&self) -> bool {
+        !self.q.is_empty()
+    }
+
+    /// A snapshot in priority order; the queue is not changed.
+    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyIterator>> {
+        let mut v = Vec::with_capacity(self.q.len());
+        v.extend(self.q.iter_sorted().map(|(_, r)| r.clone_ref(py)));
+        iter_of(py, v.into_iter())
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        Ok(format!(
+            "{}(len={})",
+            slf.get_type().name()?,
+            slf.borrow().q.len()
+        ))
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        traverse(self.q.iter_unordered().map(|(_, r)| r), &visit)
+    }
+
+    fn __clear__(&mut self) {
+        self.q.clear();
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let _ = DEQUE_MSG_HAS_REPR.set(m.py().version_info() >= (3, 11));
+    m.add_class::<PyFcfsQueue>()?;
+    m.add_class::<PyPriorityQueue>()?;
     Ok(())
 }

@@ -1,0 +1,96 @@
+"""fairq.vllm: drop-in replacements for vLLM's request queues.
+
+Same interface and semantics as ``vllm/v1/core/sched/request_queue.py``
+(``RequestQueue``, ``FCFSRequestQueue``, ``PriorityRequestQueue``,
+``SchedulingPolicy``, ``create_request_queue``), with the queues implemented in
+Rust: removing a request is O(1) (FCFS) / O(log n) (priority) instead of
+vLLM's O(n) scan, and priority order is computed from keys read once at
+``add_request`` instead of calling ``Request.__lt__`` in Python.
+
+vLLM is never imported by this package; :func:`install` does that on demand.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from fairq.vllm._base import RequestQueue, SchedulingPolicy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fairq.vllm._install import install, uninstall
+    from fairq.vllm._queues import FCFSRequestQueue, PriorityRequestQueue
+
+__all__ = [
+    "FCFSRequestQueue",
+    "PriorityRequestQueue",
+    "RequestQueue",
+    "SchedulingPolicy",
+    "create_request_queue",
+    "install",
+    "uninstall",
+]
+
+_LAZY = {
+    "FCFSRequestQueue": "fairq.vllm._queues",
+    "PriorityRequestQueue": "fairq.vllm._queues",
+    "install": "fairq.vllm._install",
+    "uninstall": "fairq.vllm._install",
+}
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'fairq.vllm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(mod), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+def as_policy(policy: object) -> SchedulingPolicy:
+    """Normalise ``policy`` to a :class:`SchedulingPolicy`.
+
+    Accepts the enum itself, its string value (``"fcfs"``), or any enum whose
+    ``.value`` is such a string (vLLM's own ``SchedulingPolicy``). Unknown
+    policies raise ``ValueError("Unknown scheduling policy: ...")`` exactly as
+    vLLM does.
+    """
+    if isinstance(policy, SchedulingPolicy):
+        return policy
+    value = getattr(policy, "value", policy)
+    if isinstance(value, str):
+        try:
+            return SchedulingPolicy(value)
+        except ValueError:
+            pass
+    raise ValueError(f"Unknown scheduling policy: {policy}")
+
+
+def create_request_queue(policy: SchedulingPolicy | str, **options: Any) -> RequestQueue:
+    """Create a request queue for ``policy`` (enum member or its string value).
+
+    ``FCFS`` -> :class:`FCFSRequestQueue`, ``PRIORITY`` ->
+    :class:`PriorityRequestQueue`, ``WFQ`` -> ``fairq.vllm.wfq.WFQRequestQueue``
+    (imported lazily). ``options`` are passed to the queue's constructor (only
+    the WFQ queue takes any). Unknown policy: ``ValueError``.
+    """
+    p = as_policy(policy)
+    if p is SchedulingPolicy.FCFS:
+        from fairq.vllm._queues import FCFSRequestQueue
+
+        return FCFSRequestQueue(**options)
+    if p is SchedulingPolicy.PRIORITY:
+        from fairq.vllm._queues import PriorityRequestQueue
+
+        return PriorityRequestQueue(**options)
+    if p is SchedulingPolicy.WFQ:
+        from fairq.vllm.wfq import WFQRequestQueue
+
+        queue: RequestQueue = WFQRequestQueue(**options)
+        return queue
+    raise ValueError(f"Unknown scheduling policy: {policy}")  # pragma: no cover

@@ -1,0 +1,119 @@
+"""vLLM scheduler classes that use fairq's queues (``--scheduler-cls``).
+
+Usage::
+
+    FAIRQ_VLLM_POLICY=priority vllm serve MODEL \\
+        --scheduler-cls fairq.vllm.scheduler.FairqAsyncScheduler
+
+(or ``fairq.vllm.scheduler.FairqScheduler`` for vLLM's synchronous
+``Scheduler``). After vLLM's own ``__init__`` the scheduler's waiting queues
+(``waiting`` and ``kv_holding_waiting``; ``skipped_waiting`` on older vLLM)
+are replaced by fairq queues of the policy named by the environment variable
+``FAIRQ_VLLM_POLICY`` (``fcfs``, ``priority``, ``wfq``); without it, the policy
+vLLM was configured with (``--scheduling-policy``). The classes also call
+:func:`fairq.vllm.install` so the temporary queues vLLM builds inside
+``schedule()`` are fairq's too.
+
+vLLM is imported only when one of the class names is first looked up, so
+importing this module is cheap and works without vLLM (the names then raise
+``ImportError`` on access).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+from fairq.vllm._base import RequestQueue, SchedulingPolicy
+
+__all__ = [
+    "ENV_VAR",
+    "QUEUE_ATTRS",
+    "replace_queues",
+    "resolve_policy",
+]
+
+# FairqScheduler / FairqAsyncScheduler are built on first access (they need
+# vLLM), so they are not in __all__.
+
+#: Environment variable naming the fairq policy of the waiting queues.
+ENV_VAR = "FAIRQ_VLLM_POLICY"
+#: Scheduler attributes holding waiting queues (whichever exist are replaced).
+QUEUE_ATTRS = ("waiting", "kv_holding_waiting", "skipped_waiting")
+
+_BASES = {
+    "FairqScheduler": ("vllm.v1.core.sched.scheduler", "Scheduler"),
+    "FairqAsyncScheduler": ("vllm.v1.core.sched.async_scheduler", "AsyncScheduler"),
+}
+
+
+def resolve_policy(scheduler: Any) -> SchedulingPolicy:
+    """The fairq policy for ``scheduler``: ``$FAIRQ_VLLM_POLICY`` or vLLM's own.
+
+    An unknown name in the environment variable is a ``ValueError``.
+    """
+    from fairq.vllm import as_policy
+
+    name = os.environ.get(ENV_VAR, "").strip()
+    if name:
+        try:
+            return as_policy(name.lower())
+        except ValueError:
+            known = ", ".join(p.value for p in SchedulingPolicy)
+            msg = f"{ENV_VAR}={name!r} is not a fairq policy (one of: {known})"
+            raise ValueError(msg) from None
+    return as_policy(getattr(scheduler, "policy", SchedulingPolicy.FCFS))
+
+
+def replace_queues(scheduler: Any, policy: SchedulingPolicy | str) -> list[str]:
+    """Replace each waiting queue of ``scheduler`` by a fairq queue of ``policy``.
+
+    Requests already queued move over in their current order. Returns the
+    attribute names replaced.
+    """
+    from fairq.vllm import create_request_queue
+
+    replaced = []
+    for attr in QUEUE_ATTRS:
+        old = getattr(scheduler, attr, None)
+        if old is None:
+            continue
+        new: RequestQueue = create_request_queue(policy)
+        for request in list(old):
+            new.add_request(request)
+        setattr(scheduler, attr, new)
+        replaced.append(attr)
+    return replaced
+
+
+def _build(name: str) -> type:
+    module, base_name = _BASES[name]
+    try:
+        base = getattr(importlib.import_module(module), base_name)
+    except ImportError as e:
+        raise ImportError(
+            f"fairq.vllm.scheduler.{name} needs vLLM ({module}.{base_name}): {e}"
+        ) from e
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        from fairq.vllm import install
+
+        install()
+        base.__init__(self, *args, **kwargs)
+        self.fairq_policy = resolve_policy(self)
+        replace_queues(self, self.fairq_policy)
+
+    doc = (
+        f"vLLM ``{base_name}`` whose waiting queues are fairq queues "
+        f"(policy from ``${ENV_VAR}`` or vLLM's ``--scheduling-policy``)."
+    )
+    return type(name, (base,), {"__init__": __init__, "__doc__": doc, "__module__": __name__})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _BASES:
+        cls = _build(name)
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,160 @@
+"""vLLM drop-in: Weighted Fair Queuing across clients (``SchedulingPolicy.WFQ``).
+
+:class:`WFQRequestQueue` has vLLM's full ``RequestQueue`` interface and is
+what ``fairq.vllm.create_request_queue("wfq")`` returns. It is the Rust
+:class:`fairq.wfq.WFQQueue` (pop, peek, iteration, ``len`` are direct core
+calls) plus the code that reads a request's scheduling inputs **once**, at
+``add_request``:
+
+- flow (fairness key): by default the request's ``client_id`` attribute if it
+  has one (and it is not ``None``), else the request alone; configurable with
+  ``flow_key`` (an attribute name, a callable ``request -> hashable | None``,
+  or ``None`` for "every request is its own flow");
+- ``weight``: the request's ``weight`` attribute, ``default_weight`` (1.0)
+  when missing; ``<= 0``, NaN or infinite is a ``ValueError`` (never replaced
+  by the default: that would hide a client bug);
+- ``arrival_time`` (0.0 when missing; a tie-break only);
+- tokens needed = prompt length (``num_prompt_tokens``, else
+  ``len(prompt_token_ids)``) + ``max_tokens`` (``sampling_params.max_tokens``,
+  else a ``max_tokens`` attribute, else 0).
+
+``prepend_request`` (preemption) restores a request popped from this queue
+with its original virtual times and place; a request this queue never popped
+is added fresh. ``remove_request`` is O(log n) by identity (``ValueError`` if
+absent); ``remove_requests`` removes every occurrence of each request and
+ignores absent ones. Adding a request that is already queued is a
+``ValueError`` (as in fairq's ``PriorityRequestQueue``). Empty
+``pop_request``/``peek_request``: ``IndexError``.
+
+Requests without a flow (no ``client_id``) are each their own flow and are
+served shortest-first (see the warning in :mod:`fairq.wfq`); set
+``client_id`` (or ``flow_key``) to get per-client fairness.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+from fairq._core import WFQQueue
+from fairq.vllm._base import RequestQueue
+
+__all__ = ["WFQRequestQueue", "request_tokens"]
+
+FlowKey = str | Callable[[Any], Hashable | None] | None
+
+_MISSING = object()
+
+
+def request_tokens(request: Any) -> int:
+    """Prompt length + max new tokens of a vLLM-like request."""
+    n = getattr(request, "num_prompt_tokens", None)
+    if n is None:
+        ids = getattr(request, "prompt_token_ids", None)
+        if ids is None:
+            raise TypeError(
+                "request has neither a num_prompt_tokens nor a prompt_token_ids attribute: "
+                f"{type(request).__name__}"
+            )
+        n = len(ids)
+    sp = getattr(request, "sampling_params", None)
+    mt = getattr(sp, "max_tokens", None) if sp is not None else None
+    if mt is None:
+        mt = getattr(request, "max_tokens", None)
+    return int(n) + (int(mt) if mt is not None else 0)
+
+
+class WFQRequestQueue(WFQQueue, RequestQueue):
+    """Weighted fair queue with vLLM's ``RequestQueue`` interface.
+
+    ``WFQRequestQueue(flow_key="client_id", default_weight=1.0)``; see the
+    module docstring for what is read from each request.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> WFQRequestQueue:
+        return super().__new__(cls)
+
+    def __init__(self, flow_key: FlowKey = "client_id", default_weight: float = 1.0) -> None:
+        if not (isinstance(default_weight, int | float) and math.isfinite(default_weight)) or (
+            default_weight <= 0
+        ):
+            raise ValueError(f"default_weight must be a finite number > 0, got {default_weight!r}")
+        if flow_key is not None and not (isinstance(flow_key, str) or callable(flow_key)):
+            raise TypeError(
+                "flow_key must be an attribute name, a callable or None, "
+                f"got {type(flow_key).__name__}"
+            )
+        self._flow_key = flow_key
+        self._default_weight = float(default_weight)
+
+    def _flow_of(self, request: Any) -> Hashable | None:
+        fk = self._flow_key
+        if fk is None:
+            return None
+        if isinstance(fk, str):
+            return getattr(request, fk, None)
+        return fk(request)
+
+    def _read(self, request: Any) -> tuple[Hashable | None, int, float, float]:
+        weight = getattr(request, "weight", _MISSING)
+        if weight is _MISSING or weight is None:
+            weight = self._default_weight
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise TypeError(f"request weight must be a number, got {type(weight).__name__}")
+        if not math.isfinite(weight) or weight <= 0:
+            raise ValueError(f"request weight must be a finite number > 0, got {weight!r}")
+        arrival = getattr(request, "arrival_time", 0.0)
+        return self._flow_of(request), request_tokens(request), float(weight), float(arrival)
+
+    def add_request(self, request: Any) -> None:
+        """Queue ``request`` with its flow, weight, arrival and size read now."""
+        if request in self:
+            raise ValueError("request is already in the queue")
+        flow, tokens, weight, arrival = self._read(request)
+        self.add(request, tokens=tokens, flow=flow, weight=weight, arrival=arrival)
+
+    def pop_request(self) -> Any:
+        """Pop the request with the smallest virtual finish time (``IndexError`` if empty)."""
+        return self.pop()
+
+    def peek_request(self) -> Any:
+        """The request ``pop_request`` would return (``IndexError`` if empty)."""
+        return self.peek()
+
+    def prepend_request(self, request: Any) -> None:
+        """Put back a preempted request with its original virtual times."""
+        if self.remembers(request):
+            self.prepend(request)
+        else:
+            self.add_request(request)
+
+    def prepend_requests(self, requests: Iterable[Any]) -> None:
+        """``prepend_request`` for each; fresh ones are validated first (all or nothing)."""
+        rs = list(requests)
+        fresh = {id(r): self._read(r) for r in rs if not self.remembers(r)}
+        seen: set[int] = set()
+        for r in rs:
+            if id(r) in fresh and (r in self or id(r) in seen):
+                raise ValueError("request is already in the queue")
+            seen.add(id(r))
+        for r in rs:
+            args = fresh.get(id(r))
+            if args is None:
+                self.prepend(r)
+            else:
+                flow, tokens, weight, arrival = args
+                self.add(r, tokens=tokens, flow=flow, weight=weight, arrival=arrival)
+
+    def remove_request(self, request: Any) -> None:
+        """Remove ``request`` (by identity) in O(log n); ``ValueError`` if absent."""
+        self.remove(request)
+
+    def remove_requests(self, requests: Iterable[Any]) -> None:
+        """Remove every occurrence of each request; absent ones are ignored."""
+        for r in requests:
+            while self.discard(r):
+                pass
+
+    def __repr__(self) -> str:
+        return f"WFQRequestQueue(len={len(self)}, virtual_time={self.virtual_time})"

@@ -1,0 +1,194 @@
+"""fairq.vllm.install() and fairq.vllm.scheduler against a fake vLLM.
+
+vLLM is not installed in the test environment; a minimal package with the
+module layout and names fairq touches is injected into ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import sys
+import types
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import fairq.vllm as fv
+import fairq.vllm.scheduler as fsched
+from fairq.vllm import FCFSRequestQueue, PriorityRequestQueue
+from tests.vllm_reference import Req
+
+
+def _fake_vllm() -> dict[str, types.ModuleType]:
+    mods = {
+        name: types.ModuleType(name)
+        for name in (
+            "vllm",
+            "vllm.v1",
+            "vllm.v1.core",
+            "vllm.v1.core.sched",
+            "vllm.v1.core.sched.request_queue",
+            "vllm.v1.core.sched.scheduler",
+            "vllm.v1.core.sched.async_scheduler",
+        )
+    }
+    rq = mods["vllm.v1.core.sched.request_queue"]
+
+    class SchedulingPolicy(enum.Enum):
+        FCFS = "fcfs"
+        PRIORITY = "priority"
+        SJF = "sjf"
+
+    class RequestQueue(abc.ABC):  # noqa: B024 - stands in for vLLM's ABC
+        pass
+
+    class VllmFCFS(deque, RequestQueue):  # type: ignore[type-arg]
+        def add_request(self, r: Any) -> None:
+            self.append(r)
+
+    class VllmSJF(VllmFCFS):
+        pass
+
+    def create_request_queue(policy: SchedulingPolicy) -> Any:
+        if policy == SchedulingPolicy.SJF:
+            return VllmSJF()
+        if policy in (SchedulingPolicy.FCFS, SchedulingPolicy.PRIORITY):
+            return VllmFCFS()
+        raise ValueError(f"Unknown scheduling policy: {policy}")
+
+    rq.SchedulingPolicy = SchedulingPolicy  # type: ignore[attr-defined]
+    rq.RequestQueue = RequestQueue  # type: ignore[attr-defined]
+    rq.VllmFCFS = VllmFCFS  # type: ignore[attr-defined]
+    rq.VllmSJF = VllmSJF  # type: ignore[attr-defined]
+    rq.create_request_queue = create_request_queue  # type: ignore[attr-defined]
+
+    sm = mods["vllm.v1.core.sched.scheduler"]
+    sm.create_request_queue = create_request_queue  # type: ignore[attr-defined]
+    sm.SchedulingPolicy = SchedulingPolicy  # type: ignore[attr-defined]
+    code = """
+class Scheduler:
+    def __init__(self, policy="fcfs", queued=()):
+        self.policy = SchedulingPolicy(policy)
+        self.waiting = create_request_queue(self.policy)
+        self.kv_holding_waiting = create_request_queue(self.policy)
+        for r in queued:
+            self.waiting.add_request(r)
+
+    def temp_queue(self):
+        return create_request_queue(self.policy)
+"""
+    exec(code, sm.__dict__)  # noqa: S102 - module body of the fake
+    am = mods["vllm.v1.core.sched.async_scheduler"]
+
+    class AsyncScheduler(sm.Scheduler):  # type: ignore[name-defined,misc]
+        pass
+
+    am.AsyncScheduler = AsyncScheduler  # type: ignore[attr-defined]
+    return mods
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, types.ModuleType]]:
+    mods = _fake_vllm()
+    for name, mod in mods.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    for name in ("FairqScheduler", "FairqAsyncScheduler"):
+        monkeypatch.delitem(fsched.__dict__, name, raising=False)
+    monkeypatch.delenv(fsched.ENV_VAR, raising=False)
+    yield mods
+    fv.uninstall()
+    for name in ("FairqScheduler", "FairqAsyncScheduler"):
+        fsched.__dict__.pop(name, None)
+
+
+def test_install_without_vllm_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` fail
+    with pytest.raises(ImportError, match=r"fairq.vllm.install\(\) needs vLLM"):
+        fv.install()
+
+
+def test_scheduler_class_without_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    monkeypatch.delitem(fsched.__dict__, "FairqScheduler", raising=False)
+    with pytest.raises(ImportError, match="needs vLLM"):
+        fsched.FairqScheduler  # noqa: B018
+    with pytest.raises(AttributeError):
+        fsched.Nope  # noqa: B018
+
+
+def test_install_patches_factory_and_registers(fake_vllm: dict[str, types.ModuleType]) -> None:
+    rq = fake_vllm["vllm.v1.core.sched.request_queue"]
+    sm = fake_vllm["vllm.v1.core.sched.scheduler"]
+    original = rq.create_request_queue
+    done = fv.install()
+    assert done == [
+        "vllm.v1.core.sched.request_queue.RequestQueue.register(fairq.vllm.RequestQueue)",
+        "vllm.v1.core.sched.request_queue.create_request_queue",
+        "vllm.v1.core.sched.scheduler.create_request_queue",
+    ]
+    assert issubclass(FCFSRequestQueue, rq.RequestQueue)
+    assert isinstance(PriorityRequestQueue(), rq.RequestQueue)
+    P = rq.SchedulingPolicy
+    assert type(sm.create_request_queue(P.FCFS)) is FCFSRequestQueue
+    assert type(rq.create_request_queue(P.PRIORITY)) is PriorityRequestQueue
+    # A vLLM policy fairq does not implement falls through to vLLM's factory.
+    assert type(sm.create_request_queue(P.SJF)) is rq.VllmSJF
+    # Idempotent: the original is kept underneath, not wrapped twice.
+    fv.install()
+    assert sm.create_request_queue.__fairq_original__ is original
+    assert fv.uninstall() == [
+        "vllm.v1.core.sched.request_queue.create_request_queue",
+        "vllm.v1.core.sched.scheduler.create_request_queue",
+    ]
+    assert rq.create_request_queue is original and sm.create_request_queue is original
+
+
+def test_install_with_policy_override(fake_vllm: dict[str, types.ModuleType]) -> None:
+    sm = fake_vllm["vllm.v1.core.sched.scheduler"]
+    fv.install("priority")
+    P = fake_vllm["vllm.v1.core.sched.request_queue"].SchedulingPolicy
+    assert type(sm.create_request_queue(P.FCFS)) is PriorityRequestQueue
+    with pytest.raises(ValueError, match="Unknown scheduling policy"):
+        fv.install("lifo")
+
+
+def test_scheduler_default_uses_vllm_policy(fake_vllm: dict[str, types.ModuleType]) -> None:
+    cls = fsched.FairqScheduler
+    assert issubclass(cls, fake_vllm["vllm.v1.core.sched.scheduler"].Scheduler)
+    assert fsched.FairqScheduler is cls  # built once
+    s = cls(policy="priority")
+    assert type(s.waiting) is PriorityRequestQueue
+    assert type(s.kv_holding_waiting) is PriorityRequestQueue
+    assert type(s.temp_queue()) is PriorityRequestQueue  # install() ran
+
+
+def test_async_scheduler_env_policy_moves_queued(
+    fake_vllm: dict[str, types.ModuleType], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(fsched.ENV_VAR, "PRIORITY")
+    a, b = Req(5, 0.0, "a"), Req(1, 0.0, "b")
+    s = fsched.FairqAsyncScheduler(policy="fcfs", queued=[a, b])
+    assert isinstance(s, fake_vllm["vllm.v1.core.sched.async_scheduler"].AsyncScheduler)
+    assert s.fairq_policy is fv.SchedulingPolicy.PRIORITY
+    assert type(s.waiting) is PriorityRequestQueue and list(s.waiting) == [b, a]
+    assert type(s.temp_queue()) is FCFSRequestQueue  # vLLM's own policy for temporaries
+
+
+def test_scheduler_bad_env_policy(
+    fake_vllm: dict[str, types.ModuleType], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(fsched.ENV_VAR, "lifo")
+    with pytest.raises(ValueError, match="FAIRQ_VLLM_POLICY='lifo' is not a fairq policy"):
+        fsched.FairqScheduler()
+
+
+def test_replace_queues_skips_missing_attributes() -> None:
+    class S:
+        waiting = [Req(0, 0.0, "a")]
+
+    s = S()
+    assert fsched.replace_queues(s, "fcfs") == ["waiting"]
+    assert type(s.waiting) is FCFSRequestQueue and len(s.waiting) == 1

@@ -1,0 +1,393 @@
+"""Unit tests of fairq.vllm: worked examples, errors, bad input, conservation."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import weakref
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fairq.vllm as fv
+from fairq.vllm import (
+    FCFSRequestQueue,
+    PriorityRequestQueue,
+    RequestQueue,
+    SchedulingPolicy,
+    create_request_queue,
+)
+from tests.vllm_reference import Req
+
+BOTH = [FCFSRequestQueue, PriorityRequestQueue]
+
+
+def reqs(n: int) -> list[Req]:
+    return [Req(0, float(i), f"r{i}") for i in range(n)]
+
+
+# ------------------------------------------------------------ interface ----
+
+
+def test_import_does_not_import_vllm() -> None:
+    assert "vllm" not in sys.modules or not hasattr(sys.modules["vllm"], "__fairq_fake__")
+    import fairq.vllm.scheduler  # noqa: F401 - cheap without vLLM
+
+    assert "vllm.v1.core.sched.scheduler" not in sys.modules
+
+
+@pytest.mark.parametrize("cls", BOTH)
+def test_real_subclasses_of_the_abc(cls: Any) -> None:
+    q = cls()
+    assert isinstance(q, RequestQueue) and issubclass(cls, RequestQueue)
+    assert not RequestQueue.__abstractmethods__ - set(dir(cls))
+
+
+def test_abc_cannot_be_instantiated() -> None:
+    with pytest.raises(TypeError):
+        RequestQueue()  # type: ignore[abstract]
+
+
+@pytest.mark.parametrize(
+    ("policy", "cls"),
+    [
+        (SchedulingPolicy.FCFS, FCFSRequestQueue),
+        ("fcfs", FCFSRequestQueue),
+        (SchedulingPolicy.PRIORITY, PriorityRequestQueue),
+        ("priority", PriorityRequestQueue),
+    ],
+)
+def test_create_request_queue(policy: Any, cls: Any) -> None:
+    assert type(create_request_queue(policy)) is cls
+
+
+def test_create_request_queue_accepts_foreign_enum() -> None:
+    import enum
+
+    class VllmPolicy(enum.Enum):
+        FCFS = "fcfs"
+        PRIORITY = "priority"
+
+    assert isinstance(create_request_queue(VllmPolicy.PRIORITY), PriorityRequestQueue)
+
+
+@pytest.mark.parametrize("bad", ["lifo", "FCFS", 3, None])
+def test_unknown_policy(bad: Any) -> None:
+    with pytest.raises(ValueError, match="Unknown scheduling policy"):
+        create_request_queue(bad)
+
+
+def test_policy_values() -> None:
+    assert [p.value for p in SchedulingPolicy] == ["fcfs", "priority", "wfq"]
+
+
+def test_wfq_policy_is_imported_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    fake = types.ModuleType("fairq.vllm.wfq")
+
+    class WFQRequestQueue:
+        def __init__(self, **kw: Any) -> None:
+            self.kw = kw
+
+    fake.WFQRequestQueue = WFQRequestQueue  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fairq.vllm.wfq", fake)
+    q = create_request_queue("wfq", weights={"a": 2})
+    assert type(q) is WFQRequestQueue and q.kw == {"weights": {"a": 2}}  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------- FCFS ----
+
+
+def test_fcfs_worked_example_prepend_reverse() -> None:
+    a, b, c, d = reqs(4)
+    q = FCFSRequestQueue()
+    q.add_request(d)
+    q.prepend_requests([a, b, c])
+    assert list(q) == [c, b, a, d]
+    q.prepend_request(a)
+    assert q.peek_request() is a and len(q) == 5
+    assert [q.pop_request() for _ in range(5)] == [a, c, b, a, d]
+    assert not q and len(q) == 0
+
+
+def test_fcfs_duplicates_remove_first_occurrence() -> None:
+    a, b = reqs(2)
+    q = FCFSRequestQueue()
+    for r in (a, b, a):
+        q.add_request(r)
+    q.remove_request(a)
+    assert list(q) == [b, a]
+    q.add_request(a)
+    q.remove_requests([a])  # every occurrence, like vLLM's filter
+    assert list(q) == [b]
+
+
+def test_fcfs_empty_errors_match_vllm() -> None:
+    q = FCFSRequestQueue()
+    with pytest.raises(IndexError, match="^pop from an empty deque$"):
+        q.pop_request()
+    with pytest.raises(IndexError, match="^peek from an empty queue$"):
+        q.peek_request()
+
+
+def test_fcfs_remove_absent_matches_deque_message() -> None:
+    from collections import deque
+
+    r = Req(0, 0.0, "x")
+    with pytest.raises(ValueError) as want:
+        deque().remove(r)
+    with pytest.raises(ValueError) as got:
+        FCFSRequestQueue().remove_request(r)
+    assert str(got.value) == str(want.value)
+
+
+def test_identity_not_equality() -> None:
+    class AlwaysEqual(Req):
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        __hash__ = None  # type: ignore[assignment]  # unhashable
+
+    x, y = AlwaysEqual(0, 0.0, "x"), AlwaysEqual(0, 0.0, "y")
+    for cls in BOTH:
+        q = cls()
+        q.add_request(x)
+        assert y not in q and x in q
+        with pytest.raises(ValueError):
+            q.remove_request(y)
+        q.remove_requests([y])  # unhashable is fine: identity
+        assert list(q) == [x]
+
+
+def test_iteration_is_a_snapshot() -> None:
+    rs = reqs(4)
+    for cls in BOTH:
+        q = cls()
+        for r in rs:
+            q.add_request(r)
+        seen = []
+        for r in q:
+            seen.append(r)
+            q.remove_requests(rs)
+        assert seen == rs and len(q) == 0
+
+
+# ----------------------------------------------------------- priority ----
+
+
+def test_priority_worked_example() -> None:
+    a = Req(1, 0.0, "a")
+    b = Req(0, 5.0, "b")
+    c = Req(0, 5.0, "b")  # same key as b: insertion order
+    d = Req(0, 1.0, "z")
+    e = Req(0, 5.0, 7)  # int ids sort before str ids
+    q = PriorityRequestQueue()
+    for r in (a, b, c, d, e):
+        q.add_request(r)
+    assert list(q) == [d, e, b, c, a]
+    assert list(q) == [d, e, b, c, a]  # unchanged by iteration
+    assert q.peek_request() is d
+    q.remove_request(b)
+    assert [q.pop_request() for _ in range(len(q))] == [d, e, c, a]
+    q.prepend_requests([a, b])
+    q.prepend_request(d)
+    assert list(q) == [d, b, a]
+
+
+def test_priority_int_float_exact_order() -> None:
+    big = 2**53 + 1
+    x, y = Req(big, 0.0, "x"), Req(float(2**53), 0.0, "y")
+    z = Req(1.5, 0.0, "z")
+    w = Req(True, 0.0, "w")  # bool is an int
+    q = PriorityRequestQueue()
+    for r in (x, y, z, w):
+        q.add_request(r)
+    assert list(q) == [w, z, y, x]
+
+
+def test_priority_keys_read_once() -> None:
+    a, b = Req(5, 0.0, "a"), Req(1, 0.0, "b")
+    q = PriorityRequestQueue()
+    q.add_request(a)
+    q.add_request(b)
+    a.priority = -100
+    assert q.pop_request() is b
+
+
+def test_priority_empty_errors_match_vllm() -> None:
+    q = PriorityRequestQueue()
+    with pytest.raises(IndexError, match="^pop from empty heap$"):
+        q.pop_request()
+    with pytest.raises(IndexError, match="^peek from empty heap$"):
+        q.peek_request()
+    with pytest.raises(ValueError, match=r"^list.remove\(x\): x not in list$"):
+        q.remove_request(Req(0, 0.0, "x"))
+
+
+def contents(q: Any) -> list[int]:
+    return [id(r) for r in q]
+
+
+@pytest.mark.parametrize(
+    ("attrs", "exc", "match"),
+    [
+        ({"arrival_time": 0.0, "request_id": "x"}, TypeError, "no attribute 'priority'"),
+        ({"priority": 0, "request_id": "x"}, TypeError, "no attribute 'arrival_time'"),
+        ({"priority": 0, "arrival_time": 0.0}, TypeError, "no attribute 'request_id'"),
+        ({"priority": "0", "arrival_time": 0.0, "request_id": "x"}, TypeError, "priority must"),
+        ({"priority": None, "arrival_time": 0.0, "request_id": "x"}, TypeError, "priority must"),
+        ({"priority": 0, "arrival_time": "t", "request_id": "x"}, TypeError, "arrival_time must"),
+        ({"priority": 0, "arrival_time": 0.0, "request_id": 1.5}, TypeError, "request_id must"),
+        ({"priority": 0, "arrival_time": 0.0, "request_id": b"x"}, TypeError, "request_id must"),
+        ({"priority": float("nan"), "arrival_time": 0.0, "request_id": "x"}, ValueError, "NaN"),
+        ({"priority": 0, "arrival_time": float("nan"), "request_id": "x"}, ValueError, "NaN"),
+        ({"priority": 2**63, "arrival_time": 0.0, "request_id": "x"}, ValueError, "priority"),
+        ({"priority": 0, "arrival_time": 0.0, "request_id": -(2**64)}, ValueError, "request_id"),
+    ],
+)
+def test_priority_bad_input_leaves_queue_unchanged(
+    attrs: dict[str, Any], exc: Any, match: str
+) -> None:
+    class Obj:
+        pass
+
+    bad = Obj()
+    for k, v in attrs.items():
+        setattr(bad, k, v)
+    q = PriorityRequestQueue()
+    good = reqs(3)
+    for r in good[:2]:
+        q.add_request(r)
+    before = contents(q)
+    with pytest.raises(exc, match=match):
+        q.add_request(bad)
+    with pytest.raises(exc, match=match):
+        q.prepend_request(bad)
+    with pytest.raises(exc, match=match):
+        q.prepend_requests([good[2], bad])  # all or nothing
+    assert contents(q) == before and good[2] not in q
+
+
+def test_priority_duplicate_is_value_error() -> None:
+    a, b = reqs(2)
+    q = PriorityRequestQueue()
+    q.add_request(a)
+    with pytest.raises(ValueError, match="already in the priority queue"):
+        q.add_request(a)
+    with pytest.raises(ValueError, match="already in the priority queue"):
+        q.prepend_requests([b, b])
+    with pytest.raises(ValueError, match="already in the priority queue"):
+        q.prepend_requests([b, a])
+    assert list(q) == [a]
+
+
+def test_attribute_error_from_property_becomes_type_error_other_errors_propagate() -> None:
+    class Weird:
+        arrival_time = 0.0
+        request_id = "w"
+
+        @property
+        def priority(self) -> int:
+            raise RuntimeError("boom")
+
+    q = PriorityRequestQueue()
+    with pytest.raises(RuntimeError, match="boom"):
+        q.add_request(Weird())
+    assert not q
+
+
+def test_failing_iterable_leaves_queue_unchanged() -> None:
+    def gen() -> Any:
+        yield Req(0, 0.0, "a")
+        raise KeyError("stop")
+
+    for cls in BOTH:
+        q = cls()
+        r = Req(0, 0.0, "x")
+        q.add_request(r)
+        with pytest.raises(KeyError):
+            q.prepend_requests(gen())
+        with pytest.raises(KeyError):
+            q.remove_requests(gen())
+        with pytest.raises(TypeError):
+            q.prepend_requests(5)
+        assert list(q) == [r]
+
+
+# --------------------------------------------------- refs and garbage ----
+
+
+@pytest.mark.parametrize("cls", BOTH)
+def test_queue_keeps_requests_alive_and_releases_them(cls: Any) -> None:
+    r = Req(0, 0.0, "x")
+    ref = weakref.ref(r)
+    q = cls()
+    q.add_request(r)
+    del r
+    gc.collect()
+    assert ref() is not None
+    q.pop_request()
+    gc.collect()
+    assert ref() is None
+
+
+@pytest.mark.parametrize("cls", BOTH)
+def test_cycle_through_queue_is_collected(cls: Any) -> None:
+    q = cls()
+    r = Req(0, 0.0, "x")
+    r.queue = q  # type: ignore[attr-defined]
+    q.add_request(r)
+    ref = weakref.ref(r)
+    del q, r
+    gc.collect()
+    assert ref() is None
+
+
+# -------------------------------------------------------- conservation ----
+
+
+@settings(max_examples=60)
+@given(
+    ops=st.lists(st.tuples(st.sampled_from("apPrRi"), st.integers(0, 30)), max_size=80),
+    policy=st.sampled_from([SchedulingPolicy.FCFS, SchedulingPolicy.PRIORITY]),
+)
+def test_conservation(ops: list[tuple[str, int]], policy: SchedulingPolicy) -> None:
+    """Every request added is returned by pop or removed exactly once."""
+    q = create_request_queue(policy)
+    made: list[Req] = []
+    out: list[int] = []
+    for op, k in ops:
+        if op == "a":
+            r = Req(k % 3, float(k % 5), f"r{len(made)}")
+            made.append(r)
+            q.add_request(r)
+        elif op == "p" and q:
+            out.append(id(q.pop_request()))
+        elif op == "P":
+            rs = [Req(0, 0.0, f"r{len(made) + i}") for i in range(k % 4)]
+            made.extend(rs)
+            q.prepend_requests(rs)
+        elif op == "r" and made:
+            r = made[k % len(made)]
+            if r in q:
+                q.remove_request(r)
+                out.append(id(r))
+        elif op == "R" and made:
+            rs = made[k % len(made) :: 3]
+            present = [r for r in rs if r in q]
+            q.remove_requests(rs)
+            out.extend(id(r) for r in present)
+        elif op == "i":
+            assert len(list(q)) == len(q)
+    while q:
+        out.append(id(q.pop_request()))
+    assert sorted(out) == sorted(id(r) for r in made)
+
+
+def test_module_dir_lists_public_names() -> None:
+    assert {"FCFSRequestQueue", "install", "create_request_queue"} <= set(dir(fv))
+    with pytest.raises(AttributeError):
+        fv.nope  # type: ignore[attr-defined]  # noqa: B018

@@ -1,0 +1,158 @@
+"""fairq.vllm.wfq.WFQRequestQueue: the vLLM RequestQueue interface over WFQ."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from fairq.vllm import RequestQueue, SchedulingPolicy, create_request_queue
+from fairq.vllm.wfq import WFQRequestQueue, request_tokens
+
+
+class Req:
+    """Like vLLM's Request: attributes only, no __eq__/__hash__."""
+
+    def __init__(self, rid: str, prompt: int = 10, max_tokens: int = 0, **kw: Any) -> None:
+        self.request_id = rid
+        self.prompt_token_ids = list(range(prompt))
+        self.sampling_params = SimpleNamespace(max_tokens=max_tokens)
+        self.arrival_time = kw.pop("arrival_time", 0.0)
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+    def __repr__(self) -> str:
+        return self.request_id
+
+
+class Unhashable(Req):
+    __hash__ = None  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        raise AssertionError("requests must be compared by identity")
+
+
+def same(xs: list[Any], ys: list[Any]) -> bool:
+    return len(xs) == len(ys) and all(x is y for x, y in zip(xs, ys, strict=True))
+
+
+def test_factory_and_abc() -> None:
+    q = create_request_queue(SchedulingPolicy.WFQ)
+    assert isinstance(q, WFQRequestQueue) and isinstance(q, RequestQueue)
+    assert isinstance(create_request_queue("wfq"), WFQRequestQueue)
+    q2 = create_request_queue("wfq", flow_key=None, default_weight=2.0)
+    assert isinstance(q2, WFQRequestQueue)
+
+
+def test_full_interface() -> None:
+    q = WFQRequestQueue()
+    assert not q and len(q) == 0
+    with pytest.raises(IndexError):
+        q.pop_request()
+    with pytest.raises(IndexError):
+        q.peek_request()
+    a = Unhashable("a", prompt=5, max_tokens=5, client_id="x")
+    b = Unhashable("b", prompt=5, max_tokens=5, client_id="x")
+    c = Unhashable("c", prompt=5, max_tokens=5, client_id="y")
+    for r in (a, b, c):
+        q.add_request(r)
+    assert len(q) == 3 and q
+    assert same(list(q), [a, c, b])
+    assert q.peek_request() is a
+    assert q.pop_request() is a
+    q.prepend_request(a)  # preempted: back at its old place
+    assert same(list(q), [a, c, b])
+    q.remove_request(c)
+    with pytest.raises(ValueError):
+        q.remove_request(c)
+    q.remove_requests([b, c])  # absent c ignored
+    assert same(list(q), [a])
+    assert q.pop_request() is a
+    d = Unhashable("d", prompt=1, client_id="y")
+    q.add_request(d)
+    e = Unhashable("e", prompt=1)
+    # a restored (F=10); e is new (S=V=0, F=1); d's flow "y" still has
+    # F_last=10 from the removed c (removal does not rewind): S=10, F=11.
+    q.prepend_requests([a, e])
+    assert len(q) == 3 and same(list(q), [e, a, d])
+    assert q.tags(a)["finish"] == 10.0
+    with pytest.raises(ValueError):
+        q.add_request(d)
+    assert len(q) == 3
+
+
+def test_reads_inputs_once_at_add() -> None:
+    q = WFQRequestQueue()
+    r = Req("r", prompt=7, max_tokens=3, client_id="c", weight=2.0, arrival_time=4.0)
+    q.add_request(r)
+    r.weight = 100.0
+    r.prompt_token_ids = []
+    r.client_id = "other"
+    t = q.tags(r)
+    assert (t["flow"], t["weight"], t["finish"], t["arrival"]) == ("c", 2.0, 5.0, 4.0)
+
+
+def test_token_and_flow_sources() -> None:
+    vllm_like = SimpleNamespace(
+        num_prompt_tokens=4, prompt_token_ids=None, sampling_params=SimpleNamespace(max_tokens=6)
+    )
+    assert request_tokens(vllm_like) == 10
+    assert request_tokens(SimpleNamespace(prompt_token_ids=[1, 2], max_tokens=3)) == 5
+    assert request_tokens(SimpleNamespace(prompt_token_ids=[1, 2])) == 2
+    with pytest.raises(TypeError, match="num_prompt_tokens"):
+        request_tokens(SimpleNamespace())
+    # Configurable flow key: attribute name or callable; None = per request.
+    q = WFQRequestQueue(flow_key="tenant")
+    r = Req("r", tenant="t1")
+    q.add_request(r)
+    assert q.tags(r)["flow"] == "t1"
+    q2 = WFQRequestQueue(flow_key=lambda req: req.request_id[0])
+    r2 = Req("zz")
+    q2.add_request(r2)
+    assert q2.tags(r2)["flow"] == "z"
+    q3 = WFQRequestQueue(flow_key=None)
+    r3 = Req("r3", client_id="c")
+    q3.add_request(r3)
+    assert q3.tags(r3)["flow"] is None
+    # Default: no client_id attribute -> the request alone.
+    q4 = WFQRequestQueue()
+    r4 = Req("r4")
+    q4.add_request(r4)
+    assert q4.tags(r4)["flow"] is None and q4.tags(r4)["weight"] == 1.0
+
+
+@pytest.mark.parametrize("w", [0, 0.0, -2.0, math.nan, math.inf, -math.inf])
+def test_bad_weight_value_error_queue_unchanged(w: float) -> None:
+    q = WFQRequestQueue()
+    ok = Req("ok", client_id="c")
+    q.add_request(ok)
+    before = (list(q), q.virtual_time, q.flow_last_finish("c"))
+    bad = Req("bad", client_id="c", weight=w)
+    with pytest.raises(ValueError, match="weight"):
+        q.add_request(bad)
+    with pytest.raises(ValueError, match="weight"):
+        q.prepend_requests([Req("fine", client_id="c"), bad])
+    assert (list(q), q.virtual_time, q.flow_last_finish("c")) == before
+
+
+def test_bad_default_weight_and_flow_key() -> None:
+    with pytest.raises(ValueError, match="default_weight"):
+        WFQRequestQueue(default_weight=0.0)
+    with pytest.raises(TypeError, match="flow_key"):
+        WFQRequestQueue(flow_key=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="weight"):
+        WFQRequestQueue().add_request(Req("r", weight="heavy"))
+
+
+def test_weighted_clients_share_ratio() -> None:
+    q = WFQRequestQueue()
+    for i in range(400):
+        q.add_request(Req(f"l{i}", prompt=16, client_id="light", arrival_time=float(i)))
+    for i in range(100):
+        q.add_request(Req(f"h{i}", prompt=16, client_id="heavy", weight=2.0))
+    served = {"light": 0, "heavy": 0}
+    for _ in range(150):
+        served[q.pop_request().client_id] += 16
+    assert served["heavy"] == 2 * served["light"]

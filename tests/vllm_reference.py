@@ -1,0 +1,234 @@
+"""Pure-Python reference of vLLM's request queues, as fairq.vllm defines them.
+
+``RefFCFSRequestQueue`` is vLLM's deque subclass (same methods, so the same
+errors and messages come from ``collections.deque``). ``RefPriorityRequestQueue``
+is vLLM's heapq queue, with keys read once at ``add_request`` and the
+deterministic insertion tie-break instead of ``id()``, plus fairq's two
+additions: a duplicate add is a ``ValueError`` and a batch prepend is
+all-or-nothing. ``Req`` is a vLLM-``Request``-like object: identity equality,
+identity hash, and vLLM's ``__lt__`` on ``(priority, arrival_time, request_id)``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+
+class Req:
+    """Request-like object with vLLM's ``Request.__lt__`` (no ``__eq__``/``__hash__``)."""
+
+    def __init__(self, priority: Any, arrival_time: Any, request_id: Any) -> None:
+        self.priority = priority
+        self.arrival_time = arrival_time
+        self.request_id = request_id
+
+    def __lt__(self, other: Req) -> bool:
+        if self.priority != other.priority:
+            return bool(self.priority < other.priority)
+        if self.arrival_time != other.arrival_time:
+            return bool(self.arrival_time < other.arrival_time)
+        if self.request_id != other.request_id:
+            return bool(self.request_id < other.request_id)
+        return id(self) < id(other)
+
+    def __repr__(self) -> str:
+        return f"Req({self.priority!r}, {self.arrival_time!r}, {self.request_id!r})"
+
+
+class RefFCFSRequestQueue(deque):  # type: ignore[type-arg]
+    """vLLM's FCFSRequestQueue: a deque with the RequestQueue methods."""
+
+    def add_request(self, request: Any) -> None:
+        self.append(request)
+
+    def pop_request(self) -> Any:
+        return self.popleft()
+
+    def peek_request(self) -> Any:
+        if not self:
+            raise IndexError("peek from an empty queue")
+        return self[0]
+
+    def prepend_request(self, request: Any) -> None:
+        self.appendleft(request)
+
+    def prepend_requests(self, requests: Iterable[Any]) -> None:
+        self.extendleft(requests)
+
+    def remove_request(self, request: Any) -> None:
+        self.remove(request)
+
+    def remove_requests(self, requests: Iterable[Any]) -> None:
+        drop = set(requests)
+        keep = [r for r in self if r not in drop]
+        self.clear()
+        self.extend(keep)
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+    def __len__(self) -> int:
+        return super().__len__()
+
+    def __iter__(self) -> Iterator[Any]:
+        return super().__iter__()
+
+
+def _rid_key(v: Any) -> tuple[int, Any]:
+    # fairq's total order on request ids: every int before every str.
+    return (0, v) if isinstance(v, int) else (1, v)
+
+
+def read_key(request: Any) -> tuple[Any, Any, tuple[int, Any]]:
+    """fairq's validation of the sort key, in Python (same types and messages)."""
+    out = []
+    for field in ("priority", "arrival_time", "request_id"):
+        if not hasattr(request, field):
+            raise TypeError(
+                f"{type(request).__name__} object has no attribute '{field}': "
+                "PriorityRequestQueue needs priority, arrival_time and request_id"
+            )
+        v = getattr(request, field)
+        if field == "request_id":
+            if not isinstance(v, (str, int)):
+                raise TypeError(f"request_id must be a str or int, got {type(v).__name__} {v!r}")
+        elif isinstance(v, float):
+            if math.isnan(v):
+                raise ValueError(f"{field} must not be NaN")
+        elif not isinstance(v, int):
+            raise TypeError(f"{field} must be an int or float, got {type(v).__name__} {v!r}")
+        if isinstance(v, int) and not -(2**63) <= v < 2**63:
+            raise ValueError(f"{field} = {v!r} is out of range: integers must fit in 64 bits")
+        out.append(v)
+    return out[0], out[1], _rid_key(out[2])
+
+
+class _Entry:
+    __slots__ = ("key", "seq", "request")
+
+    def __init__(self, key: Any, seq: int, request: Any) -> None:
+        self.key = key
+        self.seq = seq
+        self.request = request
+
+    def __lt__(self, other: _Entry) -> bool:
+        # Request-like __lt__ on the keys read at add time, then insertion.
+        if self.key != other.key:
+            return bool(self.key < other.key)
+        return self.seq < other.seq
+
+
+class RefPriorityRequestQueue:
+    """vLLM's PriorityRequestQueue with fairq's deterministic additions."""
+
+    def __init__(self) -> None:
+        self._heap: list[_Entry] = []
+        self._seq = 0
+
+    def _check_new(self, request: Any, also: Iterable[Any] = ()) -> None:
+        if any(e.request is request for e in self._heap) or any(r is request for r in also):
+            raise ValueError(f"{request!r} is already in the priority queue")
+
+    def add_request(self, request: Any) -> None:
+        self._check_new(request)
+        key = read_key(request)
+        heapq.heappush(self._heap, _Entry(key, self._seq, request))
+        self._seq += 1
+
+    def pop_request(self) -> Any:
+        if not self._heap:
+            raise IndexError("pop from empty heap")
+        return heapq.heappop(self._heap).request
+
+    def peek_request(self) -> Any:
+        if not self._heap:
+            raise IndexError("peek from empty heap")
+        return self._heap[0].request
+
+    def prepend_request(self, request: Any) -> None:
+        self.add_request(request)
+
+    def prepend_requests(self, requests: Iterable[Any]) -> None:
+        items = list(requests)
+        for i, r in enumerate(items):
+            self._check_new(r, items[:i])
+        keys = [read_key(r) for r in items]
+        for k, r in zip(keys, items, strict=True):
+            heapq.heappush(self._heap, _Entry(k, self._seq, r))
+            self._seq += 1
+
+    def remove_request(self, request: Any) -> None:
+        for i, e in enumerate(self._heap):
+            if e.request is request:
+                del self._heap[i]
+                heapq.heapify(self._heap)
+                return
+        raise ValueError("list.remove(x): x not in list")
+
+    def remove_requests(self, requests: Iterable[Any]) -> None:
+        drop = {id(r) for r in requests}
+        self._heap = [e for e in self._heap if id(e.request) not in drop]
+        heapq.heapify(self._heap)
+
+    def __bool__(self) -> bool:
+        return bool(self._heap)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def __iter__(self) -> Iterator[Any]:
+        heap_copy = self._heap[:]
+        while heap_copy:
+            yield heapq.heappop(heap_copy).request
+
+
+class BaselinePriorityRequestQueue:
+    """vLLM's own PriorityRequestQueue (heapq of requests, ``Request.__lt__``):
+    the benchmark baseline."""
+
+    def __init__(self) -> None:
+        self._heap: list[Any] = []
+
+    def add_request(self, request: Any) -> None:
+        heapq.heappush(self._heap, request)
+
+    def pop_request(self) -> Any:
+        if not self._heap:
+            raise IndexError("pop from empty heap")
+        return heapq.heappop(self._heap)
+
+    def peek_request(self) -> Any:
+        if not self._heap:
+            raise IndexError("peek from empty heap")
+        return self._heap[0]
+
+    def prepend_request(self, request: Any) -> None:
+        self.add_request(request)
+
+    def prepend_requests(self, requests: Iterable[Any]) -> None:
+        for request in requests:
+            self.add_request(request)
+
+    def remove_request(self, request: Any) -> None:
+        self._heap.remove(request)
+        heapq.heapify(self._heap)
+
+    def remove_requests(self, requests: Iterable[Any]) -> None:
+        drop = requests if isinstance(requests, set) else set(requests)
+        self._heap = [r for r in self._heap if r not in drop]
+        heapq.heapify(self._heap)
+
+    def __bool__(self) -> bool:
+        return bool(self._heap)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def __iter__(self) -> Iterator[Any]:
+        heap_copy = self._heap[:]
+        while heap_copy:
+            yield heapq.heappop(heap_copy)
