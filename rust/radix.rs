@@ -246,9 +246,6 @@ impl RadixTree {
     }
 
     fn push_log(&mut self, idx: u32) {
-        if self.log.last() == Some(&idx) {
-            return;
-        }
         if self.log.len() >= LOG_MAX {
             let half = self.log.len() / 2;
             self.log.drain(..half);

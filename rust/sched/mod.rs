@@ -662,7 +662,30 @@ impl<T> LocalScheduler<T> {
                 while out.len() < max_req {
                     match self.ext.iter().next() {
                         Some(&(e, _)) if (e as usize) <= rem => {}
-                        _ => break,
+                        _ => {
+                            // Nothing left fits: the rest of the walk would
+                            // admit nothing, but under DLPM its requests would
+                            // still run the refill check. While no waiting
+                            // client has credit, each next request refills.
+                            if let Some((quantum, _)) = dlpm {
+                                while self.pos_waiting == 0 {
+                                    let next = match pos {
+                                        None => self.lpm.keys().next(),
+                                        Some(k) => self
+                                            .lpm
+                                            .range((Excluded(k), Unbounded))
+                                            .next()
+                                            .map(|x| x.0),
+                                    };
+                                    let Some(&k) = next else {
+                                        break;
+                                    };
+                                    pos = Some(k);
+                                    self.refill(quantum);
+                                }
+                            }
+                            break;
+                        }
                     }
                     let next = match pos {
                         None => self.lpm.iter().next(),
