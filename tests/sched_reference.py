@@ -117,7 +117,9 @@ class RefSched:
                 out.append(self._admit(r, cached))
         elif self.policy == "vtc":
             while len(out) < maxr:
-                active = [(c.counter, i, n) for i, (n, c) in enumerate(self.clients.items()) if c.waiting]
+                active = [
+                    (c.counter, i, n) for i, (n, c) in enumerate(self.clients.items()) if c.waiting
+                ]
                 if not active:
                     break
                 name = min(active)[2]

@@ -160,7 +160,9 @@ def test_huge_quantum_is_lpm() -> None:
 # ------------------------------------------------------------ errors
 
 
-@pytest.mark.parametrize("make", [FCFS, lambda: LPM(RadixTree()), VTC, lambda: DLPM(RadixTree(), 10)])
+@pytest.mark.parametrize(
+    "make", [FCFS, lambda: LPM(RadixTree()), VTC, lambda: DLPM(RadixTree(), 10)]
+)
 def test_errors_leave_state_unchanged(make: Any) -> None:
     s = make()
     s.add("r", "a", [1, 2], item="payload")
@@ -231,15 +233,39 @@ OPS = st.one_of(
         st.lists(st.integers(0, 3), max_size=5),
         st.sampled_from([None, None, "ns"]),
     ),
-    st.tuples(st.just("add"), st.sampled_from(CLIENTS), st.integers(0, 3), st.lists(st.integers(0, 3), max_size=5), st.none()),
-    st.tuples(st.just("insert"), st.integers(0, len(PREFIXES) - 1), st.lists(st.integers(0, 3), max_size=5), st.none(), st.none()),
+    st.tuples(
+        st.just("add"),
+        st.sampled_from(CLIENTS),
+        st.integers(0, 3),
+        st.lists(st.integers(0, 3), max_size=5),
+        st.none(),
+    ),
+    st.tuples(
+        st.just("insert"),
+        st.integers(0, len(PREFIXES) - 1),
+        st.lists(st.integers(0, 3), max_size=5),
+        st.none(),
+        st.none(),
+    ),
     st.tuples(st.just("evict"), st.integers(0, 8), st.none(), st.none(), st.none()),
-    st.tuples(st.just("schedule"), st.integers(0, 25), st.sampled_from([None, 1, 2, 5]), st.none(), st.none()),
+    st.tuples(
+        st.just("schedule"),
+        st.integers(0, 25),
+        st.sampled_from([None, 1, 2, 5]),
+        st.none(),
+        st.none(),
+    ),
     st.tuples(st.just("schedule"), st.integers(0, 25), st.none(), st.none(), st.none()),
     st.tuples(st.just("charge"), st.integers(0, 50), st.integers(0, 4), st.none(), st.none()),
     st.tuples(st.just("finish"), st.integers(0, 50), st.none(), st.none(), st.none()),
     st.tuples(st.just("remove"), st.integers(0, 50), st.none(), st.none(), st.none()),
-    st.tuples(st.just("weight"), st.sampled_from(CLIENTS), st.sampled_from([0.5, 1.0, 3.0]), st.none(), st.none()),
+    st.tuples(
+        st.just("weight"),
+        st.sampled_from(CLIENTS),
+        st.sampled_from([0.5, 1.0, 3.0]),
+        st.none(),
+        st.none(),
+    ),
 )
 
 
@@ -330,5 +356,7 @@ def run_trace(policy: str, page: int, quantum: float, ops: list[tuple[Any, ...]]
     quantum=st.sampled_from([0.5, 3.0, 10.0, 1e9]),
     ops=st.lists(OPS, max_size=60),
 )
-def test_matches_reference(policy: str, page: int, quantum: float, ops: list[tuple[Any, ...]]) -> None:
+def test_matches_reference(
+    policy: str, page: int, quantum: float, ops: list[tuple[Any, ...]]
+) -> None:
     run_trace(policy, page, quantum, ops)
