@@ -39,7 +39,7 @@ class _PyNode:
 
 def _key_match(a: Sequence[int], b: Sequence[int]) -> int:
     i = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         i += 1
@@ -118,9 +118,7 @@ class PyMatchAllScheduler:
                 break
             c, toks, _ = self.waiting[rid]
             if self.quantum is not None:
-                if q[c] <= 0 and not any(
-                    q[k] > 0 for k in {v[0] for v in self.waiting.values()}
-                ):
+                if q[c] <= 0 and not any(q[k] > 0 for k in {v[0] for v in self.waiting.values()}):
                     for k in q:
                         if q[k] <= 0:
                             q[k] += self.quantum
@@ -163,14 +161,15 @@ class Workload:
 def _steady_state(
     n_waiting: int,
     steps: int,
-    make: Callable[[], tuple[Any, Any]],
+    make: Callable[[int | None], tuple[Any, Any]],
     py: bool,
+    capacity: int | None,
     budget: int = 16_384,
     per_step: int = 4,
 ) -> float:
     """Mean seconds per ``schedule`` call in steady state (setup untimed)."""
     wl = Workload()
-    tree, sched = make()
+    tree, sched = make(capacity)
     prompts: dict[int, Any] = {}
 
     def add_one() -> None:
@@ -181,7 +180,9 @@ def _steady_state(
 
     for _ in range(n_waiting):
         add_one()
-    for d in wl.docs[: len(wl.docs) // 2]:  # a warm cache
+    # a warm cache: every document when unbounded, half of them otherwise
+    warm = wl.docs if capacity is None else wl.docs[: len(wl.docs) // 2]
+    for d in warm:
         tree.insert(d.tolist() if py else d)
     total = 0.0
     timed = 0
@@ -201,19 +202,19 @@ def _steady_state(
     return total / max(timed, 1)
 
 
-def _fairq_lpm(dlpm: bool) -> Callable[[], tuple[Any, Any]]:
+def _fairq_lpm(dlpm: bool) -> Callable[[int | None], tuple[Any, Any]]:
     from fairq import DLPM, LPM, RadixTree
 
-    def make() -> tuple[Any, Any]:
-        tree = RadixTree(capacity=150_000)
+    def make(capacity: int | None) -> tuple[Any, Any]:
+        tree = RadixTree(capacity=capacity)
         return tree, (DLPM(tree, quantum=8192.0) if dlpm else LPM(tree))
 
     return make
 
 
-def _py_lpm(dlpm: bool) -> Callable[[], tuple[Any, Any]]:
-    def make() -> tuple[Any, Any]:
-        tree = PyRadixTree()
+def _py_lpm(dlpm: bool) -> Callable[[int | None], tuple[Any, Any]]:
+    def make(capacity: int | None) -> tuple[Any, Any]:
+        tree = PyRadixTree()  # unbounded: the baseline re-matches everything anyway
         return tree, PyMatchAllScheduler(tree, 8192.0 if dlpm else None)
 
     return make
@@ -234,43 +235,51 @@ def run(quick: bool = False) -> list[Row]:
     lists = [p.tolist() for p in prompts]
     ft = RadixTree()
     pt = PyRadixTree()
-    for p, lst in zip(prompts, lists):
+    for p, lst in zip(prompts, lists, strict=True):
         ft.insert(p)
         pt.insert(lst)
-    assert all(ft.match(p) == pt.match(lst) == 2048 for p, lst in zip(prompts, lists))
+    assert all(ft.match(p) == pt.match(lst) == 2048 for p, lst in zip(prompts, lists, strict=True))
     py_s = per_op(lambda: None, lambda _: [pt.match(x) for x in lists], len(lists))
     np_s = per_op(lambda: None, lambda _: [ft.match(x) for x in prompts], len(prompts))
     li_s = per_op(lambda: None, lambda _: [ft.match(x) for x in lists], len(lists))
     rows.append(Row("radix", "RadixTree.match, 2k tokens (numpy uint32)", 2048, np_s, py_s))
     rows.append(Row("radix", "RadixTree.match, 2k tokens (list)", 2048, li_s, py_s))
-    ins_f = per_op(
-        RadixTree, lambda t: [t.insert(x) for x in prompts], len(prompts), repeat=3
-    )
-    ins_p = per_op(
-        PyRadixTree, lambda t: [t.insert(x) for x in lists], len(lists), repeat=3
-    )
+    ins_f = per_op(RadixTree, lambda t: [t.insert(x) for x in prompts], len(prompts), repeat=3)
+    ins_p = per_op(PyRadixTree, lambda t: [t.insert(x) for x in lists], len(lists), repeat=3)
     rows.append(Row("radix", "RadixTree.insert, 2k tokens (numpy uint32)", 2048, ins_f, ins_p))
 
-    # --- scheduling steps in steady state
-    steps = 10 if quick else 30
+    # --- scheduling steps in steady state. Two cache regimes:
+    # "warm": every document cached, only new unique suffixes get inserted
+    # (the cache changes little); "churn": capacity 150k tokens, every step
+    # inserts ~4 prompts and evicts as much (documents come and go, and every
+    # waiting request on an evicted document must be re-matched).
+    steps = 20 if quick else 60
     for name, dlpm in (("LPM", False), ("DLPM", True)):
         for n in (128, 1000):
-            f = _steady_state(n, steps, _fairq_lpm(dlpm), py=False)
-            p = _steady_state(n, 2 if quick or n >= 1000 else 5, _py_lpm(dlpm), py=True)
+            f = _steady_state(n, steps, _fairq_lpm(dlpm), py=False, capacity=150_000)
+            p = _steady_state(n, 3 if quick else steps // 4, _py_lpm(dlpm), py=True, capacity=None)
             rows.append(
-                Row("radix", f"{name}.schedule step, 1-4k-token prompts", n, f, p, "match all + sort")
+                Row(
+                    "radix",
+                    f"{name}.schedule step, 1-4k-token prompts, churn",
+                    n,
+                    f,
+                    p,
+                    "match all + sort",
+                )
             )
-        f128 = _steady_state(128, steps, _fairq_lpm(dlpm), py=False)
         n_big = 2000 if quick else 10_000
-        f10k = _steady_state(n_big, steps, _fairq_lpm(dlpm), py=False)
-        rows.append(
-            Row(
-                "radix",
-                f"{name}.schedule step, 1-4k-token prompts",
-                n_big,
-                f10k,
-                f128,
-                "fairq at 128 waiting",
+        for regime, cap in (("warm", None), ("churn", 150_000)):
+            f128 = _steady_state(128, steps, _fairq_lpm(dlpm), py=False, capacity=cap)
+            f10k = _steady_state(n_big, steps, _fairq_lpm(dlpm), py=False, capacity=cap)
+            rows.append(
+                Row(
+                    "radix",
+                    f"{name}.schedule step, 1-4k-token prompts, {regime}",
+                    n_big,
+                    f10k,
+                    f128,
+                    "fairq at 128 waiting",
+                )
             )
-        )
     return rows
