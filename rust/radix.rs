@@ -83,17 +83,12 @@ impl Hasher for FxHasher {
 pub type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 
 /// Namespace key: equal tokens under different namespaces never match.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub enum Namespace {
+    #[default]
     Default,
     Str(String),
     Int(i64),
-}
-
-impl Default for Namespace {
-    fn default() -> Self {
-        Namespace::Default
-    }
 }
 
 #[derive(Debug, Clone)]

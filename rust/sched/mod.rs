@@ -946,3 +946,133 @@ impl<T> LocalScheduler<T> {
         assert_eq!(pos, self.pos_waiting);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids<T>(v: &[Admission<T>]) -> Vec<RequestId> {
+        v.iter().map(|a| a.id.clone()).collect()
+    }
+    fn int(i: i64) -> RequestId {
+        RequestId::Int(i)
+    }
+
+    #[test]
+    fn lpm_order_and_skip() {
+        let mut t = RadixTree::new(None, 1).unwrap();
+        let ns = Namespace::Default;
+        t.insert(&ns, &[1, 2, 3, 4]);
+        let mut s = LocalScheduler::new(Policy::Lpm).unwrap();
+        s.add(Some(&mut t), int(0), "a", vec![9, 9], (), ns.clone())
+            .unwrap();
+        s.add(Some(&mut t), int(1), "a", vec![1, 2, 7], (), ns.clone())
+            .unwrap();
+        s.add(
+            Some(&mut t),
+            int(2),
+            "b",
+            vec![1, 2, 3, 4, 5],
+            (),
+            ns.clone(),
+        )
+        .unwrap();
+        s.add(Some(&mut t), int(3), "b", vec![7; 50], (), ns.clone())
+            .unwrap();
+        let adm = s.schedule(Some(&t), 10, None).unwrap();
+        assert_eq!(ids(&adm), vec![int(2), int(1), int(0)]);
+        assert_eq!(adm[0].cached_len, 4);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.num_running(), 3);
+        assert!(s.add(Some(&mut t), int(2), "b", vec![], (), ns).is_err());
+    }
+
+    #[test]
+    fn incremental_matches_follow_tree_changes() {
+        let mut rng = 11u64;
+        let mut next = || {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            rng >> 33
+        };
+        for page in [1usize, 2] {
+            let mut t = RadixTree::new(Some(60), page).unwrap();
+            let ns = Namespace::Default;
+            let mut s = LocalScheduler::new(Policy::Dlpm {
+                quantum: 5.0,
+                w_e: 1.0,
+                w_q: 2.0,
+            })
+            .unwrap();
+            let mut id = 0;
+            for _ in 0..3000 {
+                let len = (next() % 10) as usize;
+                let toks: Vec<u32> = (0..len).map(|_| (next() % 3) as u32).collect();
+                match next() % 5 {
+                    0 => {
+                        let c = ["a", "b", "c"][(next() % 3) as usize];
+                        s.add(Some(&mut t), int(id), c, toks, (), ns.clone())
+                            .unwrap();
+                        id += 1;
+                    }
+                    1 => {
+                        t.insert(&ns, &toks);
+                    }
+                    2 => {
+                        t.evict((next() % 8) as usize);
+                    }
+                    3 => {
+                        for a in s.schedule(Some(&t), (next() % 12) as usize, None).unwrap() {
+                            s.finish(&a.id).unwrap();
+                        }
+                    }
+                    _ => {
+                        // sync happens on the next call; check after one
+                        s.schedule(Some(&t), 0, Some(0)).unwrap();
+                        s.check_invariants(Some(&t));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn vtc_lift_and_dlpm_refill() {
+        let mut v: LocalScheduler<()> = LocalScheduler::new(Policy::Vtc {
+            w_in: 1.0,
+            w_out: 2.0,
+        })
+        .unwrap();
+        let ns = Namespace::Default;
+        v.add(None, int(1), "a", vec![0; 10], (), ns.clone())
+            .unwrap();
+        v.add(None, int(2), "a", vec![0; 10], (), ns.clone())
+            .unwrap();
+        v.schedule(None, 10, None).unwrap();
+        v.charge_output(&int(1), 5).unwrap();
+        v.add(None, int(3), "b", vec![0; 4], (), ns.clone())
+            .unwrap();
+        assert_eq!(v.counter("b"), 20.0);
+
+        let mut t = RadixTree::new(None, 1).unwrap();
+        let mut d: LocalScheduler<()> = LocalScheduler::new(Policy::Dlpm {
+            quantum: 5.0,
+            w_e: 1.0,
+            w_q: 2.0,
+        })
+        .unwrap();
+        d.add(Some(&mut t), int(1), "a", vec![1; 4], (), ns.clone())
+            .unwrap();
+        d.add(Some(&mut t), int(2), "a", vec![1; 4], (), ns.clone())
+            .unwrap();
+        d.add(Some(&mut t), int(3), "b", vec![2; 4], (), ns)
+            .unwrap();
+        let adm = d.schedule(Some(&t), 100, None).unwrap();
+        assert_eq!(ids(&adm), vec![int(1), int(2), int(3)]);
+        assert_eq!(d.deficit("a"), -3.0);
+        assert_eq!(d.deficit("b"), 1.0);
+        assert_eq!(d.refills(), 1);
+        d.check_invariants(Some(&t));
+    }
+}
