@@ -360,3 +360,34 @@ def test_matches_reference(
     policy: str, page: int, quantum: float, ops: list[tuple[Any, ...]]
 ) -> None:
     run_trace(policy, page, quantum, ops)
+
+
+def test_scheduler_that_fell_behind_the_change_log_rematches_everything() -> None:
+    t = RadixTree()
+    s = LPM(t)
+    s.add("x", "a", [1, 2, 3])
+    s.add("y", "a", [5, 6])
+    for i in range(70_000):  # more changes than the log keeps
+        t.insert([100 + i])
+    t.insert([5, 6])
+    t.evict(10**9)
+    t.insert([1, 2])
+    s._check()
+    adm = s.schedule(100)
+    assert [(a.request_id, a.cached_len) for a in adm] == [("x", 2), ("y", 0)]
+    s._check()
+
+
+def test_two_schedulers_share_one_tree() -> None:
+    t = RadixTree()
+    a, b = LPM(t), DLPM(t, quantum=100)
+    for s in (a, b):
+        s.add(1, "c", [1, 2, 3])
+        s.add(2, "c", [4, 5, 6])
+    t.insert([4, 5])
+    assert [x.request_id for x in a.schedule(100)] == [2, 1]
+    t.evict(10)
+    t.insert([1, 2, 3])
+    assert [x.request_id for x in b.schedule(100)] == [1, 2]
+    a._check()
+    b._check()
