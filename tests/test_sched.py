@@ -286,7 +286,7 @@ def run_trace(policy: str, page: int, quantum: float, ops: list[tuple[Any, ...]]
     tree = RadixTree(capacity=40, page_size=page)
     s, ref = make_pair(policy, tree, quantum)
     n = 0
-    insert_admitted = page == 1
+    insert_admitted = True
     prompts: dict[Any, tuple[list[int], Any]] = {}
     added: set[Any] = set()
     done: set[Any] = set()
