@@ -166,13 +166,13 @@ mod tests {
         assert_eq!(d.deficit("a", 0).unwrap(), 150.0);
         assert_eq!(d.dispatch(RequestId::Int(1), "a", &p).unwrap(), 0); // 50
         assert_eq!(d.dispatch(RequestId::Int(2), "a", &p).unwrap(), 0); // -50
-        // worker 0 exhausted: avail = {1}, G = {0}: cand empty -> worker 1
+                                                                        // worker 0 exhausted: avail = {1}, G = {0}: cand empty -> worker 1
         assert_eq!(d.dispatch(RequestId::Int(3), "a", &p).unwrap(), 1);
         assert_eq!(d.deficit("a", 1).unwrap(), 150.0);
         // now both hold the prefix; worker 1 is the only available one
         assert_eq!(d.dispatch(RequestId::Int(4), "a", &p).unwrap(), 1);
         assert_eq!(d.dispatch(RequestId::Int(5), "a", &p).unwrap(), 1); // -50
-        // all exhausted: one refill round -> 200, 200; s = (3, 3): tie -> 0
+                                                                        // all exhausted: one refill round -> 200, 200; s = (3, 3): tie -> 0
         assert_eq!(d.dispatch(RequestId::Int(6), "a", &p).unwrap(), 0);
         assert_eq!(d.deficit("a", 0).unwrap(), 100.0);
         assert_eq!(d.deficit("a", 1).unwrap(), 200.0);

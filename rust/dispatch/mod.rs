@@ -293,7 +293,13 @@ impl Dispatcher {
         }
         self.load[w] += 1;
         self.dispatched[w] += 1;
-        self.inflight.insert(id, Inflight { client: c, worker: w });
+        self.inflight.insert(
+            id,
+            Inflight {
+                client: c,
+                worker: w,
+            },
+        );
         Ok(w)
     }
 
@@ -362,8 +368,12 @@ mod tests {
     #[test]
     fn client_round_robin_cycles_per_client() {
         let mut d = Dispatcher::client_round_robin(2).unwrap();
-        let a: Vec<usize> = (0..3).map(|i| d.dispatch(id(i), "a", &[]).unwrap()).collect();
-        let b: Vec<usize> = (3..6).map(|i| d.dispatch(id(i), "b", &[]).unwrap()).collect();
+        let a: Vec<usize> = (0..3)
+            .map(|i| d.dispatch(id(i), "a", &[]).unwrap())
+            .collect();
+        let b: Vec<usize> = (3..6)
+            .map(|i| d.dispatch(id(i), "b", &[]).unwrap())
+            .collect();
         assert_eq!(a, vec![0, 1, 0]);
         assert_eq!(b, vec![1, 0, 1]);
     }
