@@ -71,7 +71,6 @@ class _Run:
         "extend",
         "remaining",
         "prefill_step",
-        "charged",
         "admit_time",
     )
 
@@ -82,7 +81,6 @@ class _Run:
         self.extend = extend
         self.remaining = extend
         self.prefill_step = -1
-        self.charged = 0
         self.admit_time = now
 
 
@@ -135,6 +133,8 @@ class Worker:
         self.decoding: dict[int, _Run] = {}
         self.finish_heap: list[tuple[int, int]] = []  # (steps_done at finish, rid)
         self.dec_by_client = [0] * len(sim.clients)
+        self.dec_rids: list[dict[int, None]] = [{} for _ in sim.clients]
+        self.pending = [0] * len(sim.clients)  # output tokens not yet charged
         self.ctx_tokens = 0
         self.steps_done = 0
         self.reserved = 0
@@ -148,15 +148,16 @@ class Worker:
     # ---- scheduler bookkeeping ---------------------------------------------
 
     def flush_charges(self) -> None:
+        """Charge the output tokens produced since the last charge. Charging
+        is per client in every policy, so one call per client with a running
+        request suffices (any of its running requests carries the charge)."""
         if not self.lazy_charge:
             return
-        sd = self.steps_done
-        charge = self.sched.charge_output
-        for rid, run in self.decoding.items():
-            n = sd - run.prefill_step - run.charged
-            if n > 0:
-                charge(rid, n)
-                run.charged += n
+        pending = self.pending
+        for ci, n in enumerate(pending):
+            if n:
+                self.sched.charge_output(next(iter(self.dec_rids[ci])), n)
+                pending[ci] = 0
 
     def add(self, req: SimRequest) -> None:
         self.flush_charges()
@@ -173,17 +174,29 @@ class Worker:
                 self._report_evictions()
 
     def _report_evictions(self) -> None:
+        """Tell the dispatcher which prompts this worker lost.
+
+        The tree evicts least-recently-used leaves, and ``tracked`` holds the
+        prompts inserted here in insertion order (oldest first), so the scan
+        starts at the oldest and stops after 32 consecutive intact prompts.
+        A truncated prompt is reported (``kept`` = what is still cached) and
+        no longer tracked; the part still cached is shared with newer
+        prompts, whose later eviction reports cover it.
+        """
         disp = self.sim.dispatcher
         match = self.tree.match
         gone = []
+        intact = 0
         for rid, entry in self.tracked.items():
             m = match(entry[0])
             if m < entry[1]:
                 disp.on_evict(self.idx, entry[0], m)
-                if m == 0:
-                    gone.append(rid)
-                else:
-                    entry[1] = m
+                gone.append(rid)
+                intact = 0
+            else:
+                intact += 1
+                if intact >= 32:
+                    break
         for rid in gone:
             del self.tracked[rid]
 
@@ -259,10 +272,12 @@ class Worker:
         # decode: one token per decoding request
         if n_dec:
             self.ctx_tokens += n_dec
+            pending = self.pending
             for ci, n in enumerate(self.dec_by_client):
                 if n:
                     sim.service[ci] += 2 * n
                     sim.actual[ci] += sim.cfg.w_q * n
+                    pending[ci] += n
         fin = self.finish_heap
         while fin and fin[0][0] <= sd:
             _, rid = heapq.heappop(fin)
@@ -286,22 +301,24 @@ class Worker:
             sim.service[run.cidx] += req.input_len + 2
             sim.actual[run.cidx] += sim.cfg.w_q
             sim.on_first_token(req, now)
+            self.pending[run.cidx] += 1
             if req.output_len <= 1:
                 self._finish(run, now)
             else:
                 self.decoding[req.rid] = run
                 heapq.heappush(fin, (run.prefill_step + req.output_len, req.rid))
                 self.dec_by_client[run.cidx] += 1
+                self.dec_rids[run.cidx][req.rid] = None
                 self.ctx_tokens += req.input_len + 1
         self._make_room()
 
     def _finish(self, run: _Run, now: float) -> None:
         req = run.req
         sched = self.sched
-        if self.lazy_charge:
-            n = req.output_len - run.charged
-            if n > 0:
-                sched.charge_output(req.rid, n)
+        ci = run.cidx
+        if self.lazy_charge and self.pending[ci]:
+            sched.charge_output(req.rid, self.pending[ci])
+            self.pending[ci] = 0
         sched.finish(req.rid)
         del self.runs[req.rid]
         tree = self.tree
@@ -310,7 +327,8 @@ class Worker:
             tree.insert(np.concatenate([req.tokens, req.output_ids]))
         self.reserved -= req.output_len
         if run.prefill_step >= 0 and req.output_len > 1:
-            self.dec_by_client[run.cidx] -= 1
+            self.dec_by_client[ci] -= 1
+            del self.dec_rids[ci][req.rid]
             self.ctx_tokens -= req.input_len + req.output_len
         self.dirty = True
         self.sim.on_finish(req, self.idx, now)
