@@ -128,6 +128,7 @@ class Worker:
             cfg.policy, self.tree, quantum=cfg.user_quantum, w_e=cfg.w_e, w_q=cfg.w_q
         )
         self.lazy_charge = cfg.policy.lower() in ("vtc", "dlpm")
+        self.retry_empty = cfg.policy.lower() == "dlpm"
         self.runs: dict[int, _Run] = {}
         self.prefill_q: deque[_Run] = deque()
         self.decoding: dict[int, _Run] = {}
@@ -221,9 +222,17 @@ class Worker:
         if not adm and not self.prefill_q and mem > 0:
             # Nothing fits this step's prefill budget: admit the policy's
             # first request whole and prefill it in chunks over several steps.
-            adm = sched.schedule(mem, 1)
+            # DLPM refills at most one quantum per call, so a worker that
+            # would otherwise go idle asks again until it gets work (the
+            # steps in between would be empty).
+            tries = 1 if self.decoding else 1_000_000
+            for _ in range(tries):
+                adm = sched.schedule(mem, 1)
+                if adm:
+                    break
         if not adm:
-            self.dirty = False
+            # DLPM's counters moved (a refill), so its next call may admit.
+            self.dirty = self.retry_empty
             return
         sim = self.sim
         lock = self.tree.lock
@@ -372,6 +381,7 @@ class Simulator:
         self.service = [0.0] * n  # client view: input + 2 * output tokens
         self.actual = [0.0] * n  # system cost: w_e * extend + w_q * output
         self.in_system = [0] * n
+        self.waiting = [0] * n  # arrived, not yet admitted: "backlogged" when > 0
         # dependency bookkeeping
         self.children: dict[int, list[int]] = {}
         self.pending_deps: dict[int, int] = {}
@@ -403,6 +413,7 @@ class Simulator:
         heapq.heappush(self._events, (t, self._seq, kind, payload))
 
     def on_admit(self, run: _Run, worker: int, now: float) -> None:
+        self.waiting[run.cidx] -= 1
         self.cached_tokens += run.cached
         self.input_tokens += run.req.input_len
 
@@ -423,7 +434,9 @@ class Simulator:
     def _arrive(self, rid: int, now: float) -> None:
         req = self.requests[rid]
         self.arrival[rid] = now
-        self.in_system[self.cidx[req.client]] += 1
+        ci = self.cidx[req.client]
+        self.in_system[ci] += 1
+        self.waiting[ci] += 1
         w = 0 if self.dispatcher is None else self.dispatcher.dispatch(rid, req.client, req.tokens)
         self.worker_of[rid] = w
         worker = self.workers[w]
@@ -440,7 +453,7 @@ class Simulator:
         self.samples_t.append(now)
         self.samples_service.append(self.service.copy())
         self.samples_actual.append(self.actual.copy())
-        self.samples_backlog.append(tuple(n > 0 for n in self.in_system))
+        self.samples_backlog.append(tuple(n > 0 for n in self.waiting))
 
     def run(self, progress: Callable[[float], None] | None = None) -> Simulator:
         """Simulate until every request finished (or ``max_time``)."""

@@ -5,13 +5,13 @@
   also ``tokens_per_s`` (input + output) and ``requests_per_s``.
 - ``cache_hit``: cached prompt tokens / prompt tokens at admission.
 - ``jain``: Jain's index ``(sum x)^2 / (n * sum x^2)`` over per-client
-  service rates in the window when all clients are active (from the last
-  client's first arrival to the first client's last finish).
+  service rates during the time when every client is backlogged (has a
+  request waiting for admission); NaN if that never happens.
 - ``p50/p99`` of end-to-end latency and time to first token, per request,
   over well-behaved clients; the same for whole programs (ToT tree, judge
   run, conversation; a QA request is its own program).
 - ``max_gap``: the largest service difference between two clients that are
-  both backlogged (a request waiting or running) over any common window
+  both backlogged (a request waiting for admission) over any common window
   (client view); ``max_gap_actual`` the same in the system's cost
   ``w_e * extend + w_q * output``, the quantity the fairness bounds speak of.
 - ``service_over_time``: per-client service per time bin (for plots).
@@ -109,26 +109,19 @@ def summarize(sim: Simulator) -> dict[str, Any]:
     serv = np.asarray(sim.samples_service)
     act = np.asarray(sim.samples_actual)
     back = np.asarray(sim.samples_backlog, dtype=bool)
-    first_arr: dict[str, float] = {}
-    last_fin: dict[str, float] = {}
-    for r in reqs:
-        if r.rid in sim.arrival:
-            first_arr[r.client] = min(first_arr.get(r.client, np.inf), sim.arrival[r.rid])
-        if r.rid in sim.finish:
-            last_fin[r.client] = max(last_fin.get(r.client, 0.0), sim.finish[r.rid])
     jain_v = float("nan")
-    window = (0.0, 0.0)
-    if first_arr and last_fin and len(ts) > 1:
-        lo = max(first_arr.values())
-        hi = min(last_fin.values())
-        if hi > lo:
-            i0 = int(np.searchsorted(ts, lo, side="left"))
-            i1 = int(np.searchsorted(ts, hi, side="right")) - 1
-            i0 = min(i0, len(ts) - 1)
-            i1 = max(i1, i0)
-            rates = (serv[i1] - serv[i0]) / max(hi - lo, 1e-9)
-            jain_v = jain(rates)
-            window = (float(lo), float(hi))
+    jain_a = float("nan")
+    window = 0.0
+    if len(ts) > 1:
+        # intervals (t[i-1], t[i]] that start with every client backlogged
+        allb = back[:-1].all(axis=1)
+        if allb.any():
+            d = np.diff(serv, axis=0)[allb].sum(axis=0)
+            window = float(np.diff(ts)[allb].sum())
+            if window > 0:
+                jain_v = jain(d / window)
+                da = np.diff(act, axis=0)[allb].sum(axis=0)
+                jain_a = jain(da / window)
     gap = max_backlogged_gap(serv, back) if len(ts) else 0.0
     gap_actual = max_backlogged_gap(act, back) if len(ts) else 0.0
     per_client = {
@@ -155,6 +148,7 @@ def summarize(sim: Simulator) -> dict[str, Any]:
         "requests_per_s": len(done) / makespan if makespan else 0.0,
         "cache_hit": sim.cached_tokens / sim.input_tokens if sim.input_tokens else 0.0,
         "jain": jain_v,
+        "jain_actual": jain_a,
         "jain_window_s": window,
         "max_gap": gap,
         "max_gap_actual": gap_actual,

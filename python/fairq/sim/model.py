@@ -68,7 +68,15 @@ class StepModel:
         return asdict(self)
 
     @classmethod
-    def from_overrides(cls, items: list[str] | None) -> StepModel:
+    def preset(cls, name: str) -> StepModel:
+        """A named hardware preset (see :data:`PRESETS`)."""
+        try:
+            return cls(**PRESETS[name])  # type: ignore[arg-type]
+        except KeyError:
+            raise ValueError(f"model preset must be one of {', '.join(PRESETS)}; got {name!r}") from None
+
+    @classmethod
+    def from_overrides(cls, items: list[str] | None, base: StepModel | None = None) -> StepModel:
         """Build from ``KEY=VALUE`` strings (the CLI's ``--model``)."""
         kwargs: dict[str, float | int] = {}
         names = {f.name: f.type for f in fields(cls)}
@@ -84,4 +92,25 @@ class StepModel:
             except ValueError:
                 raise ValueError(f"--model {key}: {val!r} is not a number") from None
             kwargs[key] = int(num) if key in ("kv_capacity", "prefill_budget", "max_running") else num
-        return cls(**kwargs)  # type: ignore[arg-type]
+        merged = {**(base or cls()).as_dict(), **kwargs}
+        return cls(**merged)  # type: ignore[arg-type]
+
+
+#: Hardware presets. ``a100-8b`` is the default above. ``a10g-3b``: Llama-3.2-3B
+#: (bf16, 6.4 GB of weights) on one A10G (24 GB, 600 GB/s, ~70 TFLOP/s bf16),
+#: the testbed of the paper's Figures 1, 8, 9 and 10: c0 = 10.7 ms weight read
+#: + ~1.3 ms overhead; 6.4 GFLOP per token at ~42 TFLOP/s (60 %) = 150 us; KV
+#: entry 112 KiB (28 layers x 8 KV heads x 128 x 2 x 2 B) read at 600 GB/s =
+#: 190 ns; ~14 GB of KV pool = 120k tokens; chunked prefill 4096.
+PRESETS: dict[str, dict[str, float]] = {
+    "a100-8b": {},
+    "a10g-3b": {
+        "c0": 0.012,
+        "c_prefill": 150e-6,
+        "c_decode": 150e-6,
+        "c_kv": 190e-9,
+        "kv_capacity": 120_000,
+        "prefill_budget": 4096,
+        "max_running": 256,
+    },
+}
