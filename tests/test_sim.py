@@ -45,7 +45,7 @@ def test_workloads_are_seeded_and_deterministic() -> None:
         b = make_workload(name, seed=3, duration=20.0)
         c = make_workload(name, seed=4, duration=20.0)
         assert len(a.requests) == len(b.requests) > 0
-        for x, y in zip(a.requests, b.requests):
+        for x, y in zip(a.requests, b.requests, strict=False):
             assert x.client == y.client and x.arrival == y.arrival and x.after == y.after
             assert np.array_equal(x.tokens, y.tokens) and x.output_len == y.output_len
         assert [r.input_len for r in a.requests] != [r.input_len for r in c.requests]
@@ -67,8 +67,10 @@ def test_table3_structure() -> None:
     assert _per_program(judge, "client0") == [18]  # branch + 16 dims + merge
     assert _per_program(judge, "client1") == [4]
     s2 = make_workload("tot", misbehave="S2", seed=0, rate=0.2, duration=30.0, scale=1.0)
-    roots = {c: np.mean([r.input_len for r in s2.requests if r.client == c and not r.after])
-             for c in s2.clients}
+    roots = {
+        c: np.mean([r.input_len for r in s2.requests if r.client == c and not r.after])
+        for c in s2.clients
+    }
     assert roots["client0"] > 3 * roots["client1"]  # 10x longer questions
     qa = make_workload("qa", misbehave="S2", seed=0, duration=30.0)
     lens = {c: np.mean([r.input_len for r in qa.requests if r.client == c]) for c in qa.clients}
@@ -99,11 +101,13 @@ def test_table3_structure() -> None:
     ],
 )
 def test_every_request_finishes_once(workers: int, policy: str, dispatcher: str | None) -> None:
-    wl = make_workload("judge", misbehave="S1", seed=2, scale=0.25, rate=0.6 * workers,
-                       duration=10.0)
+    wl = make_workload(
+        "judge", misbehave="S1", seed=2, scale=0.25, rate=0.6 * workers, duration=10.0
+    )
     model = replace(A10G, kv_capacity=20_000)  # small pool: eviction paths run
-    sim = simulate(wl, SimConfig(workers=workers, policy=policy, dispatcher=dispatcher,
-                                 model=model))
+    sim = simulate(
+        wl, SimConfig(workers=workers, policy=policy, dispatcher=dispatcher, model=model)
+    )
     assert sim.complete
     assert set(sim.finish) == {r.rid for r in wl.requests}
     for r in wl.requests:
@@ -173,8 +177,9 @@ def test_d2lpm_service_bound_on_random_traces() -> None:
     tokens of one request times the batch limit is far too loose, so M is
     the most output tokens of one request; the run must still satisfy it)."""
     for seed in range(3):
-        wl = make_workload("qa", misbehave="S1", seed=seed, scale=0.1, rate=16.0, duration=8.0,
-                           docs_per_client=16)
+        wl = make_workload(
+            "qa", misbehave="S1", seed=seed, scale=0.1, rate=16.0, duration=8.0, docs_per_client=16
+        )
         cfg = SimConfig(workers=4, policy="dlpm", dispatcher="d2lpm", model=A10G)
         m = summarize(simulate(wl, cfg))
         u = max(r.input_len for r in wl.requests) + 2 * max(r.output_len for r in wl.requests)
@@ -220,11 +225,27 @@ def test_step_model_overrides() -> None:
 def test_trace_replay_runs() -> None:
     lines = [
         json.dumps({"time": 0.0, "client": "a", "prompt": [1, 2, 3, 4], "output_len": 3}),
-        json.dumps({"time": 0.1, "client": "b", "prompt_len": 50, "prefix_id": "doc",
-                    "prefix_len": 40, "output_len": 5}),
+        json.dumps(
+            {
+                "time": 0.1,
+                "client": "b",
+                "prompt_len": 50,
+                "prefix_id": "doc",
+                "prefix_len": 40,
+                "output_len": 5,
+            }
+        ),
         "",
-        json.dumps({"time": 0.2, "client": "b", "prompt_len": 60, "prefix_id": "doc",
-                    "prefix_len": 40, "output_len": 5}),
+        json.dumps(
+            {
+                "time": 0.2,
+                "client": "b",
+                "prompt_len": 60,
+                "prefix_id": "doc",
+                "prefix_len": 40,
+                "output_len": 5,
+            }
+        ),
     ]
     wl = parse_trace(lines)
     assert [r.input_len for r in wl.requests] == [4, 50, 60]
@@ -246,8 +267,11 @@ def test_trace_replay_runs() -> None:
         ('{"time": 0, "client": "a", "prompt_len": 5, "output_len": 0}', "'output_len'"),
         ('{"time": 0, "client": "a", "output_len": 2}', "'prompt'"),
         ('{"time": 0, "client": "a", "prompt": [1, -2], "output_len": 2}', r"'prompt'\[1\]"),
-        ('{"time": 0, "client": "a", "prompt_len": 5, "prefix_id": "p", "prefix_len": 9, '
-         '"output_len": 2}', "prefix_len"),
+        (
+            '{"time": 0, "client": "a", "prompt_len": 5, "prefix_id": "p", "prefix_len": 9, '
+            '"output_len": 2}',
+            "prefix_len",
+        ),
         ('{"time": 0, "client": "a", "prompt_len": 2.5, "output_len": 2}', "'prompt_len'"),
     ],
 )
@@ -278,9 +302,28 @@ def test_cli_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
     out = tmp_path / "r.json"
     png = tmp_path / "p.png"
-    rc = main(["simulate", "--workload", "qa-S1", "--workers", "1", "--workers", "2",
-               "--policy", "dlpm", "--policy", "vtc", "--duration", "4", "--no-progress",
-               "--json", str(out), "--plot", str(png)])
+    rc = main(
+        [
+            "simulate",
+            "--workload",
+            "qa-S1",
+            "--workers",
+            "1",
+            "--workers",
+            "2",
+            "--policy",
+            "dlpm",
+            "--policy",
+            "vtc",
+            "--duration",
+            "4",
+            "--no-progress",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+        ]
+    )
     assert rc == 0
     text = capsys.readouterr().out
     assert "| qa-S1 | 1 | DLPM |" in text and "D2LPM+DLPM" in text and "steps/s" in text
@@ -294,8 +337,10 @@ def test_cli_trace_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     from fairq.cli import main
 
     t = tmp_path / "t.jsonl"
-    t.write_text('{"time": 0, "client": "a", "prompt_len": 30, "output_len": 4}\n'
-                 '{"time": 0, "client": "b", "prompt_len": 30, "output_len": 4}\n')
+    t.write_text(
+        '{"time": 0, "client": "a", "prompt_len": 30, "output_len": 4}\n'
+        '{"time": 0, "client": "b", "prompt_len": 30, "output_len": 4}\n'
+    )
     assert main(["simulate", "--trace", str(t), "--workers", "1", "--no-progress"]) == 0
     assert "trace:t.jsonl" in capsys.readouterr().out
     t.write_text('{"time": 0, "client": "a", "prompt_len": 30, "output_len": 4}\n{oops\n')

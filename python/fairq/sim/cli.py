@@ -30,11 +30,12 @@ from fairq.sim.runner import (
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     keys = [s.key for s in DEFAULT_SUITE] + list(EXTRA)
+    suite = ", ".join(s.key for s in DEFAULT_SUITE)
     p.add_argument(
         "--workload",
         action="append",
         metavar="NAME",
-        help=f"workload to run (repeatable; default: the suite {', '.join(s.key for s in DEFAULT_SUITE)};"
+        help=f"workload to run (repeatable; default: the suite {suite};"
         f" known: {', '.join(keys)}, or qa/tot/judge/chat)",
     )
     p.add_argument(

@@ -45,7 +45,9 @@ from fairq.sim.workloads import SimRequest, Workload
 LOCAL_POLICIES = ("fcfs", "lpm", "vtc", "dlpm")
 
 
-def make_scheduler(name: str, tree: Any, *, quantum: float, w_e: float = 1.0, w_q: float = 2.0) -> Any:
+def make_scheduler(
+    name: str, tree: Any, *, quantum: float, w_e: float = 1.0, w_q: float = 2.0
+) -> Any:
     """A local scheduler by name (``fcfs``, ``lpm``, ``vtc``, ``dlpm``)."""
     import fairq
 

@@ -58,7 +58,7 @@ def max_backlogged_gap(samples: np.ndarray, backlog: np.ndarray) -> float:
             breaks = np.flatnonzero(np.diff(idx) > 1)
             starts = np.concatenate([[0], breaks + 1])
             ends = np.concatenate([breaks + 1, [idx.size]])
-            for s, e in zip(starts, ends):
+            for s, e in zip(starts, ends, strict=False):
                 seg = d[idx[s] : idx[e - 1] + 1]
                 best = max(best, float(seg.max() - seg.min()))
     return best

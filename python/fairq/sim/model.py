@@ -73,7 +73,9 @@ class StepModel:
         try:
             return cls(**PRESETS[name])  # type: ignore[arg-type]
         except KeyError:
-            raise ValueError(f"model preset must be one of {', '.join(PRESETS)}; got {name!r}") from None
+            raise ValueError(
+                f"model preset must be one of {', '.join(PRESETS)}; got {name!r}"
+            ) from None
 
     @classmethod
     def from_overrides(cls, items: list[str] | None, base: StepModel | None = None) -> StepModel:
@@ -91,7 +93,9 @@ class StepModel:
                 num = float(val)
             except ValueError:
                 raise ValueError(f"--model {key}: {val!r} is not a number") from None
-            kwargs[key] = int(num) if key in ("kv_capacity", "prefill_budget", "max_running") else num
+            kwargs[key] = (
+                int(num) if key in ("kv_capacity", "prefill_budget", "max_running") else num
+            )
         merged = {**(base or cls()).as_dict(), **kwargs}
         return cls(**merged)  # type: ignore[arg-type]
 

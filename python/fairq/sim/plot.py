@@ -42,7 +42,7 @@ def plot_timelines(results: list[dict[str, Any]], path: str) -> None:
         ax_r, ax_s = axes[0][j], axes[1][j]
         for c, pts in tl["response"].items():
             if pts:
-                xs, ys = zip(*pts)
+                xs, ys = zip(*pts, strict=False)
                 ax_r.plot(xs, ys, ".", ms=2, label=c)
         for c, rate in tl["service_rate"].items():
             ax_s.plot(tl["t"], rate, label=c)

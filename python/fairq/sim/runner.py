@@ -51,7 +51,9 @@ DEFAULT_SUITE: tuple[WorkloadSpec, ...] = (
 #: Extra workloads selectable with ``--workload``.
 EXTRA: dict[str, WorkloadSpec] = {
     "chat": WorkloadSpec("chat", None, {"rate": 1.0, "duration": 60.0}),
-    "qa-S2": WorkloadSpec("qa", "S2", {"scale": 0.25, "rate": 3.0, "duration": 40.0, "docs_per_client": 8}),
+    "qa-S2": WorkloadSpec(
+        "qa", "S2", {"scale": 0.25, "rate": 3.0, "duration": 40.0, "docs_per_client": 8}
+    ),
     "tot-S1": WorkloadSpec("tot", "S1", {"scale": 0.5, "rate": 0.1, "duration": 40.0}),
     "judge-S2": WorkloadSpec("judge", "S2", {"scale": 0.5, "rate": 1.0, "duration": 40.0}),
 }
@@ -188,9 +190,7 @@ USER_QUANTA = (50.0, 200.0, 1000.0, 4000.0, 16000.0, 64000.0, math.inf)
 WORKER_QUANTA = (500.0, 2000.0, 5000.0, 10000.0, 20000.0, 40000.0, math.inf)
 
 
-def plan_sweep(
-    spec: WorkloadSpec, base: SimConfig, workers: int = 4
-) -> Iterator[Run]:
+def plan_sweep(spec: WorkloadSpec, base: SimConfig, workers: int = 4) -> Iterator[Run]:
     """DLPM's ``Q_u`` on 1 worker (with VTC and LPM as the end points,
     Figure 1) and D2LPM's ``Q_w`` on ``workers`` workers (with the baselines,
     Figure 10)."""

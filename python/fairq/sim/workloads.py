@@ -212,9 +212,9 @@ def tree_of_thoughts(
             prog = g.program()
             question = g.toks(g.around(qlen))
             root_prompt = np.concatenate([fewshot, question])
-            level = [(root_prompt, None)]  # (prompt, parent rid)
+            level: list[tuple[np.ndarray, int | None]] = [(root_prompt, None)]  # (prompt, parent)
             for depth in range(height + 1):
-                nxt = []
+                nxt: list[tuple[np.ndarray, int | None]] = []
                 for prompt, parent in level:
                     out_len = g.around(256)
                     out_ids = g.toks(out_len) if depth < height else None
@@ -271,12 +271,18 @@ def llm_judge(
         for t in g.gamma_arrivals(rate, duration, cv):
             prog = g.program()
             article = g.toks(g.around(2600))
-            head = np.concatenate([system, extra, article] if extra is not None else [system, article])
+            head = np.concatenate(
+                [system, extra, article] if extra is not None else [system, article]
+            )
             branch_rid = g.rid()
             reqs.append(
                 SimRequest(
-                    branch_rid, c, np.concatenate([head, g.toks(g.n(30))]),
-                    g.around(128), arrival=t, program=prog,
+                    branch_rid,
+                    c,
+                    np.concatenate([head, g.toks(g.n(30))]),
+                    g.around(128),
+                    arrival=t,
+                    program=prog,
                 )
             )
             solves = []
@@ -287,16 +293,25 @@ def llm_judge(
                 out_ids = g.toks(out_len)
                 reqs.append(
                     SimRequest(
-                        rid, c, np.concatenate([head, g.toks(g.n(40))]), out_len,
-                        after=(branch_rid,), program=prog, output_ids=out_ids,
+                        rid,
+                        c,
+                        np.concatenate([head, g.toks(g.n(40))]),
+                        out_len,
+                        after=(branch_rid,),
+                        program=prog,
+                        output_ids=out_ids,
                     )
                 )
                 solves.append(rid)
                 outs.append(out_ids)
             reqs.append(
                 SimRequest(
-                    g.rid(), c, np.concatenate([head, *outs, g.toks(g.n(30))]),
-                    g.around(256), after=tuple(solves), program=prog,
+                    g.rid(),
+                    c,
+                    np.concatenate([head, *outs, g.toks(g.n(30))]),
+                    g.around(256),
+                    after=tuple(solves),
+                    program=prog,
                 )
             )
     return Workload(
@@ -345,10 +360,14 @@ def multi_turn_chat(
                 rid = g.rid()
                 reqs.append(
                     SimRequest(
-                        rid, c, prompt, out_len,
+                        rid,
+                        c,
+                        prompt,
+                        out_len,
                         arrival=t if prev is None else think_time,
                         after=() if prev is None else (prev,),
-                        program=prog, output_ids=out_ids,
+                        program=prog,
+                        output_ids=out_ids,
                     )
                 )
                 history = np.concatenate([prompt, out_ids])
@@ -441,8 +460,10 @@ def parse_trace(lines: Iterable[str], source: str = "<trace>", seed: int = 0) ->
                 have = prefixes.get(key)
                 if have is None or have.shape[0] < plen:
                     ext = rng.integers(0, VOCAB, size=plen - (0 if have is None else len(have)))
-                    have = np.concatenate([have, ext]).astype(np.uint32) if have is not None else (
-                        ext.astype(np.uint32)
+                    have = (
+                        np.concatenate([have, ext]).astype(np.uint32)
+                        if have is not None
+                        else (ext.astype(np.uint32))
                     )
                     prefixes[key] = have
                 tokens = np.concatenate(
@@ -456,9 +477,7 @@ def parse_trace(lines: Iterable[str], source: str = "<trace>", seed: int = 0) ->
         seen_ids.add(rid_raw)
         if client not in clients:
             clients.append(client)
-        reqs.append(
-            SimRequest(len(reqs), client, tokens, out, arrival=float(t), program=len(reqs))
-        )
+        reqs.append(SimRequest(len(reqs), client, tokens, out, arrival=float(t), program=len(reqs)))
     if not reqs:
         raise TraceError(f"{source}: the trace holds no requests")
     return Workload(f"trace:{Path(source).name}", reqs, clients, [], f"trace {source}")
