@@ -149,32 +149,30 @@ def run(quick: bool = False) -> list[Row]:
     clients, prompts = _prompts(n)
     arrays = [np.asarray(p, dtype=np.uint32) for p in prompts]
     rows: list[Row] = []
+    q = 20_000.0
     for workers in (8, 64):
-        q = 20_000.0
         # same decisions first
         a = _drive(fairq.D2LPM(workers, q), clients[:300], prompts[:300])
         b = _drive(PyD2LPM(workers, q), clients[:300], prompts[:300])
         if a != b:
             raise AssertionError("fairq.D2LPM and the pure-Python D2LPM disagree")
         repeat = 2 if quick else 3
-        py = per_op(
-            lambda w=workers, q=q: PyD2LPM(w, q),
-            lambda d: _drive(d, clients, prompts),
-            n,
-            repeat=repeat,
-        )
-        fq_list = per_op(
-            lambda w=workers, q=q: fairq.D2LPM(w, q),
-            lambda d: _drive(d, clients, prompts),
-            n,
-            repeat=repeat,
-        )
-        fq_arr = per_op(
-            lambda w=workers, q=q: fairq.D2LPM(w, q),
-            lambda d: _drive(d, clients, arrays),
-            n,
-            repeat=repeat,
-        )
+
+        def make_py(w: int = workers) -> PyD2LPM:
+            return PyD2LPM(w, q)
+
+        def make_fq(w: int = workers) -> Any:
+            return fairq.D2LPM(w, q)
+
+        def on_lists(d: Any) -> object:
+            return _drive(d, clients, prompts)
+
+        def on_arrays(d: Any) -> object:
+            return _drive(d, clients, arrays)
+
+        py = per_op(make_py, on_lists, n, repeat=repeat)
+        fq_list = per_op(make_fq, on_lists, n, repeat=repeat)
+        fq_arr = per_op(make_fq, on_arrays, n, repeat=repeat)
         rows.append(
             Row("dispatch", f"D2LPM dispatch, {workers} workers, list prompt", n, fq_list, py)
         )
