@@ -186,7 +186,8 @@ def execute(
 
 # ---- sweeps (Figures 1 and 10) -------------------------------------------------
 
-USER_QUANTA = (50.0, 200.0, 1000.0, 4000.0, 16000.0, 64000.0, math.inf)
+# fairq.DLPM needs a finite quantum: 1e12 stands for infinity (LPM order).
+USER_QUANTA = (50.0, 200.0, 1000.0, 4000.0, 16000.0, 64000.0, 1e12)
 WORKER_QUANTA = (500.0, 2000.0, 5000.0, 10000.0, 20000.0, 40000.0, math.inf)
 
 
