@@ -204,6 +204,12 @@ macro_rules! sched_class {
                 self.core.waiting_of(client)
             }
 
+            /// Re-matches done because the tree changed (diagnostics).
+            #[getter]
+            fn _rematches(&self) -> u64 {
+                self.core.rematches()
+            }
+
             #[getter]
             fn num_running(&self) -> usize {
                 self.core.num_running()
