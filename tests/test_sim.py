@@ -172,10 +172,10 @@ def test_lpm_unfair_under_s1(qa_one_worker: dict[str, dict]) -> None:
 
 
 def test_d2lpm_service_bound_on_random_traces() -> None:
-    """Theorem 5.1: backlogged clients' cost differs by at most
-    2 |W| (U + Q_u), U = w_e * L_input + w_q * M (here M: the most output
-    tokens of one request times the batch limit is far too loose, so M is
-    the most output tokens of one request; the run must still satisfy it)."""
+    """Theorem 5.1: two backlogged clients' costs differ by at most
+    2 |W| (U + Q_u) over any window, U = w_e * L_input + w_q * M. We take M as
+    the largest output of one request (the theorem allows a whole batch's
+    tokens), a stricter check than the theorem asks for."""
     for seed in range(3):
         wl = make_workload(
             "qa", misbehave="S1", seed=seed, scale=0.1, rate=16.0, duration=8.0, docs_per_client=16
