@@ -186,6 +186,7 @@ def test_bad_input_names_field_and_changes_nothing() -> None:
     "kwargs, field",
     [
         ({"num_workers": 0, "worker_quantum": 1.0}, "num_workers"),
+        ({"num_workers": 5000, "worker_quantum": 1.0}, "num_workers"),
         ({"num_workers": 2, "worker_quantum": 0.0}, "worker_quantum"),
         ({"num_workers": 2, "worker_quantum": float("nan")}, "worker_quantum"),
         ({"num_workers": 2, "worker_quantum": 1.0, "w_e": -1.0}, "w_e"),

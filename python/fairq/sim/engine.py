@@ -215,7 +215,7 @@ class Worker:
             return
         self.flush_charges()
         locked = self.tree.size - self.tree.evictable_size
-        mem = self.cap - locked - self.reserved - self.sim.out_margin
+        mem = self.cap - locked - self.reserved
         pending = sum(r.remaining for r in self.prefill_q)
         budget = min(self.model.prefill_budget - pending, mem)
         adm: list[Any] = []
@@ -367,7 +367,6 @@ class Simulator:
                 f"request {too_big[0]} needs more than half the KV capacity ({cap} tokens); "
                 "raise --model kv_capacity=..."
             )
-        self.out_margin = 0
         self.dispatcher: Any = None
         if cfg.workers > 1:
             name = cfg.dispatcher or "rr"
