@@ -330,6 +330,9 @@ def test_cli_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     data = json.loads(out.read_text())
     labels = [r["label"] for r in data["results"]]
     assert labels == ["VTC", "DLPM", "ClientRR+VTC", "D2LPM+DLPM"]
+    tl = data["results"][0]["timeline"]  # per-client service over time
+    assert set(tl["service_rate"]) == {"client0", "client1", "client2", "client3"}
+    assert len(tl["t"]) == len(tl["service_rate"]["client0"]) > 0
     assert png.stat().st_size > 1000
 
 

@@ -177,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
             "model": base.model.as_dict(),
             "seed": args.seed,
             "wall_s": wall,
-            "results": [{k: v for k, v in r.items() if k != "timeline"} for r in results],
+            # per-client service over time (binned); response points stay in the plot
+            "results": [_without_response(r) for r in results],
         }
         text = json.dumps(_clean(payload), indent=1)
         if args.json == "-":
@@ -186,6 +187,13 @@ def run(args: argparse.Namespace) -> int:
             with open(args.json, "w") as f:
                 f.write(text)
     return 0
+
+
+def _without_response(r: dict[str, Any]) -> dict[str, Any]:
+    out = dict(r)
+    if "timeline" in out:
+        out["timeline"] = {k: v for k, v in out["timeline"].items() if k != "response"}
+    return out
 
 
 def _clean(o: Any) -> Any:

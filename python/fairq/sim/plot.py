@@ -36,7 +36,11 @@ def plot_timelines(results: list[dict[str, Any]], path: str) -> None:
     # Figure 9 is Tree-of-Thoughts on 4 workers: prefer it when present.
     wl = next((n for n in names if n.startswith("tot")), names[0])
     wmax = max(r["workers"] for r in results if r["workload"] == wl)
-    sel = [r for r in results if r["workload"] == wl and r["workers"] == wmax and "timeline" in r]
+    sel = [
+        r
+        for r in results
+        if r["workload"] == wl and r["workers"] == wmax and "response" in r.get("timeline", {})
+    ]
     if not sel:
         raise ValueError("results carry no timelines (run with --plot)")
     fig, axes = plt.subplots(2, len(sel), figsize=(4.2 * len(sel), 6.4), squeeze=False)

@@ -175,8 +175,10 @@ def execute(
                 m["user_quantum"] = run.cfg.user_quantum
             if run.cfg.dispatcher == "d2lpm":
                 m["worker_quantum"] = run.cfg.worker_quantum
-            if timelines:
-                m["timeline"] = service_over_time(sim)
+            tl = service_over_time(sim)
+            if not timelines:
+                del tl["response"]  # per-request points are only for plots
+            m["timeline"] = tl
             out.append(m)
             advance(f"{key} {m['label']}")
     finally:
