@@ -121,6 +121,10 @@ def test_every_request_finishes_once(workers: int, policy: str, dispatcher: str 
         assert w.tree.evictable_size == w.tree.size  # no lock leaked
     if sim.dispatcher is not None:
         assert len(sim.dispatcher) == 0 and sum(sim.dispatcher.queue_sizes) == 0
+    if dispatcher in ("d2lpm", "affinity"):
+        # the small pool evicted, and the evictions reached the router
+        assert sum(w.evict_reports for w in sim.workers) > 0
+        assert sim.dispatcher.tree_nodes > 1
     m = summarize(sim)
     assert m["finished"] == len(wl.requests)
     assert sum(v["requests"] for v in m["per_client"].values()) == len(wl.requests)

@@ -147,6 +147,7 @@ class Worker:
         # prompts inserted here, for eviction reports: rid -> [tokens, held]
         self.tracked: dict[int, list[Any]] = {}
         self.stats_steps = 0
+        self.evict_reports = 0
 
     # ---- scheduler bookkeeping ---------------------------------------------
 
@@ -194,6 +195,7 @@ class Worker:
             m = match(entry[0])
             if m < entry[1]:
                 disp.on_evict(self.idx, entry[0], m)
+                self.evict_reports += 1
                 gone.append(rid)
                 intact = 0
             else:
