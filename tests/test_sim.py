@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fairq.sim import (
     SimConfig,
@@ -367,3 +369,64 @@ def test_sweep_plan_and_table() -> None:
     res = execute(runs[:3] + runs[-2:], overrides={"duration": 3.0}, progress=False)
     txt = table(res)
     assert "Q=" in txt and "VTC" in txt
+
+
+# ---- random traces (hypothesis) --------------------------------------------------
+
+trace_line = st.tuples(
+    st.floats(0.0, 3.0),
+    st.sampled_from(["a", "b", "c"]),
+    st.integers(1, 400),
+    st.sampled_from([None, "p0", "p1", "p2"]),
+    st.integers(1, 40),
+)
+
+
+@settings(max_examples=40)
+@given(
+    lines=st.lists(trace_line, min_size=1, max_size=40),
+    setup=st.sampled_from(
+        [
+            (1, "fcfs", None),
+            (1, "lpm", None),
+            (1, "vtc", None),
+            (1, "dlpm", None),
+            (2, "lpm", "rr"),
+            (2, "vtc", "client-rr"),
+            (3, "lpm", "affinity"),
+            (3, "dlpm", "d2lpm"),
+        ]
+    ),
+    kv=st.sampled_from([2_000, 50_000]),
+)
+def test_random_traces_conserve_requests(lines: list, setup: tuple, kv: int) -> None:
+    objs = []
+    for t, c, n, pid, out in lines:
+        o: dict = {"time": t, "client": c, "prompt_len": n, "output_len": out}
+        if pid is not None:
+            o["prefix_id"] = pid
+            o["prefix_len"] = max(1, n // 2)
+        objs.append(json.dumps(o))
+    wl = parse_trace(objs)
+    workers, policy, dispatcher = setup
+    model = replace(A10G, kv_capacity=kv, prefill_budget=256, max_running=8)
+    cfg = SimConfig(
+        workers=workers,
+        policy=policy,
+        dispatcher=dispatcher,
+        model=model,
+        user_quantum=100.0,
+        worker_quantum=500.0,
+    )
+    sim = simulate(wl, cfg)
+    assert sim.complete and len(sim.finish) == len(wl.requests)
+    for w in sim.workers:
+        assert w.reserved == 0 and w.tree.size <= kv and len(w.sched) == 0
+        assert w.tree.evictable_size == w.tree.size
+    m = summarize(sim)
+    want = sum(r.input_len + 2 * r.output_len for r in wl.requests)
+    assert sum(v["service"] for v in m["per_client"].values()) == pytest.approx(want)
+    if policy == "dlpm" and workers == 1:
+        # Theorem 4.1 with U = w_e * L_input + w_q * (max output of a request)
+        u = max(r.input_len for r in wl.requests) + 2 * max(r.output_len for r in wl.requests)
+        assert m["max_gap_actual"] <= 2 * (u + cfg.user_quantum)
