@@ -262,8 +262,8 @@ impl Dispatcher {
         let w = match &mut self.policy {
             Policy::D2lpm(st) => {
                 let tree = self.tree.as_ref().expect("D2LPM has a tree");
-                let m = tree.longest_match(tokens);
-                st.select(c, &m.workers, &self.load, tokens.len())
+                let (_, g) = tree.longest_match_ref(tokens);
+                st.select(c, g, &self.load, tokens.len())
             }
             Policy::RoundRobin { next } => {
                 let w = *next;
@@ -284,8 +284,8 @@ impl Dispatcher {
             }
             Policy::PrefixAffinity(cfg) => {
                 let tree = self.tree.as_ref().expect("affinity has a tree");
-                let m = tree.longest_match(tokens);
-                cfg.select(m.len, tokens.len(), &m.workers, &self.load)
+                let (len, g) = tree.longest_match_ref(tokens);
+                cfg.select(len, tokens.len(), g, &self.load)
             }
         };
         if let Some(t) = self.tree.as_mut() {

@@ -172,6 +172,15 @@ impl WorkerTree {
 
     /// Longest prefix of `tokens` held by some worker, and who holds it.
     pub fn longest_match(&self, tokens: &[u32]) -> Match {
+        let (len, workers) = self.longest_match_ref(tokens);
+        Match {
+            len,
+            workers: workers.clone(),
+        }
+    }
+
+    /// [`longest_match`](Self::longest_match) without copying the worker set.
+    pub fn longest_match_ref(&self, tokens: &[u32]) -> (usize, &WorkerSet) {
         let mut cur = ROOT;
         let mut pos = 0;
         let mut best = ROOT;
@@ -188,10 +197,7 @@ impl WorkerTree {
             }
             cur = c;
         }
-        Match {
-            len: pos,
-            workers: self.node(best).workers.clone(),
-        }
+        (pos, &self.node(best).workers)
     }
 
     /// Length of the longest prefix of `tokens` that worker `w` holds.
