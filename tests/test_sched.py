@@ -286,7 +286,7 @@ def run_trace(policy: str, page: int, quantum: float, ops: list[tuple[Any, ...]]
     tree = RadixTree(capacity=40, page_size=page)
     s, ref = make_pair(policy, tree, quantum)
     n = 0
-    insert_admitted = page == 1
+    insert_admitted = True
     prompts: dict[Any, tuple[list[int], Any]] = {}
     added: set[Any] = set()
     done: set[Any] = set()
@@ -391,3 +391,18 @@ def test_two_schedulers_share_one_tree() -> None:
     assert [x.request_id for x in b.schedule(100)] == [1, 2]
     a._check()
     b._check()
+
+
+def test_numpy_integer_request_ids_are_ints() -> None:
+    import numpy as np
+
+    s = FCFS()
+    s.add(np.int64(5), "a", [1])
+    with pytest.raises(ValueError, match="request_id"):
+        s.add(5, "a", [1])
+    with pytest.raises(ValueError, match="request_id"):
+        s.add(2**70, "a", [1])
+    with pytest.raises(TypeError, match="request_id"):
+        s.add(True, "a", [1])
+    (a,) = s.schedule(10)
+    assert a.request_id == 5 and type(a.request_id) is int

@@ -198,3 +198,19 @@ def test_quantum_limits() -> None:
     # comparable here; see test_vtc_bound)
     assert small_gap <= 2.0
     assert lpm_gap > 5 * small_gap
+
+
+def test_bound_is_not_vacuous_lpm_breaks_it() -> None:
+    """Same trace: DLPM stays within 2(U + Q_u), LPM (no deficits) does not."""
+    specs = [
+        ClientSpec("a", 200, (1, 20), (2, 20), 20),
+        ClientSpec("b", 0, (100, 300), (1, 4), 17),
+    ]
+    q = 50.0
+    gaps = {}
+    for name, make in (("dlpm", lambda t: DLPM(t, quantum=q)), ("lpm", LPM)):
+        tree = RadixTree(capacity=20_000)
+        hist, l_in, m = drive(make(tree), tree, specs, steps=150, budget=2000, slots=16, seed=1)
+        gaps[name] = (max_gap(hist, "a", "b"), 2 * (l_in + 2 * m + q))
+    assert gaps["dlpm"][0] <= gaps["dlpm"][1]
+    assert gaps["lpm"][0] > gaps["lpm"][1]
