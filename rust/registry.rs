@@ -82,7 +82,7 @@ impl<H: Copy + Eq> Registry<H> {
         self.map.contains_key(&id)
     }
 
-    /// Handles registered for `id` (empty if none), in insertion order.
+    /// Handles registered for `id` (empty if none), in no particular order.
     pub fn get(&self, id: u64) -> &[H] {
         match self.map.get(&id) {
             None => &[],
@@ -126,7 +126,7 @@ impl<H: Copy + Eq> Registry<H> {
             Slot::Many(v) => match v.iter().position(|x| *x == h) {
                 None => false,
                 Some(i) => {
-                    v.remove(i);
+                    v.swap_remove(i);
                     if v.len() == 1 {
                         let last = v[0];
                         *e.get_mut() = Slot::One(last);
@@ -174,7 +174,7 @@ mod tests {
         assert_eq!(r.get(7), &[1]);
         r.insert(7, 2);
         r.insert(9, 3);
-        assert_eq!(r.get(7), &[1, 2]);
+        assert_eq!(r.get(7), &[1, 2]); // insertion order until a removal
         assert_eq!((r.len(), r.distinct()), (3, 2));
         assert!(!r.remove(7, 5));
         assert!(r.remove(7, 1));
