@@ -322,6 +322,19 @@ impl<T> PriorityQueue<T> {
         self.heap.iter_sorted().map(|(_, _, (id, t))| (*id, t))
     }
 
+    /// All entries in priority order (a sorted snapshot: O(n log n) with
+    /// cache-friendly comparisons, faster than walking the heap when every
+    /// entry is wanted).
+    pub fn sorted(&self) -> Vec<(u64, &T)> {
+        let mut v: Vec<(&PriorityKey, u64, u64, &T)> = self
+            .heap
+            .iter_unordered()
+            .map(|(h, k, (id, t))| (k, self.heap.seq_of(h).expect("live handle"), *id, t))
+            .collect();
+        v.sort_unstable_by(|a, b| a.0.cmp(b.0).then(a.1.cmp(&b.1)));
+        v.into_iter().map(|(_, _, id, t)| (id, t)).collect()
+    }
+
     /// Entries in arbitrary order.
     pub fn iter_unordered(&self) -> impl Iterator<Item = (u64, &T)> + '_ {
         self.heap.iter_unordered().map(|(_, _, (id, t))| (*id, t))
@@ -415,6 +428,8 @@ mod tests {
         assert_eq!(q.push(4, key(9, 9.0, "q"), 'e'), Err(duplicate()));
         let v: Vec<char> = q.iter_sorted().map(|(_, c)| *c).collect();
         assert_eq!(v, ['d', 'b', 'c', 'a']);
+        let w: Vec<char> = q.sorted().into_iter().map(|(_, c)| *c).collect();
+        assert_eq!(v, w);
         assert_eq!(q.len(), 4);
         assert_eq!(q.remove(2), Some('b'));
         assert_eq!(q.remove(2), None);

@@ -172,6 +172,7 @@ impl PyFcfsQueue {
     }
 
     /// Append at the back.
+    #[pyo3(signature = (request, /))]
     fn add_request(&mut self, request: Bound<'_, PyAny>) {
         self.q.push_back(oid(&request), request.unbind());
     }
@@ -282,6 +283,7 @@ impl PyPriorityQueue {
     }
 
     /// Insert by ``(priority, arrival_time, request_id)``, read now.
+    #[pyo3(signature = (request, /))]
     fn add_request(&mut self, request: Bound<'_, PyAny>) -> PyResult<()> {
         let id = oid(&request);
         if self.q.contains(id) {
@@ -358,9 +360,8 @@ impl PyPriorityQueue {
 
     /// A snapshot in priority order; the queue is not changed.
     fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyIterator>> {
-        let mut v = Vec::with_capacity(self.q.len());
-        v.extend(self.q.iter_sorted().map(|(_, r)| r.clone_ref(py)));
-        iter_of(py, v.into_iter())
+        let v = self.q.sorted();
+        iter_of(py, v.into_iter().map(|(_, r)| r.clone_ref(py)))
     }
 
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
