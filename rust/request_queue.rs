@@ -351,41 +351,34 @@ impl<T> PriorityQueue<T> {
         self.place(pos, e);
     }
 
-    fn sift_down(&mut self, mut pos: usize) {
-        let n = self.heap.len();
-        let e = self.heap[pos];
-        loop {
-            let l = 2 * pos + 1;
-            if l >= n {
-                break;
-            }
-            let r = l + 1;
-            let c = if r < n && self.lt(&self.heap[r], &self.heap[l]) {
-                r
-            } else {
-                l
-            };
-            let ce = self.heap[c];
-            if !self.lt(&ce, &e) {
-                break;
-            }
-            self.place(pos, ce);
-            pos = c;
-        }
-        self.place(pos, e);
-    }
-
     /// Take the element at heap position `pos` out; returns its slot's content.
     fn remove_at(&mut self, pos: usize) -> (u64, T) {
         let slot = self.heap[pos].slot;
         let last = self.heap.pop().expect("non-empty");
-        if pos < self.heap.len() {
-            self.place(pos, last);
-            if pos > 0 && self.lt(&last, &self.heap[(pos - 1) / 2]) {
-                self.sift_up(pos);
-            } else {
-                self.sift_down(pos);
+        let n = self.heap.len();
+        if pos < n {
+            // Bottom-up deletion: walk the hole down to a leaf along the
+            // smaller children (one comparison per level), put `last` there
+            // and sift it up (usually a level or two). Correct for any `pos`:
+            // everything moved up was >= the removed entry >= its ancestors.
+            let mut hole = pos;
+            loop {
+                let l = 2 * hole + 1;
+                if l >= n {
+                    break;
+                }
+                let r = l + 1;
+                let c = if r < n && self.lt(&self.heap[r], &self.heap[l]) {
+                    r
+                } else {
+                    l
+                };
+                let ce = self.heap[c];
+                self.place(hole, ce);
+                hole = c;
             }
+            self.place(hole, last);
+            self.sift_up(hole);
         }
         let s = &mut self.slots[slot as usize];
         let id = s.id;
