@@ -26,8 +26,14 @@ impl Hasher for IdHasher {
         }
     }
     fn write_u64(&mut self, x: u64) {
-        let m = u128::from(x ^ self.0) * 0x9E37_79B9_7F4A_7C15_u128;
-        self.0 = (m as u64) ^ ((m >> 64) as u64);
+        let x = x ^ self.0;
+        let m = u128::from(x) * 0x9E37_79B9_7F4A_7C15_u128;
+        let mixed = (m as u64) ^ ((m >> 64) as u64);
+        // Low bits (the bucket index) follow the address, so objects
+        // allocated one after another (requests arriving in order) land in
+        // neighbouring buckets: FIFO traffic stays in cache. The top 7 bits
+        // (the SwissTable tag) come from the mix so probing stays selective.
+        self.0 = (x >> 4) & (u64::MAX >> 7) | (mixed & !(u64::MAX >> 7));
     }
     fn write_usize(&mut self, x: usize) {
         self.write_u64(x as u64);

@@ -252,7 +252,6 @@ struct Ent {
 
 #[derive(Debug, Clone)]
 struct PSlot<T> {
-    pos: u32,
     id: u64,
     entry: Option<(PriorityKey, T)>,
 }
@@ -268,6 +267,9 @@ struct PSlot<T> {
 pub struct PriorityQueue<T> {
     heap: Vec<Ent>,
     slots: Vec<PSlot<T>>,
+    /// Heap position of each slot, apart from the slots so sifting writes to
+    /// a small dense array.
+    pos: Vec<u32>,
     free: Vec<u32>,
     reg: IdMap<u32>,
     next_seq: u64,
@@ -288,6 +290,7 @@ impl<T> PriorityQueue<T> {
         PriorityQueue {
             heap: Vec::new(),
             slots: Vec::new(),
+            pos: Vec::new(),
             free: Vec::new(),
             reg: IdMap::default(),
             next_seq: 0,
@@ -334,7 +337,7 @@ impl<T> PriorityQueue<T> {
 
     fn place(&mut self, pos: usize, e: Ent) {
         self.heap[pos] = e;
-        self.slots[e.slot as usize].pos = pos as u32;
+        self.pos[e.slot as usize] = pos as u32;
     }
 
     fn sift_up(&mut self, mut pos: usize) {
@@ -394,18 +397,18 @@ impl<T> PriorityQueue<T> {
         let slot = match self.free.pop() {
             Some(i) => {
                 self.slots[i as usize] = PSlot {
-                    pos,
                     id,
                     entry: Some((key, item)),
                 };
+                self.pos[i as usize] = pos;
                 i
             }
             None => {
                 self.slots.push(PSlot {
-                    pos,
                     id,
                     entry: Some((key, item)),
                 });
+                self.pos.push(pos);
                 (self.slots.len() - 1) as u32
             }
         };
@@ -468,7 +471,7 @@ impl<T> PriorityQueue<T> {
     /// Remove `id` in O(log n); `None` if absent.
     pub fn remove(&mut self, id: u64) -> Option<T> {
         let slot = *self.reg.get(&id)?;
-        let pos = self.slots[slot as usize].pos as usize;
+        let pos = self.pos[slot as usize] as usize;
         Some(self.remove_at(pos).1)
     }
 
@@ -501,6 +504,7 @@ impl<T> PriorityQueue<T> {
     pub fn clear(&mut self) {
         self.heap.clear();
         self.slots.clear();
+        self.pos.clear();
         self.free.clear();
         self.reg.clear();
     }
