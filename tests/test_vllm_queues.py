@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from vllm_reference import Req
 
 import fairq.vllm as fv
 from fairq.vllm import (
@@ -19,7 +20,6 @@ from fairq.vllm import (
     SchedulingPolicy,
     create_request_queue,
 )
-from tests.vllm_reference import Req
 
 BOTH = [FCFSRequestQueue, PriorityRequestQueue]
 

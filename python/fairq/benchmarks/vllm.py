@@ -47,7 +47,7 @@ class Request:
         return id(self) < id(other)
 
 
-class BaselineFCFSRequestQueue(deque):  # type: ignore[type-arg]
+class BaselineFCFSRequestQueue(deque):
     """vLLM's FCFSRequestQueue (deque subclass), reimplemented."""
 
     def add_request(self, request: Any) -> None:
