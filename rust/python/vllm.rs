@@ -202,8 +202,11 @@ impl PyFcfsQueue {
     }
 
     /// Remove the first occurrence (by identity); ``ValueError`` if absent.
-    fn remove_request(&mut self, request: &Bound<'_, PyAny>) -> PyResult<()> {
-        match self.q.remove_first(oid(request)) {
+    fn remove_request(slf: &Bound<'_, Self>, request: &Bound<'_, PyAny>) -> PyResult<()> {
+        // Bind the removed object so its decref runs after the borrow ends
+        // (a `__del__` that touches this queue must not see it borrowed).
+        let removed = slf.borrow_mut().q.remove_first(oid(request));
+        match removed {
             Some(_) => Ok(()),
             None => {
                 let msg = if *DEQUE_MSG_HAS_REPR.get().unwrap_or(&true) {
@@ -331,8 +334,9 @@ impl PyPriorityQueue {
     }
 
     /// Remove by identity in O(log n); ``ValueError`` if absent.
-    fn remove_request(&mut self, request: &Bound<'_, PyAny>) -> PyResult<()> {
-        match self.q.remove(oid(request)) {
+    fn remove_request(slf: &Bound<'_, Self>, request: &Bound<'_, PyAny>) -> PyResult<()> {
+        let removed = slf.borrow_mut().q.remove(oid(request));
+        match removed {
             Some(_) => Ok(()),
             None => Err(PyValueError::new_err("list.remove(x): x not in list")),
         }
