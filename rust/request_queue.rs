@@ -331,7 +331,17 @@ impl<T> PriorityQueue<T> {
         o.then(x.seq.cmp(&y.seq))
     }
 
+    #[inline]
     fn lt(&self, x: &Ent, y: &Ent) -> bool {
+        // Fast path: decided by the inline prefix (the common case).
+        if x.exact & y.exact {
+            if x.p != y.p {
+                return x.p < y.p;
+            }
+            if x.a != y.a {
+                return x.a < y.a;
+            }
+        }
         self.cmp_ent(x, y) == Ordering::Less
     }
 
