@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from vllm_reference import Req
 
 import fairq.vllm as fv
 import fairq.vllm.scheduler as fsched
 from fairq.vllm import FCFSRequestQueue, PriorityRequestQueue
-from tests.vllm_reference import Req
 
 
 def _fake_vllm() -> dict[str, types.ModuleType]:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from vllm_reference import Req
 
 import fairq.vllm as fv
 from fairq.vllm import (
@@ -19,7 +20,6 @@ from fairq.vllm import (
     SchedulingPolicy,
     create_request_queue,
 )
-from tests.vllm_reference import Req
 
 BOTH = [FCFSRequestQueue, PriorityRequestQueue]
 
@@ -391,3 +391,24 @@ def test_module_dir_lists_public_names() -> None:
     assert {"FCFSRequestQueue", "install", "create_request_queue"} <= set(dir(fv))
     with pytest.raises(AttributeError):
         fv.nope  # type: ignore[attr-defined]  # noqa: B018
+
+
+@pytest.mark.parametrize("cls", BOTH)
+def test_del_of_removed_request_may_touch_the_queue(
+    cls: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[int] = []
+    errors: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", errors.append)
+    q = cls()
+
+    class Touchy(Req):
+        def __del__(self) -> None:
+            seen.append(len(q))
+
+    q.add_request(Touchy(0, 0.0, "a"))
+    q.add_request(Touchy(0, 1.0, "b"))
+    q.remove_request(next(iter(q)))
+    q.remove_requests(list(q))
+    gc.collect()
+    assert seen == [1, 0] and not errors

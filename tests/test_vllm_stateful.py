@@ -9,9 +9,9 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from vllm_reference import RefFCFSRequestQueue, RefPriorityRequestQueue, Req
 
 from fairq.vllm import FCFSRequestQueue, PriorityRequestQueue
-from tests.vllm_reference import RefFCFSRequestQueue, RefPriorityRequestQueue, Req
 
 # Small value sets so ties (equal priority / arrival / id) are frequent.
 priorities = st.one_of(st.integers(-2, 2), st.sampled_from([-1.5, 0.0, 0.5, 1.0, 2.5]))

@@ -172,6 +172,7 @@ impl PyFcfsQueue {
     }
 
     /// Append at the back.
+    #[pyo3(signature = (request, /))]
     fn add_request(&mut self, request: Bound<'_, PyAny>) {
         self.q.push_back(oid(&request), request.unbind());
     }
@@ -201,8 +202,11 @@ impl PyFcfsQueue {
     }
 
     /// Remove the first occurrence (by identity); ``ValueError`` if absent.
-    fn remove_request(&mut self, request: &Bound<'_, PyAny>) -> PyResult<()> {
-        match self.q.remove_first(oid(request)) {
+    fn remove_request(slf: &Bound<'_, Self>, request: &Bound<'_, PyAny>) -> PyResult<()> {
+        // Bind the removed object so its decref runs after the borrow ends
+        // (a `__del__` that touches this queue must not see it borrowed).
+        let removed = slf.borrow_mut().q.remove_first(oid(request));
+        match removed {
             Some(_) => Ok(()),
             None => {
                 let msg = if *DEQUE_MSG_HAS_REPR.get().unwrap_or(&true) {
@@ -282,6 +286,7 @@ impl PyPriorityQueue {
     }
 
     /// Insert by ``(priority, arrival_time, request_id)``, read now.
+    #[pyo3(signature = (request, /))]
     fn add_request(&mut self, request: Bound<'_, PyAny>) -> PyResult<()> {
         let id = oid(&request);
         if self.q.contains(id) {
@@ -329,8 +334,9 @@ impl PyPriorityQueue {
     }
 
     /// Remove by identity in O(log n); ``ValueError`` if absent.
-    fn remove_request(&mut self, request: &Bound<'_, PyAny>) -> PyResult<()> {
-        match self.q.remove(oid(request)) {
+    fn remove_request(slf: &Bound<'_, Self>, request: &Bound<'_, PyAny>) -> PyResult<()> {
+        let removed = slf.borrow_mut().q.remove(oid(request));
+        match removed {
             Some(_) => Ok(()),
             None => Err(PyValueError::new_err("list.remove(x): x not in list")),
         }
@@ -358,9 +364,8 @@ impl PyPriorityQueue {
 
     /// A snapshot in priority order; the queue is not changed.
     fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyIterator>> {
-        let mut v = Vec::with_capacity(self.q.len());
-        v.extend(self.q.iter_sorted().map(|(_, r)| r.clone_ref(py)));
-        iter_of(py, v.into_iter())
+        let v = self.q.sorted();
+        iter_of(py, v.into_iter().map(|(_, r)| r.clone_ref(py)))
     }
 
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
