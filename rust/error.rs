@@ -83,10 +83,14 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// Validate that a float is finite and `>= 0`, naming `field` in the error.
 pub fn check_non_negative(field: &str, v: f64) -> Result<f64> {
     if v.is_nan() {
-        return Err(Error::value(format!("{field} must be a number >= 0, got NaN")));
+        return Err(Error::value(format!(
+            "{field} must be a number >= 0, got NaN"
+        )));
     }
     if v.is_infinite() || v < 0.0 {
-        return Err(Error::value(format!("{field} must be a finite number >= 0, got {v}")));
+        return Err(Error::value(format!(
+            "{field} must be a finite number >= 0, got {v}"
+        )));
     }
     Ok(v)
 }
@@ -94,10 +98,14 @@ pub fn check_non_negative(field: &str, v: f64) -> Result<f64> {
 /// Validate that a float is finite and `> 0`, naming `field` in the error.
 pub fn check_positive(field: &str, v: f64) -> Result<f64> {
     if v.is_nan() {
-        return Err(Error::value(format!("{field} must be a number > 0, got NaN")));
+        return Err(Error::value(format!(
+            "{field} must be a number > 0, got NaN"
+        )));
     }
     if v.is_infinite() || v <= 0.0 {
-        return Err(Error::value(format!("{field} must be a finite number > 0, got {v}")));
+        return Err(Error::value(format!(
+            "{field} must be a finite number > 0, got {v}"
+        )));
     }
     Ok(v)
 }

@@ -1,7 +1,162 @@
-//! Bindings for `crate::radix` (placeholder: filled in by its issue).
+//! Bindings for `crate::radix`: `fairq.RadixTree`.
 
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyInt, PyString};
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+use crate::python::tokens::extract_tokens;
+use crate::radix::{Namespace, RadixTree};
+
+/// `None` -> default namespace, `str` or `int` -> its own namespace.
+pub fn extract_namespace(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Namespace> {
+    let Some(o) = obj else {
+        return Ok(Namespace::Default);
+    };
+    if o.is_none() {
+        return Ok(Namespace::Default);
+    }
+    if let Ok(s) = o.downcast::<PyString>() {
+        return Ok(Namespace::Str(s.to_str()?.to_owned()));
+    }
+    if o.is_instance_of::<PyInt>() && !o.is_instance_of::<PyBool>() {
+        return o.extract::<i64>().map(Namespace::Int).map_err(|_| {
+            PyValueError::new_err(format!("namespace = {o} is out of the 64-bit int range"))
+        });
+    }
+    Err(PyTypeError::new_err(format!(
+        "namespace must be None, a str or an int, got {}",
+        o.get_type().name()?
+    )))
+}
+
+/// Token radix tree modelling an engine's prefix (KV) cache.
+#[pyclass(name = "RadixTree", module = "fairq._core")]
+pub struct PyRadixTree {
+    pub inner: RadixTree,
+}
+
+#[pymethods]
+impl PyRadixTree {
+    #[new]
+    #[pyo3(signature = (capacity = None, page_size = 1))]
+    fn new(capacity: Option<i64>, page_size: i64) -> PyResult<Self> {
+        let cap = match capacity {
+            None => None,
+            Some(c) if c >= 0 => Some(c as usize),
+            Some(c) => {
+                return Err(PyValueError::new_err(format!(
+                    "capacity must be None or an int >= 0, got {c}"
+                )))
+            }
+        };
+        if page_size < 1 {
+            return Err(PyValueError::new_err(format!(
+                "page_size must be an int >= 1, got {page_size}"
+            )));
+        }
+        Ok(PyRadixTree {
+            inner: RadixTree::new(cap, page_size as usize)?,
+        })
+    }
+
+    /// Longest cached prefix length of `tokens` (whole pages). Pure query.
+    #[pyo3(signature = (tokens, namespace = None))]
+    fn r#match(
+        &self,
+        tokens: &Bound<'_, PyAny>,
+        namespace: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        let ns = extract_namespace(namespace)?;
+        let t = extract_tokens(tokens, "tokens")?;
+        Ok(self.inner.match_len(&ns, &t))
+    }
+
+    /// Insert `tokens` (whole pages); returns the length already present.
+    #[pyo3(signature = (tokens, namespace = None))]
+    fn insert(
+        &mut self,
+        tokens: &Bound<'_, PyAny>,
+        namespace: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        let ns = extract_namespace(namespace)?;
+        let t = extract_tokens(tokens, "tokens")?;
+        Ok(self.inner.insert(&ns, &t))
+    }
+
+    /// Lock the cached prefix of `tokens`; returns the locked length.
+    #[pyo3(signature = (tokens, namespace = None))]
+    fn lock(
+        &mut self,
+        tokens: &Bound<'_, PyAny>,
+        namespace: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        let ns = extract_namespace(namespace)?;
+        let t = extract_tokens(tokens, "tokens")?;
+        Ok(self.inner.lock(&ns, &t))
+    }
+
+    /// Release one earlier `lock` of the same tokens (KeyError if none).
+    #[pyo3(signature = (tokens, namespace = None))]
+    fn unlock(
+        &mut self,
+        tokens: &Bound<'_, PyAny>,
+        namespace: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let ns = extract_namespace(namespace)?;
+        let t = extract_tokens(tokens, "tokens")?;
+        Ok(self.inner.unlock(&ns, &t)?)
+    }
+
+    /// Free LRU unlocked leaves until `n_tokens` are freed; returns tokens freed.
+    fn evict(&mut self, n_tokens: i64) -> PyResult<usize> {
+        if n_tokens < 0 {
+            return Err(PyValueError::new_err(format!(
+                "n_tokens must be an int >= 0, got {n_tokens}"
+            )));
+        }
+        Ok(self.inner.evict(n_tokens as usize))
+    }
+
+    #[getter]
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    #[getter]
+    fn evictable_size(&self) -> usize {
+        self.inner.evictable_size()
+    }
+    #[getter]
+    fn capacity(&self) -> Option<usize> {
+        self.inner.capacity()
+    }
+    #[getter]
+    fn page_size(&self) -> usize {
+        self.inner.page_size()
+    }
+    /// Live nodes including namespace roots (diagnostics).
+    #[getter]
+    fn num_nodes(&self) -> usize {
+        self.inner.num_nodes()
+    }
+    fn __len__(&self) -> usize {
+        self.inner.size()
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "RadixTree(size={}, evictable_size={}, capacity={:?}, page_size={})",
+            self.inner.size(),
+            self.inner.evictable_size(),
+            self.inner.capacity(),
+            self.inner.page_size()
+        )
+    }
+    /// Assert internal invariants (tests only; panics are bugs).
+    fn _check(&self) {
+        self.inner.check_invariants();
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyRadixTree>()?;
     Ok(())
 }

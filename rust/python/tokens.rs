@@ -121,9 +121,8 @@ fn from_numpy(arr: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec<u32>> {
         return Ok(Vec::new());
     }
     let itemsize: usize = dtype.getattr("itemsize")?.extract()?;
-    let native_u32 = kind == "u"
-        && itemsize == 4
-        && dtype.getattr("isnative")?.extract::<bool>()?;
+    let native_u32 =
+        kind == "u" && itemsize == 4 && dtype.getattr("isnative")?.extract::<bool>()?;
     let view = if native_u32 {
         arr.clone()
     } else {
