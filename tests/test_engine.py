@@ -47,7 +47,9 @@ class _ContractFake:
         self.weights: dict[str, float] = {}
         self.seq = itertools.count()
 
-    def add(self, rid: Any, client: str, tokens: Any, item: Any = None, namespace: Any = None) -> None:
+    def add(
+        self, rid: Any, client: str, tokens: Any, item: Any = None, namespace: Any = None
+    ) -> None:
         if rid in self.waiting or rid in self.running:
             raise ValueError(f"duplicate request_id {rid!r}")
         self.waiting[rid] = (next(self.seq), client, list(tokens))

@@ -5,7 +5,7 @@ Usage::
     from transformers import ContinuousBatchingConfig
     from fairq.integrations.transformers import register, scheduler_type
 
-    register()                                   # "fairq-fcfs", "fairq-lpm", "fairq-vtc", "fairq-dlpm"
+    register()  # "fairq-fcfs", "fairq-lpm", "fairq-vtc", "fairq-dlpm"
     cfg = ContinuousBatchingConfig(scheduler_type=scheduler_type("dlpm"))
     manager = model.init_continuous_batching(continuous_batching_config=cfg)
     manager.start()

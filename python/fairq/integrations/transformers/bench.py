@@ -63,7 +63,7 @@ def build_model(size: str = "tiny", seed: int = 0, device: str = "cpu", dtype: s
 
 
 def page_size_field() -> str:
-    """``ContinuousBatchingConfig``'s page-size field (5.17: ``block_size``, later ``page_size``)."""
+    """Page-size field of ``ContinuousBatchingConfig`` (5.17: block_size, then page_size)."""
     from transformers import ContinuousBatchingConfig
 
     names = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}
@@ -176,7 +176,7 @@ def run_engine(
         raise RuntimeError(
             f"engine ran {type(sched).__name__}, not {expected.__name__} for {scheduler_type!r}"
         )
-    if hasattr(sched, "flush"):
+    if sched is not None and hasattr(sched, "flush"):
         sched.flush()
     return EngineRun(scheduler_type, sched, outputs, wall)
 

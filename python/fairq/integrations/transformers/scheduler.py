@@ -43,8 +43,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import transformers
-from transformers.generation.continuous_batching import scheduler as _tf_scheduler
 from transformers.generation.continuous_batching.requests import RequestStatus
+from transformers.generation.continuous_batching.scheduler import (
+    SCHEDULER_MAPPING,
+    FIFOScheduler,
+    Scheduler,
+)
 
 from fairq.integrations.transformers.clients import ClientResolver
 from fairq.integrations.transformers.fit import StepSample
@@ -54,10 +58,6 @@ from fairq.integrations.transformers.policies import (
     check_policy,
     policy_options,
 )
-
-Scheduler = _tf_scheduler.Scheduler
-FIFOScheduler = _tf_scheduler.FIFOScheduler
-SCHEDULER_MAPPING: dict[str, Any] = _tf_scheduler.SCHEDULER_MAPPING
 
 #: transformers releases this module was written and tested against.
 SUPPORTED_TRANSFORMERS = ">=5.17,<5.24"
@@ -155,7 +155,9 @@ class _Observer:
         self._went_idle = False
         self._step_started = now
 
-    def _end_step(self, scheduled: Iterable[Any] | None, decoding_before: set[str], kv: int) -> None:
+    def _end_step(
+        self, scheduled: Iterable[Any] | None, decoding_before: set[str], kv: int
+    ) -> None:
         if not scheduled:
             return
         batch = 0
