@@ -143,10 +143,12 @@ impl PyRadixTree {
     }
     fn __repr__(&self) -> String {
         format!(
-            "RadixTree(size={}, evictable_size={}, capacity={:?}, page_size={})",
+            "RadixTree(size={}, evictable_size={}, capacity={}, page_size={})",
             self.inner.size(),
             self.inner.evictable_size(),
-            self.inner.capacity(),
+            self.inner
+                .capacity()
+                .map_or_else(|| "None".to_string(), |c| c.to_string()),
             self.inner.page_size()
         )
     }

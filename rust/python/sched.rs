@@ -1,7 +1,335 @@
-//! Bindings for `crate::sched` (placeholder: filled in by its issue).
+//! Bindings for `crate::sched`: `fairq.FCFS`, `fairq.LPM`, `fairq.VTC`,
+//! `fairq.DLPM` and `fairq.Admission`. All four share one core type
+//! (`LocalScheduler<Py<PyAny>>`) and the same methods (one macro); they differ
+//! in constructor and in `counter` (VTC) / `deficit` (DLPM).
 
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyInt, PyString};
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+use crate::python::radix::{extract_namespace, PyRadixTree};
+use crate::python::tokens::extract_tokens;
+use crate::radix::RadixTree;
+use crate::sched::{Admission, LocalScheduler, Policy, RequestId};
+
+fn extract_id(obj: &Bound<'_, PyAny>) -> PyResult<RequestId> {
+    if let Ok(s) = obj.downcast::<PyString>() {
+        return Ok(RequestId::Str(s.to_str()?.to_owned()));
+    }
+    if obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<PyBool>() {
+        return obj.extract::<i64>().map(RequestId::Int).map_err(|_| {
+            PyValueError::new_err(format!("request_id = {obj} is out of the 64-bit int range"))
+        });
+    }
+    Err(PyTypeError::new_err(format!(
+        "request_id must be a str or an int, got {}",
+        obj.get_type().name()?
+    )))
+}
+
+fn id_to_py(py: Python<'_>, id: &RequestId) -> PyObject {
+    match id {
+        RequestId::Int(i) => i.into_pyobject(py).expect("int").into_any().unbind(),
+        RequestId::Str(s) => PyString::new(py, s).into_any().unbind(),
+    }
+}
+
+fn check_count(field: &str, v: i64) -> PyResult<usize> {
+    if v < 0 {
+        return Err(PyValueError::new_err(format!(
+            "{field} must be an int >= 0, got {v}"
+        )));
+    }
+    Ok(v as usize)
+}
+
+fn check_weight(field: &str, v: f64) -> PyResult<f64> {
+    Ok(crate::error::check_positive(field, v)?)
+}
+
+/// One admitted request, as returned by `schedule`.
+#[pyclass(name = "Admission", module = "fairq._core", frozen)]
+pub struct PyAdmission {
+    #[pyo3(get)]
+    request_id: PyObject,
+    #[pyo3(get)]
+    client: String,
+    #[pyo3(get)]
+    item: PyObject,
+    #[pyo3(get)]
+    input_len: usize,
+    #[pyo3(get)]
+    cached_len: usize,
+    #[pyo3(get)]
+    extend_len: usize,
+}
+
+#[pymethods]
+impl PyAdmission {
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "Admission(request_id={}, client={:?}, input_len={}, cached_len={}, extend_len={})",
+            self.request_id.bind(py).repr()?,
+            self.client,
+            self.input_len,
+            self.cached_len,
+            self.extend_len
+        ))
+    }
+}
+
+fn to_admissions(py: Python<'_>, v: Vec<Admission<PyObject>>) -> Vec<PyAdmission> {
+    v.into_iter()
+        .map(|a| PyAdmission {
+            request_id: id_to_py(py, &a.id),
+            client: a.client,
+            item: a.item,
+            input_len: a.input_len,
+            cached_len: a.cached_len,
+            extend_len: a.extend_len,
+        })
+        .collect()
+}
+
+fn borrow_tree<'py>(
+    py: Python<'py>,
+    tree: &'py Option<Py<PyRadixTree>>,
+) -> PyResult<Option<PyRefMut<'py, PyRadixTree>>> {
+    match tree {
+        None => Ok(None),
+        Some(t) => t
+            .bind(py)
+            .try_borrow_mut()
+            .map(Some)
+            .map_err(|_| PyRuntimeError::new_err("the RadixTree is in use")),
+    }
+}
+
+macro_rules! sched_class {
+    ($ty:ident, $pyname:literal, $doc:literal, { $($ctor:tt)* }, { $($extra:tt)* }) => {
+        #[doc = $doc]
+        #[pyclass(name = $pyname, module = "fairq._core")]
+        pub struct $ty {
+            core: LocalScheduler<PyObject>,
+            tree: Option<Py<PyRadixTree>>,
+        }
+
+        #[pymethods]
+        impl $ty {
+            $($ctor)*
+            $($extra)*
+
+            /// Add a waiting request (duplicate id -> ValueError).
+            #[pyo3(signature = (request_id, client, tokens, item = None, namespace = None))]
+            fn add(
+                &mut self,
+                py: Python<'_>,
+                request_id: &Bound<'_, PyAny>,
+                client: &str,
+                tokens: &Bound<'_, PyAny>,
+                item: Option<PyObject>,
+                namespace: Option<&Bound<'_, PyAny>>,
+            ) -> PyResult<()> {
+                let id = extract_id(request_id)?;
+                let toks = extract_tokens(tokens, "tokens")?;
+                let ns = extract_namespace(namespace)?;
+                let item = item.unwrap_or_else(|| py.None());
+                let mut t = borrow_tree(py, &self.tree)?;
+                let tr: Option<&mut RadixTree> = t.as_deref_mut().map(|x| &mut x.inner);
+                Ok(self.core.add(tr, id, client, toks, item, ns)?)
+            }
+
+            /// Remove a waiting request; returns its item (unknown -> KeyError).
+            fn remove(&mut self, request_id: &Bound<'_, PyAny>) -> PyResult<PyObject> {
+                let id = extract_id(request_id)?;
+                Ok(self.core.remove(&id)?)
+            }
+
+            /// Admit waiting requests in policy order while their extend
+            /// length fits `token_budget` (and `max_requests`).
+            #[pyo3(signature = (token_budget, max_requests = None))]
+            fn schedule(
+                &mut self,
+                py: Python<'_>,
+                token_budget: i64,
+                max_requests: Option<i64>,
+            ) -> PyResult<Vec<PyAdmission>> {
+                let budget = check_count("token_budget", token_budget)?;
+                let maxr = max_requests
+                    .map(|m| check_count("max_requests", m))
+                    .transpose()?;
+                let t = borrow_tree(py, &self.tree)?;
+                let tr: Option<&RadixTree> = t.as_deref().map(|x| &x.inner);
+                let adm = self.core.schedule(tr, budget, maxr)?;
+                drop(t);
+                Ok(to_admissions(py, adm))
+            }
+
+            /// Charge `n_tokens` decode tokens of a running request.
+            #[pyo3(signature = (request_id, n_tokens = 1))]
+            fn charge_output(&mut self, request_id: &Bound<'_, PyAny>, n_tokens: i64) -> PyResult<()> {
+                let id = extract_id(request_id)?;
+                let n = check_count("n_tokens", n_tokens)?;
+                Ok(self.core.charge_output(&id, n)?)
+            }
+
+            /// A running request finished (unknown -> KeyError).
+            fn finish(&mut self, request_id: &Bound<'_, PyAny>) -> PyResult<()> {
+                let id = extract_id(request_id)?;
+                Ok(self.core.finish(&id)?)
+            }
+
+            /// Service received by `client`: w_e*extend + w_q*output tokens.
+            fn service(&self, client: &str) -> f64 {
+                self.core.service(client)
+            }
+
+            /// Set a client's weight (> 0, finite).
+            fn set_weight(&mut self, client: &str, w: f64) -> PyResult<()> {
+                Ok(self.core.set_weight(client, w)?)
+            }
+
+            /// A client's weight (1.0 unless set).
+            fn weight(&self, client: &str) -> f64 {
+                self.core.weight(client)
+            }
+
+            /// Clients in first-seen order.
+            fn clients(&self) -> Vec<String> {
+                self.core.clients()
+            }
+
+            /// Waiting requests of one client.
+            fn num_waiting(&self, client: &str) -> usize {
+                self.core.waiting_of(client)
+            }
+
+            #[getter]
+            fn num_running(&self) -> usize {
+                self.core.num_running()
+            }
+
+            #[getter]
+            fn tree(&self, py: Python<'_>) -> Option<Py<PyRadixTree>> {
+                self.tree.as_ref().map(|t| t.clone_ref(py))
+            }
+
+            fn __len__(&self) -> usize {
+                self.core.len()
+            }
+
+            fn __repr__(&self) -> String {
+                format!(
+                    "{}(waiting={}, running={}, clients={})",
+                    $pyname,
+                    self.core.len(),
+                    self.core.num_running(),
+                    self.core.clients().len()
+                )
+            }
+
+            /// Assert internal invariants (tests only).
+            fn _check(&self, py: Python<'_>) -> PyResult<()> {
+                let t = borrow_tree(py, &self.tree)?;
+                self.core.check_invariants(t.as_deref().map(|x| &x.inner));
+                Ok(())
+            }
+        }
+    };
+}
+
+sched_class!(
+    PyFcfs,
+    "FCFS",
+    "First come, first served (stops at the first request that does not fit).",
+    {
+        #[new]
+        #[pyo3(signature = (tree = None))]
+        fn new(tree: Option<Py<PyRadixTree>>) -> PyResult<Self> {
+            Ok(Self {
+                core: LocalScheduler::new(Policy::Fcfs)?,
+                tree,
+            })
+        }
+    },
+    {}
+);
+
+sched_class!(
+    PyLpm,
+    "LPM",
+    "Longest prefix match first (skips requests that do not fit).",
+    {
+        #[new]
+        fn new(tree: Py<PyRadixTree>) -> PyResult<Self> {
+            Ok(Self {
+                core: LocalScheduler::new(Policy::Lpm)?,
+                tree: Some(tree),
+            })
+        }
+    },
+    {}
+);
+
+sched_class!(
+    PyVtc,
+    "VTC",
+    "Virtual Token Counter (Sheng et al.), artifact rules.",
+    {
+        #[new]
+        #[pyo3(signature = (tree = None, w_in = 1.0, w_out = 2.0))]
+        fn new(tree: Option<Py<PyRadixTree>>, w_in: f64, w_out: f64) -> PyResult<Self> {
+            let w_in = check_weight("w_in", w_in)?;
+            let w_out = check_weight("w_out", w_out)?;
+            Ok(Self {
+                core: LocalScheduler::new(Policy::Vtc { w_in, w_out })?,
+                tree,
+            })
+        }
+    },
+    {
+        /// The client's virtual token counter (0 for unknown clients).
+        fn counter(&self, client: &str) -> f64 {
+            self.core.counter(client)
+        }
+    }
+);
+
+sched_class!(
+    PyDlpm,
+    "DLPM",
+    "Deficit Longest Prefix Match (paper Algorithm 1).",
+    {
+        #[new]
+        #[pyo3(signature = (tree, quantum, w_e = 1.0, w_q = 2.0))]
+        fn new(tree: Py<PyRadixTree>, quantum: f64, w_e: f64, w_q: f64) -> PyResult<Self> {
+            let quantum = check_weight("quantum", quantum)?;
+            let w_e = check_weight("w_e", w_e)?;
+            let w_q = check_weight("w_q", w_q)?;
+            Ok(Self {
+                core: LocalScheduler::new(Policy::Dlpm { quantum, w_e, w_q })?,
+                tree: Some(tree),
+            })
+        }
+    },
+    {
+        /// The client's deficit counter q (0 for unknown clients).
+        fn deficit(&self, client: &str) -> f64 {
+            self.core.deficit(client)
+        }
+        /// How many refills happened so far.
+        #[getter]
+        fn refills(&self) -> u64 {
+            self.core.refills()
+        }
+    }
+);
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyAdmission>()?;
+    m.add_class::<PyFcfs>()?;
+    m.add_class::<PyLpm>()?;
+    m.add_class::<PyVtc>()?;
+    m.add_class::<PyDlpm>()?;
     Ok(())
 }

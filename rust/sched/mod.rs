@@ -1,1 +1,822 @@
-//! (placeholder: filled in by its issue)
+//! Local (per-worker) schedulers: FCFS, LPM, VTC and DLPM behind one type.
+//!
+//! [`LocalScheduler`] holds the waiting and running requests of one worker
+//! and admits waiting requests into a batch under a token budget. The policy
+//! ([`Policy`]) only changes the admission order and the counters charged:
+//!
+//! * **FCFS**: arrival (`seq`) order; stops at the first request that does
+//!   not fit (no overtaking).
+//! * **LPM**: longest cached prefix first, ties by `seq`; a request that does
+//!   not fit is skipped and the walk goes on (the paper's `CanAdd`), so LPM is
+//!   exactly DLPM with an infinite quantum.
+//! * **VTC** (ALGORITHMS.md §5): per-client counters; the waiting client with
+//!   the smallest counter (ties: first-seen client) has its oldest request
+//!   admitted if it fits; stop at the first that does not fit. Admission
+//!   charges `w_in * input_len / w_c`, each output token `w_out / w_c`.
+//!   A client whose queue goes from empty to non-empty is lifted to the
+//!   minimum counter of the other waiting clients.
+//! * **DLPM** (ALGORITHMS.md §6, Algorithm 1): walk in LPM order; a request
+//!   of a client with `q <= 0` triggers the refill check (if no waiting client
+//!   has `q > 0`, every known client with `q <= 0` gets `+Q_u`); a request is
+//!   admitted if its client has `q > 0` and it fits (else skipped),
+//!   charging `w_e * extend_len / w_c`; output tokens charge `w_q / w_c`.
+//!
+//! Incremental matching (LPM, DLPM): every waiting request remembers where its
+//! match against the tree ended (deepest fully matched node + generation,
+//! matched length) and is *parked* on that node (intrusive list). The tree
+//! logs every node whose children changed and every node it removed; before
+//! each operation the scheduler consumes the log from its cursor and
+//! re-matches only the requests parked on logged nodes, starting from their
+//! node if it is still alive (else from the namespace root). The LPM order is
+//! a `BTreeMap` keyed by `(Reverse(match_len), seq)`, re-keyed on change, plus
+//! a `BTreeSet` of `(extend_len, seq)` whose minimum ends the walk early once
+//! nothing left can fit. A step therefore costs O((admitted + skipped +
+//! re-matched) log n), independent of the number waiting when the cache
+//! changed little.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::ops::Bound::{Excluded, Unbounded};
+
+use crate::error::{check_positive, Error, Result};
+use crate::radix::{FxHashMap, Namespace, RadixTree};
+
+const NIL: u32 = u32::MAX;
+
+/// A request id: an int or a string (unique among waiting + running).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RequestId {
+    Int(i64),
+    Str(String),
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RequestId::Int(i) => write!(f, "{i}"),
+            RequestId::Str(s) => write!(f, "{s:?}"),
+        }
+    }
+}
+
+/// The admission policy and its weights.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Policy {
+    Fcfs,
+    Lpm,
+    Vtc { w_in: f64, w_out: f64 },
+    Dlpm { quantum: f64, w_e: f64, w_q: f64 },
+}
+
+impl Policy {
+    fn incremental(&self) -> bool {
+        matches!(self, Policy::Lpm | Policy::Dlpm { .. })
+    }
+    /// (input/extend weight, output weight) used for `service`.
+    fn service_weights(&self) -> (f64, f64) {
+        match *self {
+            Policy::Fcfs | Policy::Lpm => (1.0, 2.0),
+            Policy::Vtc { w_in, w_out } => (w_in, w_out),
+            Policy::Dlpm { w_e, w_q, .. } => (w_e, w_q),
+        }
+    }
+}
+
+/// One admitted request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Admission<T> {
+    pub id: RequestId,
+    pub client: String,
+    pub item: T,
+    pub input_len: usize,
+    pub cached_len: usize,
+    pub extend_len: usize,
+}
+
+/// Total order on finite floats for ordered sets.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct OrdF64(f64);
+impl Eq for OrdF64 {}
+impl PartialOrd for OrdF64 {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for OrdF64 {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&o.0)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Client {
+    name: String,
+    weight: f64,
+    service: f64,
+    counter: f64,
+    deficit: f64,
+    waiting: usize,
+    running: usize,
+    /// VTC: this client's waiting requests by seq.
+    queue: BTreeMap<u64, u32>,
+}
+
+#[derive(Debug)]
+struct Req<T> {
+    id: RequestId,
+    client: u32,
+    tokens: Vec<u32>,
+    root: u32,
+    input_len: usize,
+    item: Option<T>,
+    seq: u64,
+    running: bool,
+    mnode: u32,
+    mgen: u32,
+    mlen: u32,
+    prev: u32,
+    next: u32,
+}
+
+/// A local scheduler for one worker (see the module docs).
+#[derive(Debug)]
+pub struct LocalScheduler<T> {
+    policy: Policy,
+    reqs: Vec<Option<Req<T>>>,
+    free: Vec<u32>,
+    ids: HashMap<RequestId, u32>,
+    clients: Vec<Client>,
+    client_ids: HashMap<String, u32>,
+    next_seq: u64,
+    n_waiting: usize,
+    n_running: usize,
+    fifo: BTreeMap<u64, u32>,
+    vtc_order: BTreeSet<(OrdF64, u32)>,
+    lpm: BTreeMap<(Reverse<u32>, u64), u32>,
+    ext: BTreeSet<(u32, u64)>,
+    parked: FxHashMap<u32, u32>,
+    tree_id: Option<u64>,
+    cursor: u64,
+    /// DLPM: clients with waiting requests and `q > 0`.
+    pos_waiting: usize,
+    /// DLPM: number of refills so far (diagnostics).
+    refills: u64,
+    /// Scratch buffer for change-log processing.
+    scratch: Vec<u32>,
+}
+
+impl<T> LocalScheduler<T> {
+    /// Validate weights and build an empty scheduler.
+    pub fn new(policy: Policy) -> Result<Self> {
+        match policy {
+            Policy::Vtc { w_in, w_out } => {
+                check_positive("w_in", w_in)?;
+                check_positive("w_out", w_out)?;
+            }
+            Policy::Dlpm { quantum, w_e, w_q } => {
+                check_positive("quantum", quantum)?;
+                check_positive("w_e", w_e)?;
+                check_positive("w_q", w_q)?;
+            }
+            _ => {}
+        }
+        Ok(LocalScheduler {
+            policy,
+            reqs: Vec::new(),
+            free: Vec::new(),
+            ids: HashMap::new(),
+            clients: Vec::new(),
+            client_ids: HashMap::new(),
+            next_seq: 0,
+            n_waiting: 0,
+            n_running: 0,
+            fifo: BTreeMap::new(),
+            vtc_order: BTreeSet::new(),
+            lpm: BTreeMap::new(),
+            ext: BTreeSet::new(),
+            parked: FxHashMap::default(),
+            tree_id: None,
+            cursor: 0,
+            pos_waiting: 0,
+            refills: 0,
+            scratch: Vec::new(),
+        })
+    }
+
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+    /// Waiting requests.
+    pub fn len(&self) -> usize {
+        self.n_waiting
+    }
+    pub fn is_empty(&self) -> bool {
+        self.n_waiting == 0
+    }
+    pub fn num_running(&self) -> usize {
+        self.n_running
+    }
+    pub fn refills(&self) -> u64 {
+        self.refills
+    }
+
+    fn req(&self, r: u32) -> &Req<T> {
+        self.reqs[r as usize].as_ref().expect("live request")
+    }
+    fn req_mut(&mut self, r: u32) -> &mut Req<T> {
+        self.reqs[r as usize].as_mut().expect("live request")
+    }
+
+    fn client_idx(&mut self, name: &str) -> u32 {
+        if let Some(&c) = self.client_ids.get(name) {
+            return c;
+        }
+        let c = self.clients.len() as u32;
+        self.clients.push(Client {
+            name: name.to_owned(),
+            weight: 1.0,
+            service: 0.0,
+            counter: 0.0,
+            deficit: 0.0,
+            waiting: 0,
+            running: 0,
+            queue: BTreeMap::new(),
+        });
+        self.client_ids.insert(name.to_owned(), c);
+        c
+    }
+
+    fn check_tree(&mut self, tree: &RadixTree) -> Result<()> {
+        match self.tree_id {
+            None => {
+                self.tree_id = Some(tree.id());
+                self.cursor = tree.log_end();
+                Ok(())
+            }
+            Some(id) if id == tree.id() => Ok(()),
+            Some(_) => Err(Error::value(
+                "this scheduler is bound to a different RadixTree (pass the same tree every time)",
+            )),
+        }
+    }
+
+    // ----- DLPM positive-waiting bookkeeping --------------------------------
+
+    fn dlpm_flag(&self, c: u32) -> bool {
+        let cl = &self.clients[c as usize];
+        cl.waiting > 0 && cl.deficit > 0.0
+    }
+
+    fn set_waiting(&mut self, c: u32, up: bool) {
+        let before = self.dlpm_flag(c);
+        let cl = &mut self.clients[c as usize];
+        if up {
+            cl.waiting += 1;
+        } else {
+            cl.waiting -= 1;
+        }
+        let after = self.dlpm_flag(c);
+        self.adjust_pos(before, after);
+    }
+
+    fn add_deficit(&mut self, c: u32, delta: f64) {
+        let before = self.dlpm_flag(c);
+        self.clients[c as usize].deficit += delta;
+        let after = self.dlpm_flag(c);
+        self.adjust_pos(before, after);
+    }
+
+    fn adjust_pos(&mut self, before: bool, after: bool) {
+        match (before, after) {
+            (false, true) => self.pos_waiting += 1,
+            (true, false) => self.pos_waiting -= 1,
+            _ => {}
+        }
+    }
+
+    fn refill(&mut self, quantum: f64) {
+        self.refills += 1;
+        for cl in &mut self.clients {
+            if cl.deficit <= 0.0 {
+                cl.deficit += quantum;
+            }
+        }
+        self.pos_waiting = (0..self.clients.len() as u32)
+            .filter(|&c| self.dlpm_flag(c))
+            .count();
+    }
+
+    // ----- VTC ordering -----------------------------------------------------
+
+    fn vtc_set_counter(&mut self, c: u32, value: f64) {
+        let cl = &self.clients[c as usize];
+        let listed = cl.waiting > 0;
+        if listed {
+            self.vtc_order.remove(&(OrdF64(cl.counter), c));
+        }
+        self.clients[c as usize].counter = value;
+        if listed {
+            self.vtc_order.insert((OrdF64(value), c));
+        }
+    }
+
+    // ----- parking ----------------------------------------------------------
+
+    fn park(&mut self, r: u32) {
+        let node = self.req(r).mnode;
+        let head = self.parked.insert(node, r).unwrap_or(NIL);
+        {
+            let q = self.req_mut(r);
+            q.prev = NIL;
+            q.next = head;
+        }
+        if head != NIL {
+            self.req_mut(head).prev = r;
+        }
+    }
+
+    fn unpark(&mut self, r: u32) {
+        let (node, prev, next) = {
+            let q = self.req(r);
+            (q.mnode, q.prev, q.next)
+        };
+        if prev != NIL {
+            self.req_mut(prev).next = next;
+        } else if next == NIL {
+            self.parked.remove(&node);
+        } else {
+            self.parked.insert(node, next);
+        }
+        if next != NIL {
+            self.req_mut(next).prev = prev;
+        }
+    }
+
+    fn lpm_keys(&self, r: u32) -> ((Reverse<u32>, u64), (u32, u64)) {
+        let q = self.req(r);
+        (
+            (Reverse(q.mlen), q.seq),
+            (q.input_len as u32 - q.mlen, q.seq),
+        )
+    }
+
+    /// Re-match one waiting request (LPM/DLPM), fixing parking and keys.
+    fn rematch(&mut self, tree: &RadixTree, r: u32) {
+        let q = self.req(r);
+        let start = if tree.is_alive(q.mnode, q.mgen) {
+            q.mnode
+        } else {
+            q.root
+        };
+        let mp = tree.match_from(start, &q.tokens);
+        let (old_node, old_gen, old_len) = (q.mnode, q.mgen, q.mlen);
+        if mp.node != old_node || mp.gen != old_gen {
+            self.unpark(r);
+            let q = self.req_mut(r);
+            q.mnode = mp.node;
+            q.mgen = mp.gen;
+            self.park(r);
+        }
+        if mp.len as u32 != old_len {
+            let (k1, k2) = self.lpm_keys(r);
+            self.lpm.remove(&k1);
+            self.ext.remove(&k2);
+            self.req_mut(r).mlen = mp.len as u32;
+            let (k1, k2) = self.lpm_keys(r);
+            self.lpm.insert(k1, r);
+            self.ext.insert(k2);
+        }
+    }
+
+    /// Consume the tree's change log and re-match affected requests.
+    fn sync(&mut self, tree: &RadixTree) -> Result<()> {
+        self.check_tree(tree)?;
+        if !self.policy.incremental() {
+            return Ok(());
+        }
+        let mut nodes = std::mem::take(&mut self.scratch);
+        nodes.clear();
+        match tree.changes_since(self.cursor) {
+            Some(ch) => {
+                nodes.extend_from_slice(ch);
+                nodes.sort_unstable();
+                nodes.dedup();
+                let mut batch = Vec::new();
+                for &n in &nodes {
+                    let mut r = self.parked.get(&n).copied().unwrap_or(NIL);
+                    batch.clear();
+                    while r != NIL {
+                        batch.push(r);
+                        r = self.req(r).next;
+                    }
+                    for &r in &batch {
+                        self.rematch(tree, r);
+                    }
+                }
+            }
+            None => {
+                let all: Vec<u32> = self.lpm.values().copied().collect();
+                for r in all {
+                    self.rematch(tree, r);
+                }
+            }
+        }
+        self.scratch = nodes;
+        self.cursor = tree.log_end();
+        Ok(())
+    }
+
+    // ----- public operations --------------------------------------------------
+
+    /// Add a waiting request. `tree` is required for LPM/DLPM and optional
+    /// otherwise (used only to report `cached_len`).
+    pub fn add(
+        &mut self,
+        tree: Option<&mut RadixTree>,
+        id: RequestId,
+        client: &str,
+        tokens: Vec<u32>,
+        item: T,
+        ns: Namespace,
+    ) -> Result<()> {
+        if self.ids.contains_key(&id) {
+            return Err(Error::value(format!(
+                "request_id {id} is already waiting or running in this scheduler"
+            )));
+        }
+        if tokens.len() >= u32::MAX as usize {
+            return Err(Error::value(format!(
+                "tokens: {} tokens is too long (max {})",
+                tokens.len(),
+                u32::MAX - 1
+            )));
+        }
+        if self.policy.incremental() && tree.is_none() {
+            return Err(Error::value("this policy needs a RadixTree"));
+        }
+        let mut root = NIL;
+        let mut mp = None;
+        if let Some(t) = tree {
+            self.sync(t)?;
+            root = t.root_or_create(&ns);
+            if self.policy.incremental() {
+                mp = Some(t.match_from(root, &tokens));
+            }
+        }
+        let c = self.client_idx(client);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let input_len = tokens.len();
+        let req = Req {
+            id: id.clone(),
+            client: c,
+            tokens,
+            root,
+            input_len,
+            item: Some(item),
+            seq,
+            running: false,
+            mnode: mp.map_or(root, |m| m.node),
+            mgen: mp.map_or(0, |m| m.gen),
+            mlen: mp.map_or(0, |m| m.len as u32),
+            prev: NIL,
+            next: NIL,
+        };
+        let r = match self.free.pop() {
+            Some(i) => {
+                self.reqs[i as usize] = Some(req);
+                i
+            }
+            None => {
+                self.reqs.push(Some(req));
+                (self.reqs.len() - 1) as u32
+            }
+        };
+        self.ids.insert(id, r);
+        self.n_waiting += 1;
+        match self.policy {
+            Policy::Fcfs => {
+                self.fifo.insert(seq, r);
+                self.set_waiting(c, true);
+            }
+            Policy::Vtc { .. } => {
+                if self.clients[c as usize].waiting == 0 {
+                    // Lift to the minimum counter of the other waiting clients.
+                    if let Some(&(OrdF64(min), _)) = self.vtc_order.iter().next() {
+                        let cl = &mut self.clients[c as usize];
+                        cl.counter = cl.counter.max(min);
+                    }
+                    let cnt = self.clients[c as usize].counter;
+                    self.vtc_order.insert((OrdF64(cnt), c));
+                }
+                self.clients[c as usize].queue.insert(seq, r);
+                self.set_waiting(c, true);
+            }
+            Policy::Lpm | Policy::Dlpm { .. } => {
+                let (k1, k2) = self.lpm_keys(r);
+                self.lpm.insert(k1, r);
+                self.ext.insert(k2);
+                self.park(r);
+                self.set_waiting(c, true);
+            }
+        }
+        Ok(())
+    }
+
+    /// Remove a waiting request and return its item.
+    pub fn remove(&mut self, id: &RequestId) -> Result<T> {
+        let &r = self
+            .ids
+            .get(id)
+            .ok_or_else(|| Error::key(format!("request_id {id} is not waiting")))?;
+        if self.req(r).running {
+            return Err(Error::key(format!(
+                "request_id {id} is running, not waiting (use finish)"
+            )));
+        }
+        self.take_waiting(r);
+        self.ids.remove(id);
+        let req = self.reqs[r as usize].take().expect("live request");
+        self.free.push(r);
+        Ok(req.item.expect("waiting request has its item"))
+    }
+
+    /// Unlink a waiting request from every waiting structure.
+    fn take_waiting(&mut self, r: u32) {
+        let (c, seq) = {
+            let q = self.req(r);
+            (q.client, q.seq)
+        };
+        self.n_waiting -= 1;
+        match self.policy {
+            Policy::Fcfs => {
+                self.fifo.remove(&seq);
+                self.set_waiting(c, false);
+            }
+            Policy::Vtc { .. } => {
+                self.clients[c as usize].queue.remove(&seq);
+                if self.clients[c as usize].waiting == 1 {
+                    let cnt = self.clients[c as usize].counter;
+                    self.vtc_order.remove(&(OrdF64(cnt), c));
+                }
+                self.set_waiting(c, false);
+            }
+            Policy::Lpm | Policy::Dlpm { .. } => {
+                let (k1, k2) = self.lpm_keys(r);
+                self.lpm.remove(&k1);
+                self.ext.remove(&k2);
+                self.unpark(r);
+                self.set_waiting(c, false);
+            }
+        }
+    }
+
+    /// Move a waiting request to running and build its admission record.
+    fn admit(&mut self, r: u32, cached: usize) -> Admission<T> {
+        self.take_waiting(r);
+        self.n_running += 1;
+        let q = self.reqs[r as usize].as_mut().expect("live request");
+        q.running = true;
+        q.tokens = Vec::new();
+        let item = q.item.take().expect("waiting request has its item");
+        let c = q.client;
+        let input_len = q.input_len;
+        let id = q.id.clone();
+        let extend = input_len - cached;
+        let (we, _) = self.policy.service_weights();
+        let cl = &mut self.clients[c as usize];
+        cl.running += 1;
+        cl.service += we * extend as f64;
+        Admission {
+            id,
+            client: cl.name.clone(),
+            item,
+            input_len,
+            cached_len: cached,
+            extend_len: extend,
+        }
+    }
+
+    /// Admit waiting requests in policy order under `token_budget` extend
+    /// tokens and at most `max_requests` requests.
+    pub fn schedule(
+        &mut self,
+        tree: Option<&RadixTree>,
+        token_budget: usize,
+        max_requests: Option<usize>,
+    ) -> Result<Vec<Admission<T>>> {
+        if self.policy.incremental() && tree.is_none() {
+            return Err(Error::value("this policy needs a RadixTree"));
+        }
+        if let Some(t) = tree {
+            self.sync(t)?;
+        }
+        let max_req = max_requests.unwrap_or(usize::MAX);
+        let mut out = Vec::new();
+        let mut rem = token_budget;
+        match self.policy {
+            Policy::Fcfs => {
+                while out.len() < max_req {
+                    let Some((_, &r)) = self.fifo.iter().next() else {
+                        break;
+                    };
+                    let cached = self.cached_now(tree, r);
+                    let ext = self.req(r).input_len - cached;
+                    if ext > rem {
+                        break;
+                    }
+                    rem -= ext;
+                    out.push(self.admit(r, cached));
+                }
+            }
+            Policy::Vtc { w_in, .. } => {
+                while out.len() < max_req {
+                    let Some(&(_, c)) = self.vtc_order.iter().next() else {
+                        break;
+                    };
+                    let (_, &r) = self.clients[c as usize]
+                        .queue
+                        .iter()
+                        .next()
+                        .expect("listed client has a waiting request");
+                    let cached = self.cached_now(tree, r);
+                    let input_len = self.req(r).input_len;
+                    let ext = input_len - cached;
+                    if ext > rem {
+                        break;
+                    }
+                    rem -= ext;
+                    let w = self.clients[c as usize].weight;
+                    let new = self.clients[c as usize].counter + w_in * input_len as f64 / w;
+                    self.vtc_set_counter(c, new);
+                    out.push(self.admit(r, cached));
+                }
+            }
+            Policy::Lpm | Policy::Dlpm { .. } => {
+                let dlpm = match self.policy {
+                    Policy::Dlpm { quantum, w_e, .. } => Some((quantum, w_e)),
+                    _ => None,
+                };
+                let mut pos: Option<(Reverse<u32>, u64)> = None;
+                while out.len() < max_req {
+                    match self.ext.iter().next() {
+                        Some(&(e, _)) if (e as usize) <= rem => {}
+                        _ => break,
+                    }
+                    let next = match pos {
+                        None => self.lpm.iter().next(),
+                        Some(k) => self.lpm.range((Excluded(k), Unbounded)).next(),
+                    };
+                    let Some((&k, &r)) = next else {
+                        break;
+                    };
+                    pos = Some(k);
+                    let (c, input_len, mlen) = {
+                        let q = self.req(r);
+                        (q.client, q.input_len, q.mlen as usize)
+                    };
+                    if let Some((quantum, _)) = dlpm {
+                        if self.clients[c as usize].deficit <= 0.0 && self.pos_waiting == 0 {
+                            self.refill(quantum);
+                        }
+                        if self.clients[c as usize].deficit <= 0.0 {
+                            continue;
+                        }
+                    }
+                    let ext = input_len - mlen;
+                    if ext > rem {
+                        continue;
+                    }
+                    rem -= ext;
+                    if let Some((_, w_e)) = dlpm {
+                        let w = self.clients[c as usize].weight;
+                        self.add_deficit(c, -(w_e * ext as f64 / w));
+                    }
+                    out.push(self.admit(r, mlen));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn cached_now(&self, tree: Option<&RadixTree>, r: u32) -> usize {
+        match tree {
+            Some(t) => {
+                let q = self.req(r);
+                t.match_from(q.root, &q.tokens).len
+            }
+            None => 0,
+        }
+    }
+
+    fn running_client(&self, id: &RequestId) -> Result<(u32, u32)> {
+        match self.ids.get(id) {
+            Some(&r) if self.req(r).running => Ok((r, self.req(r).client)),
+            Some(_) => Err(Error::key(format!(
+                "request_id {id} is waiting, not running"
+            ))),
+            None => Err(Error::key(format!("request_id {id} is not running"))),
+        }
+    }
+
+    /// Charge `n_tokens` decode tokens of a running request.
+    pub fn charge_output(&mut self, id: &RequestId, n_tokens: usize) -> Result<()> {
+        let (_, c) = self.running_client(id)?;
+        let n = n_tokens as f64;
+        let (_, wq) = self.policy.service_weights();
+        let w = self.clients[c as usize].weight;
+        self.clients[c as usize].service += wq * n;
+        match self.policy {
+            Policy::Vtc { w_out, .. } => {
+                let new = self.clients[c as usize].counter + w_out * n / w;
+                self.vtc_set_counter(c, new);
+            }
+            Policy::Dlpm { w_q, .. } => self.add_deficit(c, -(w_q * n / w)),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A running request is done.
+    pub fn finish(&mut self, id: &RequestId) -> Result<()> {
+        let (r, c) = self.running_client(id)?;
+        self.ids.remove(id);
+        self.reqs[r as usize] = None;
+        self.free.push(r);
+        self.n_running -= 1;
+        self.clients[c as usize].running -= 1;
+        Ok(())
+    }
+
+    fn known(&self, client: &str) -> Option<&Client> {
+        self.client_ids
+            .get(client)
+            .map(|&c| &self.clients[c as usize])
+    }
+
+    /// Raw service received: input weight x extend + output weight x output tokens.
+    pub fn service(&self, client: &str) -> f64 {
+        self.known(client).map_or(0.0, |c| c.service)
+    }
+    /// VTC counter (0 for unknown clients).
+    pub fn counter(&self, client: &str) -> f64 {
+        self.known(client).map_or(0.0, |c| c.counter)
+    }
+    /// DLPM deficit (0 for unknown clients).
+    pub fn deficit(&self, client: &str) -> f64 {
+        self.known(client).map_or(0.0, |c| c.deficit)
+    }
+    pub fn weight(&self, client: &str) -> f64 {
+        self.known(client).map_or(1.0, |c| c.weight)
+    }
+    /// Set a client's weight (> 0, finite); creates the client if unknown.
+    pub fn set_weight(&mut self, client: &str, w: f64) -> Result<()> {
+        check_positive("weight", w)?;
+        let c = self.client_idx(client);
+        self.clients[c as usize].weight = w;
+        Ok(())
+    }
+    /// Clients in first-seen order.
+    pub fn clients(&self) -> Vec<String> {
+        self.clients.iter().map(|c| c.name.clone()).collect()
+    }
+    /// Waiting requests of a client.
+    pub fn waiting_of(&self, client: &str) -> usize {
+        self.known(client).map_or(0, |c| c.waiting)
+    }
+    /// Running requests of a client.
+    pub fn running_of(&self, client: &str) -> usize {
+        self.known(client).map_or(0, |c| c.running)
+    }
+    /// Current match length recorded for a waiting request (LPM/DLPM).
+    pub fn cached_len(&self, id: &RequestId) -> Option<usize> {
+        let &r = self.ids.get(id)?;
+        let q = self.req(r);
+        (!q.running).then_some(q.mlen as usize)
+    }
+
+    /// Check internal invariants (tests): recorded matches equal fresh ones.
+    pub fn check_invariants(&self, tree: Option<&RadixTree>) {
+        let waiting = self.reqs.iter().flatten().filter(|q| !q.running).count();
+        assert_eq!(waiting, self.n_waiting);
+        let running = self.reqs.iter().flatten().filter(|q| q.running).count();
+        assert_eq!(running, self.n_running);
+        assert_eq!(self.ids.len(), waiting + running);
+        if self.policy.incremental() {
+            assert_eq!(self.lpm.len(), waiting);
+            assert_eq!(self.ext.len(), waiting);
+            if let Some(t) = tree {
+                if t.changes_since(self.cursor) == Some(&[]) {
+                    for q in self.reqs.iter().flatten().filter(|q| !q.running) {
+                        assert_eq!(q.mlen as usize, t.match_from(q.root, &q.tokens).len);
+                    }
+                }
+            }
+        }
+        let pos = (0..self.clients.len() as u32)
+            .filter(|&c| self.dlpm_flag(c))
+            .count();
+        assert_eq!(pos, self.pos_waiting);
+    }
+}
