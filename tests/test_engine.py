@@ -244,3 +244,72 @@ def test_scheduler_type_names() -> None:
 def test_page_size_field_name() -> None:
     names = {f.name for f in dataclasses.fields(transformers.ContinuousBatchingConfig)}
     assert bench.page_size_field() in names
+
+
+@pytest.mark.skipif(not {"VTC", "DLPM"} <= {k for k, v in _REAL.items() if v},
+                    reason="fairq's VTC/DLPM are not built yet")
+def test_cache_pressure_offloads_and_conserves(model: Any) -> None:
+    """A cache of 8 pages forces the engine to offload running requests: they
+    stay admitted in fairq, are re-placed, and every request still completes
+    with FIFO's greedy output."""
+    wl = multi_client_workload(n_clients=3, requests_per_client=2, flood_factor=3, prefix_len=32,
+                               suffix_len=8, max_new_tokens=24, vocab_size=256, seed=2)
+    fs.register(options={"dlpm": {"quantum": 32.0}})
+
+    def go(stype: str) -> bench.EngineRun:
+        return bench.run_engine(model, stype, wl, page_size=16, num_blocks=8,
+                                max_batch_tokens=64, max_requests_per_batch=4, realtime=False)
+
+    fifo = go("fifo-observed")
+    requeued = 0
+    for policy in ("vtc", "dlpm"):
+        run = go(f"fairq-{policy}")
+        _check_against_fifo(run, fifo, fs.SCHEDULER_MAPPING[f"fairq-{policy}"])
+        sched = run.scheduler
+        assert len(sched.fq) == 0 and sched.fq.num_running == 0
+        assert not sched._entries and not sched._held and not sched._requeued
+        assert sched.tree.evictable_size == sched.tree.size  # every lock released
+        requeued += sched.stats.requeued
+        assert all(r.output_tokens == 24 for r in sched.stats.requests.values())
+    assert requeued > 0  # the offload path was exercised
+
+
+@pytest.mark.skipif(not _REAL["VTC"], reason="fairq's VTC is not built yet")
+def test_cancel_mapping_and_weights(model: Any) -> None:
+    """Cancelled waiting requests leave fairq; clients from an explicit mapping;
+    client weights reach the policy."""
+    from transformers import ContinuousBatchingConfig, GenerationConfig
+
+    from fairq.integrations.transformers import ClientResolver
+
+    resolver = ClientResolver(mapping={"special-1": "vip"})
+    fs.register(["vtc"], client_of=resolver, weights={"vip": 2.0})
+    cfg = ContinuousBatchingConfig(**{bench.page_size_field(): 16}, num_blocks=64,
+                                   max_batch_tokens=64, max_requests_per_batch=2,
+                                   scheduler_type=fs.scheduler_type("vtc"))
+    gen = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0, max_new_tokens=4)
+    manager = model.init_continuous_batching(generation_config=gen,
+                                             continuous_batching_config=cfg)
+    ids = ["special-1", "a/1", "a/2", "a/3", "b/1", "b/2"]
+    for i, rid in enumerate(ids):
+        manager.add_request([3 + i] * 20, request_id=rid, max_new_tokens=4)
+    for rid in ("a/2", "a/3"):
+        manager.cancel_request(rid)
+    manager.start()
+    done: dict[str, Any] = {}
+    try:
+        while not {"special-1", "a/1", "b/1", "b/2"} <= set(done):
+            out = manager.get_result(timeout=60)
+            assert out is not None, f"engine stopped; finished {sorted(done)}"
+            done[out.request_id] = out
+        sched = fs.running_scheduler(manager)
+        assert type(sched) is fs.SCHEDULER_MAPPING["fairq-vtc"]
+    finally:
+        manager.stop(block=True)
+    sched.flush()
+    assert len(sched.fq) == 0 and sched.fq.num_running == 0
+    assert set(sched.fq.clients()) >= {"vip", "b"}
+    assert sched.stats.requests["special-1"].client == "vip"
+    # service is raw tokens: input 20 + w_out 2 * 4 outputs
+    assert sched.service("vip") == pytest.approx(20 + 2 * 4)
+    fs.register()  # restore defaults for later tests
