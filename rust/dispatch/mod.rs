@@ -1,1 +1,395 @@
-//! (placeholder: filled in by its issue)
+//! Distributed dispatch: which worker serves a new request.
+//!
+//! One [`Dispatcher`] type with a [`Policy`]: D2LPM (the paper's Algorithm 2,
+//! in [`d2lpm`]) and the baselines (round-robin, least-loaded, per-client
+//! round-robin, prefix affinity with a load-imbalance escape, in
+//! [`baselines`]). They share the bookkeeping every router needs: the
+//! in-flight requests (id -> client, worker), the per-worker queue size `s_w`
+//! (dispatched and not finished), the client interner and, for the
+//! prefix-aware policies, the global [`tree::WorkerTree`] recording which
+//! workers hold which prefix.
+//!
+//! The dispatcher never waits on a worker: `on_finish` and `on_evict` are
+//! reports that arrive whenever the worker sends them.
+
+pub mod baselines;
+pub mod d2lpm;
+pub mod tree;
+
+use std::collections::HashMap;
+
+use crate::error::{check_non_negative, check_positive, Error, Result};
+
+pub use baselines::AffinityConfig;
+pub use d2lpm::D2lpmConfig;
+use tree::WorkerTree;
+
+/// A request id as the caller gives it (Python: int or str).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RequestId {
+    Int(i64),
+    Str(String),
+}
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RequestId::Int(i) => write!(f, "{i}"),
+            RequestId::Str(s) => write!(f, "{s:?}"),
+        }
+    }
+}
+
+impl From<i64> for RequestId {
+    fn from(v: i64) -> Self {
+        RequestId::Int(v)
+    }
+}
+
+impl From<&str> for RequestId {
+    fn from(v: &str) -> Self {
+        RequestId::Str(v.to_string())
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Inflight {
+    client: usize,
+    worker: usize,
+}
+
+/// The dispatch rule.
+#[derive(Debug, Clone)]
+pub enum Policy {
+    /// Algorithm 2 of the paper (per-(client, worker) deficits, prefix tree).
+    D2lpm(d2lpm::State),
+    /// Worker `k mod W` for the k-th request.
+    RoundRobin { next: usize },
+    /// Smallest queue size `s_w` (lowest index on ties).
+    LeastLoaded,
+    /// Each client cycles through the workers on its own cursor (VTC's dispatcher).
+    ClientRoundRobin { next: Vec<usize> },
+    /// Best prefix match unless load is imbalanced or the match is short.
+    PrefixAffinity(AffinityConfig),
+}
+
+impl Policy {
+    /// Policy name as the Python classes spell it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Policy::D2lpm(_) => "D2LPM",
+            Policy::RoundRobin { .. } => "RoundRobin",
+            Policy::LeastLoaded => "LeastLoaded",
+            Policy::ClientRoundRobin { .. } => "ClientRoundRobin",
+            Policy::PrefixAffinity(_) => "PrefixAffinity",
+        }
+    }
+
+    fn uses_tree(&self) -> bool {
+        matches!(self, Policy::D2lpm(_) | Policy::PrefixAffinity(_))
+    }
+}
+
+/// A global dispatcher over `num_workers` workers.
+#[derive(Debug, Clone)]
+pub struct Dispatcher {
+    num_workers: usize,
+    load: Vec<u64>,
+    dispatched: Vec<u64>,
+    inflight: HashMap<RequestId, Inflight>,
+    clients: HashMap<String, usize>,
+    client_names: Vec<String>,
+    tree: Option<WorkerTree>,
+    policy: Policy,
+}
+
+fn check_workers(num_workers: usize) -> Result<()> {
+    if num_workers == 0 {
+        return Err(Error::value("num_workers must be >= 1, got 0"));
+    }
+    if num_workers > 4096 {
+        return Err(Error::value(format!(
+            "num_workers must be <= 4096, got {num_workers}"
+        )));
+    }
+    Ok(())
+}
+
+impl Dispatcher {
+    fn with_policy(num_workers: usize, policy: Policy) -> Result<Self> {
+        check_workers(num_workers)?;
+        let tree = policy.uses_tree().then(|| WorkerTree::new(num_workers));
+        Ok(Dispatcher {
+            num_workers,
+            load: vec![0; num_workers],
+            dispatched: vec![0; num_workers],
+            inflight: HashMap::new(),
+            clients: HashMap::new(),
+            client_names: Vec::new(),
+            tree,
+            policy,
+        })
+    }
+
+    /// D2LPM with worker quantum `Q_w` (`f64::INFINITY` allowed: pure
+    /// affinity) and cost weights `w_e` (input) and `w_q` (output).
+    pub fn d2lpm(num_workers: usize, cfg: D2lpmConfig) -> Result<Self> {
+        cfg.validate()?;
+        Self::with_policy(num_workers, Policy::D2lpm(d2lpm::State::new(cfg)))
+    }
+
+    pub fn round_robin(num_workers: usize) -> Result<Self> {
+        Self::with_policy(num_workers, Policy::RoundRobin { next: 0 })
+    }
+
+    pub fn least_loaded(num_workers: usize) -> Result<Self> {
+        Self::with_policy(num_workers, Policy::LeastLoaded)
+    }
+
+    pub fn client_round_robin(num_workers: usize) -> Result<Self> {
+        Self::with_policy(num_workers, Policy::ClientRoundRobin { next: Vec::new() })
+    }
+
+    pub fn prefix_affinity(num_workers: usize, cfg: AffinityConfig) -> Result<Self> {
+        cfg.validate()?;
+        Self::with_policy(num_workers, Policy::PrefixAffinity(cfg))
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    pub fn num_workers(&self) -> usize {
+        self.num_workers
+    }
+
+    /// `s_w`: requests dispatched to each worker and not yet finished.
+    pub fn queue_sizes(&self) -> &[u64] {
+        &self.load
+    }
+
+    /// Requests ever dispatched to each worker.
+    pub fn dispatched_counts(&self) -> &[u64] {
+        &self.dispatched
+    }
+
+    /// Requests dispatched and not yet finished.
+    pub fn num_inflight(&self) -> usize {
+        self.inflight.len()
+    }
+
+    pub fn is_inflight(&self, id: &RequestId) -> bool {
+        self.inflight.contains_key(id)
+    }
+
+    /// Worker serving an in-flight request.
+    pub fn worker_of(&self, id: &RequestId) -> Result<usize> {
+        self.inflight
+            .get(id)
+            .map(|r| r.worker)
+            .ok_or_else(|| Error::key(format!("request_id {id} is not in flight")))
+    }
+
+    pub fn clients(&self) -> &[String] {
+        &self.client_names
+    }
+
+    /// Global prefix tree (prefix-aware policies only).
+    pub fn tree(&self) -> Option<&WorkerTree> {
+        self.tree.as_ref()
+    }
+
+    /// Longest prefix of `tokens` the dispatcher believes some worker holds,
+    /// and those workers (all workers at length 0, or without a tree).
+    pub fn longest_match(&self, tokens: &[u32]) -> (usize, Vec<usize>) {
+        match &self.tree {
+            Some(t) => {
+                let m = t.longest_match(tokens);
+                (m.len, m.workers.iter().collect())
+            }
+            None => (0, (0..self.num_workers).collect()),
+        }
+    }
+
+    /// Length of the prefix of `tokens` the dispatcher believes `worker` holds.
+    pub fn held_len(&self, tokens: &[u32], worker: usize) -> Result<usize> {
+        self.check_worker(worker)?;
+        Ok(self.tree.as_ref().map_or(0, |t| t.held_len(tokens, worker)))
+    }
+
+    /// D2LPM deficit `q[client][worker]` (0 for an unknown client).
+    pub fn deficit(&self, client: &str, worker: usize) -> Result<f64> {
+        self.check_worker(worker)?;
+        let Policy::D2lpm(st) = &self.policy else {
+            return Err(Error::type_(format!(
+                "deficit() is defined for D2LPM only, not {}",
+                self.policy.name()
+            )));
+        };
+        Ok(self
+            .clients
+            .get(client)
+            .map_or(0.0, |&c| st.deficit(c, worker)))
+    }
+
+    fn check_worker(&self, worker: usize) -> Result<()> {
+        if worker >= self.num_workers {
+            return Err(Error::index(format!(
+                "worker must be in 0..{}, got {worker}",
+                self.num_workers
+            )));
+        }
+        Ok(())
+    }
+
+    /// Choose a worker for a new request and record it as in flight there.
+    /// A duplicate in-flight id is a `ValueError` and changes nothing.
+    pub fn dispatch(&mut self, id: RequestId, client: &str, tokens: &[u32]) -> Result<usize> {
+        if self.inflight.contains_key(&id) {
+            return Err(Error::value(format!(
+                "request_id {id} is already in flight"
+            )));
+        }
+        let c = match self.clients.get(client) {
+            Some(&c) => c,
+            None => {
+                let c = self.client_names.len();
+                self.clients.insert(client.to_string(), c);
+                self.client_names.push(client.to_string());
+                c
+            }
+        };
+        let w = match &mut self.policy {
+            Policy::D2lpm(st) => {
+                let tree = self.tree.as_ref().expect("D2LPM has a tree");
+                let m = tree.longest_match(tokens);
+                st.select(c, &m.workers, &self.load, tokens.len())
+            }
+            Policy::RoundRobin { next } => {
+                let w = *next;
+                *next = (w + 1) % self.num_workers;
+                w
+            }
+            Policy::LeastLoaded => baselines::argmin(&self.load, 0..self.num_workers),
+            Policy::ClientRoundRobin { next } => {
+                if next.len() <= c {
+                    // A new client starts where the previous new client would
+                    // have gone next, spreading clients over the workers.
+                    next.resize(c + 1, 0);
+                    next[c] = c % self.num_workers;
+                }
+                let w = next[c];
+                next[c] = (w + 1) % self.num_workers;
+                w
+            }
+            Policy::PrefixAffinity(cfg) => {
+                let tree = self.tree.as_ref().expect("affinity has a tree");
+                let m = tree.longest_match(tokens);
+                cfg.select(m.len, tokens.len(), &m.workers, &self.load)
+            }
+        };
+        if let Some(t) = self.tree.as_mut() {
+            t.insert(tokens, w);
+        }
+        self.load[w] += 1;
+        self.dispatched[w] += 1;
+        self.inflight.insert(
+            id,
+            Inflight {
+                client: c,
+                worker: w,
+            },
+        );
+        Ok(w)
+    }
+
+    /// Report that an in-flight request finished after `output_tokens`
+    /// output tokens. Unknown id: `KeyError`, nothing changes.
+    pub fn on_finish(&mut self, id: &RequestId, output_tokens: u64) -> Result<usize> {
+        let Some(r) = self.inflight.remove(id) else {
+            return Err(Error::key(format!("request_id {id} is not in flight")));
+        };
+        self.load[r.worker] -= 1;
+        if let Policy::D2lpm(st) = &mut self.policy {
+            st.on_finish(r.client, r.worker, output_tokens);
+        }
+        Ok(r.worker)
+    }
+
+    /// Report that `worker` no longer holds `tokens[..kept + 1]`; it still
+    /// holds `tokens[..kept]` (`kept = 0`: none of it). Returns the number of
+    /// tree nodes the worker was removed from.
+    pub fn on_evict(&mut self, worker: usize, tokens: &[u32], kept: usize) -> Result<usize> {
+        self.check_worker(worker)?;
+        Ok(match self.tree.as_mut() {
+            Some(t) => t.evict(tokens, worker, kept),
+            None => 0,
+        })
+    }
+}
+
+/// Validate a D2LPM / affinity float knob (shared by the configs).
+pub(crate) fn check_weight(field: &str, v: f64) -> Result<f64> {
+    check_non_negative(field, v)
+}
+
+pub(crate) fn check_quantum(field: &str, v: f64) -> Result<f64> {
+    if v == f64::INFINITY {
+        return Ok(v);
+    }
+    check_positive(field, v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(i: i64) -> RequestId {
+        RequestId::Int(i)
+    }
+
+    #[test]
+    fn round_robin_and_least_loaded() {
+        let mut d = Dispatcher::round_robin(3).unwrap();
+        let ws: Vec<usize> = (0..5)
+            .map(|i| d.dispatch(id(i), "a", &[1]).unwrap())
+            .collect();
+        assert_eq!(ws, vec![0, 1, 2, 0, 1]);
+        assert_eq!(d.queue_sizes(), &[2, 2, 1]);
+        d.on_finish(&id(0), 3).unwrap();
+        assert_eq!(d.queue_sizes(), &[1, 2, 1]);
+        let mut l = Dispatcher::least_loaded(3).unwrap();
+        l.dispatch(id(0), "a", &[]).unwrap();
+        l.dispatch(id(1), "a", &[]).unwrap();
+        l.on_finish(&id(0), 1).unwrap();
+        assert_eq!(l.dispatch(id(2), "a", &[]).unwrap(), 0);
+    }
+
+    #[test]
+    fn client_round_robin_cycles_per_client() {
+        let mut d = Dispatcher::client_round_robin(2).unwrap();
+        let a: Vec<usize> = (0..3)
+            .map(|i| d.dispatch(id(i), "a", &[]).unwrap())
+            .collect();
+        let b: Vec<usize> = (3..6)
+            .map(|i| d.dispatch(id(i), "b", &[]).unwrap())
+            .collect();
+        assert_eq!(a, vec![0, 1, 0]);
+        assert_eq!(b, vec![1, 0, 1]);
+    }
+
+    #[test]
+    fn errors_leave_state_unchanged() {
+        let mut d = Dispatcher::d2lpm(2, D2lpmConfig::new(100.0)).unwrap();
+        d.dispatch(id(1), "a", &[1, 2]).unwrap();
+        let before = format!("{d:?}");
+        assert!(matches!(d.dispatch(id(1), "b", &[3]), Err(Error::Value(_))));
+        assert!(matches!(d.on_finish(&id(9), 1), Err(Error::Key(_))));
+        assert!(matches!(d.on_evict(2, &[1], 0), Err(Error::Index(_))));
+        assert_eq!(before, format!("{d:?}"));
+        assert!(Dispatcher::round_robin(0).is_err());
+        assert!(Dispatcher::d2lpm(2, D2lpmConfig::new(0.0)).is_err());
+        assert!(Dispatcher::d2lpm(2, D2lpmConfig::new(f64::NAN)).is_err());
+        assert!(Dispatcher::d2lpm(2, D2lpmConfig::new(f64::INFINITY)).is_ok());
+    }
+}

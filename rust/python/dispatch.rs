@@ -1,7 +1,323 @@
-//! Bindings for `crate::dispatch` (placeholder: filled in by its issue).
+//! Bindings for `crate::dispatch`: `fairq.D2LPM` and the baseline
+//! dispatchers. One base class (`_core.Dispatcher`, not constructible) holds
+//! the core dispatcher and every shared method; each policy is a subclass
+//! with its own constructor and policy-specific getters.
 
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyInt, PyString};
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+use super::tokens::extract_tokens;
+use crate::dispatch::{AffinityConfig, D2lpmConfig, Dispatcher, Policy, RequestId};
+
+fn request_id(obj: &Bound<'_, PyAny>) -> PyResult<RequestId> {
+    if let Ok(s) = obj.downcast::<PyString>() {
+        return Ok(RequestId::Str(s.to_str()?.to_string()));
+    }
+    if obj.downcast::<PyInt>().is_ok() {
+        return obj.extract::<i64>().map(RequestId::Int).map_err(|_| {
+            PyValueError::new_err(format!(
+                "request_id = {obj} is out of range (int ids must fit in 64 bits)"
+            ))
+        });
+    }
+    Err(PyTypeError::new_err(format!(
+        "request_id must be an int or a str, got {}",
+        obj.get_type().name()?
+    )))
+}
+
+fn worker_index(field: &str, v: i64) -> PyResult<usize> {
+    usize::try_from(v).map_err(|_| PyValueError::new_err(format!("{field} must be >= 0, got {v}")))
+}
+
+fn count(field: &str, v: i64) -> PyResult<u64> {
+    u64::try_from(v).map_err(|_| PyValueError::new_err(format!("{field} must be >= 0, got {v}")))
+}
+
+fn num_workers(v: i64) -> PyResult<usize> {
+    if v < 1 {
+        return Err(PyValueError::new_err(format!(
+            "num_workers must be >= 1, got {v}"
+        )));
+    }
+    Ok(v as usize)
+}
+
+/// Base class of every dispatcher: dispatch, completion and eviction reports.
+#[pyclass(subclass, module = "fairq._core", name = "Dispatcher")]
+pub struct PyDispatcher {
+    inner: Dispatcher,
+}
+
+#[pymethods]
+impl PyDispatcher {
+    /// Choose a worker for a new request, record it in flight there and
+    /// return the worker index. A duplicate in-flight id is a ValueError.
+    fn dispatch(
+        &mut self,
+        request_id: &Bound<'_, PyAny>,
+        client: &str,
+        tokens: &Bound<'_, PyAny>,
+    ) -> PyResult<usize> {
+        let id = self::request_id(request_id)?;
+        let toks = extract_tokens(tokens, "tokens")?;
+        Ok(self.inner.dispatch(id, client, &toks)?)
+    }
+
+    /// Report that an in-flight request finished with `output_tokens`
+    /// output tokens; returns its worker. Unknown id: KeyError.
+    fn on_finish(&mut self, request_id: &Bound<'_, PyAny>, output_tokens: i64) -> PyResult<usize> {
+        let id = self::request_id(request_id)?;
+        let n = count("output_tokens", output_tokens)?;
+        Ok(self.inner.on_finish(&id, n)?)
+    }
+
+    /// Report that `worker` evicted `tokens` from its cache: it no longer
+    /// holds `tokens[:kept + 1]` nor anything longer; it still holds
+    /// `tokens[:kept]` (default 0: none of it). Returns the number of tree
+    /// nodes the worker was removed from (0 for dispatchers without a tree).
+    #[pyo3(signature = (worker, tokens, kept = 0))]
+    fn on_evict(&mut self, worker: i64, tokens: &Bound<'_, PyAny>, kept: i64) -> PyResult<usize> {
+        let w = worker_index("worker", worker)?;
+        let kept = worker_index("kept", kept)?;
+        let toks = extract_tokens(tokens, "tokens")?;
+        Ok(self.inner.on_evict(w, &toks, kept)?)
+    }
+
+    /// Worker serving an in-flight request (KeyError if not in flight).
+    fn worker_of(&self, request_id: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let id = self::request_id(request_id)?;
+        Ok(self.inner.worker_of(&id)?)
+    }
+
+    /// `(length, workers)`: the longest prefix of `tokens` some worker is
+    /// believed to hold, and those workers (all of them at length 0).
+    fn longest_match(&self, tokens: &Bound<'_, PyAny>) -> PyResult<(usize, Vec<usize>)> {
+        let toks = extract_tokens(tokens, "tokens")?;
+        Ok(self.inner.longest_match(&toks))
+    }
+
+    /// Length of the prefix of `tokens` that `worker` is believed to hold.
+    fn held_len(&self, worker: i64, tokens: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let w = worker_index("worker", worker)?;
+        let toks = extract_tokens(tokens, "tokens")?;
+        Ok(self.inner.held_len(&toks, w)?)
+    }
+
+    /// Number of workers.
+    #[getter]
+    fn num_workers(&self) -> usize {
+        self.inner.num_workers()
+    }
+
+    /// `s_w`: requests dispatched to each worker and not yet finished.
+    #[getter]
+    fn queue_sizes(&self) -> Vec<u64> {
+        self.inner.queue_sizes().to_vec()
+    }
+
+    /// Requests ever dispatched to each worker.
+    #[getter]
+    fn dispatched_counts(&self) -> Vec<u64> {
+        self.inner.dispatched_counts().to_vec()
+    }
+
+    /// Nodes of the global prefix tree (0 for dispatchers without one).
+    #[getter]
+    fn tree_nodes(&self) -> usize {
+        self.inner.tree().map_or(0, |t| t.num_nodes())
+    }
+
+    /// Policy name.
+    #[getter]
+    fn policy(&self) -> &'static str {
+        self.inner.policy().name()
+    }
+
+    /// Clients seen so far, in order of first dispatch.
+    fn clients(&self) -> Vec<String> {
+        self.inner.clients().to_vec()
+    }
+
+    /// Whether `request_id` is in flight.
+    fn __contains__(&self, request_id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Ok(self.inner.is_inflight(&self::request_id(request_id)?))
+    }
+
+    /// Requests in flight.
+    fn __len__(&self) -> usize {
+        self.inner.num_inflight()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "{}(num_workers={}, in_flight={})",
+            self.inner.policy().name(),
+            self.inner.num_workers(),
+            self.inner.num_inflight()
+        )
+    }
+}
+
+fn base(d: crate::Result<Dispatcher>) -> PyResult<PyDispatcher> {
+    Ok(PyDispatcher { inner: d? })
+}
+
+/// D2LPM (Algorithm 2): per-(client, worker) deficits with worker quantum
+/// `Q_w` decide how long a client sticks to the workers holding its prefix.
+/// `worker_quantum` may be `float("inf")` (pure affinity, no fairness).
+#[pyclass(extends = PyDispatcher, module = "fairq._core", name = "D2LPM")]
+pub struct PyD2LPM;
+
+#[pymethods]
+impl PyD2LPM {
+    #[new]
+    #[pyo3(signature = (num_workers, worker_quantum, w_e = 1.0, w_q = 2.0))]
+    fn new(
+        num_workers: i64,
+        worker_quantum: f64,
+        w_e: f64,
+        w_q: f64,
+    ) -> PyResult<(Self, PyDispatcher)> {
+        let cfg = D2lpmConfig {
+            worker_quantum,
+            w_e,
+            w_q,
+        };
+        Ok((
+            PyD2LPM,
+            base(Dispatcher::d2lpm(self::num_workers(num_workers)?, cfg))?,
+        ))
+    }
+
+    /// Deficit `q[client][worker]` (0 for a client never seen).
+    fn deficit(slf: PyRef<'_, Self>, client: &str, worker: i64) -> PyResult<f64> {
+        let w = worker_index("worker", worker)?;
+        Ok(slf.as_super().inner.deficit(client, w)?)
+    }
+
+    /// `Q_w`.
+    #[getter]
+    fn worker_quantum(slf: PyRef<'_, Self>) -> f64 {
+        cfg(&slf.as_super().inner).worker_quantum
+    }
+
+    /// Weight of an input token.
+    #[getter]
+    fn w_e(slf: PyRef<'_, Self>) -> f64 {
+        cfg(&slf.as_super().inner).w_e
+    }
+
+    /// Weight of an output token.
+    #[getter]
+    fn w_q(slf: PyRef<'_, Self>) -> f64 {
+        cfg(&slf.as_super().inner).w_q
+    }
+}
+
+fn cfg(d: &Dispatcher) -> D2lpmConfig {
+    match d.policy() {
+        Policy::D2lpm(st) => st.cfg,
+        _ => unreachable!("PyD2LPM wraps a D2LPM dispatcher"),
+    }
+}
+
+/// Round-robin dispatch: the k-th request goes to worker `k mod W`.
+#[pyclass(extends = PyDispatcher, module = "fairq._core", name = "RoundRobin")]
+pub struct PyRoundRobin;
+
+#[pymethods]
+impl PyRoundRobin {
+    #[new]
+    fn new(num_workers: i64) -> PyResult<(Self, PyDispatcher)> {
+        Ok((
+            PyRoundRobin,
+            base(Dispatcher::round_robin(self::num_workers(num_workers)?))?,
+        ))
+    }
+}
+
+/// Least-loaded dispatch: the worker with the fewest in-flight requests.
+#[pyclass(extends = PyDispatcher, module = "fairq._core", name = "LeastLoaded")]
+pub struct PyLeastLoaded;
+
+#[pymethods]
+impl PyLeastLoaded {
+    #[new]
+    fn new(num_workers: i64) -> PyResult<(Self, PyDispatcher)> {
+        Ok((
+            PyLeastLoaded,
+            base(Dispatcher::least_loaded(self::num_workers(num_workers)?))?,
+        ))
+    }
+}
+
+/// Per-client round-robin (the dispatcher paired with VTC): each client
+/// cycles through the workers on its own cursor.
+#[pyclass(extends = PyDispatcher, module = "fairq._core", name = "ClientRoundRobin")]
+pub struct PyClientRoundRobin;
+
+#[pymethods]
+impl PyClientRoundRobin {
+    #[new]
+    fn new(num_workers: i64) -> PyResult<(Self, PyDispatcher)> {
+        Ok((
+            PyClientRoundRobin,
+            base(Dispatcher::client_round_robin(self::num_workers(
+                num_workers,
+            )?))?,
+        ))
+    }
+}
+
+/// Prefix affinity with a load-imbalance escape (SGLang router / Preble
+/// style): best prefix match unless `max_load - min_load > abs_threshold and
+/// max_load > rel_threshold * min_load`, or the matched fraction is below
+/// `match_threshold`; then the least-loaded worker.
+#[pyclass(extends = PyDispatcher, module = "fairq._core", name = "PrefixAffinity")]
+pub struct PyPrefixAffinity;
+
+#[pymethods]
+impl PyPrefixAffinity {
+    #[new]
+    #[pyo3(signature = (num_workers, abs_threshold = 32.0, rel_threshold = 1.5, match_threshold = 0.5))]
+    fn new(
+        num_workers: i64,
+        abs_threshold: f64,
+        rel_threshold: f64,
+        match_threshold: f64,
+    ) -> PyResult<(Self, PyDispatcher)> {
+        let cfg = AffinityConfig {
+            abs_threshold,
+            rel_threshold,
+            match_threshold,
+        };
+        Ok((
+            PyPrefixAffinity,
+            base(Dispatcher::prefix_affinity(
+                self::num_workers(num_workers)?,
+                cfg,
+            ))?,
+        ))
+    }
+
+    /// `(abs_threshold, rel_threshold, match_threshold)`.
+    #[getter]
+    fn thresholds(slf: PyRef<'_, Self>) -> (f64, f64, f64) {
+        match slf.as_super().inner.policy() {
+            Policy::PrefixAffinity(c) => (c.abs_threshold, c.rel_threshold, c.match_threshold),
+            _ => unreachable!("PyPrefixAffinity wraps an affinity dispatcher"),
+        }
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyDispatcher>()?;
+    m.add_class::<PyD2LPM>()?;
+    m.add_class::<PyRoundRobin>()?;
+    m.add_class::<PyLeastLoaded>()?;
+    m.add_class::<PyClientRoundRobin>()?;
+    m.add_class::<PyPrefixAffinity>()?;
     Ok(())
 }

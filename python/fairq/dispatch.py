@@ -1,0 +1,89 @@
+"""Distributed dispatch across workers: D2LPM and the baseline routers.
+
+Every dispatcher has the same methods:
+
+- ``dispatch(request_id, client, tokens) -> worker``: choose a worker for a
+  new request and record it as in flight there (duplicate id: ``ValueError``);
+- ``on_finish(request_id, output_tokens) -> worker``: the request finished
+  (unknown id: ``KeyError``);
+- ``on_evict(worker, tokens, kept=0)``: asynchronous report that ``worker``
+  no longer holds ``tokens[:kept + 1]`` (it keeps ``tokens[:kept]``).
+
+The policies (all implemented in Rust, ``rust/dispatch/``):
+
+- :class:`D2LPM` (the DLPM paper's Algorithm 2): a global radix tree records
+  which workers hold each prefix; per (client, worker) deficits with worker
+  quantum ``Q_w`` bound how long a client sticks to the workers holding its
+  prefix before it spreads to the least-loaded others.
+- :class:`RoundRobin`, :class:`LeastLoaded`, :class:`ClientRoundRobin`
+  (per-client round-robin, the dispatcher VTC is paired with) and
+  :class:`PrefixAffinity` (best prefix match with a load-imbalance escape, the
+  SGLang-router / Preble style).
+
+Example::
+
+    d = fairq.D2LPM(num_workers=4, worker_quantum=20_000)
+    w = d.dispatch("r1", "alice", prompt_ids)
+    ...
+    d.on_finish("r1", output_tokens=128)
+"""
+
+from __future__ import annotations
+
+from fairq._core import (
+    D2LPM,
+    ClientRoundRobin,
+    Dispatcher,
+    LeastLoaded,
+    PrefixAffinity,
+    RoundRobin,
+)
+
+__all__ = [
+    "D2LPM",
+    "ClientRoundRobin",
+    "Dispatcher",
+    "LeastLoaded",
+    "PrefixAffinity",
+    "RoundRobin",
+    "make_dispatcher",
+    "DISPATCHERS",
+]
+
+#: Names accepted by :func:`make_dispatcher` (and ``fairq simulate --dispatch``).
+DISPATCHERS: tuple[str, ...] = ("rr", "ll", "client-rr", "affinity", "d2lpm")
+
+
+def make_dispatcher(
+    name: str,
+    num_workers: int,
+    *,
+    worker_quantum: float = 20_000.0,
+    w_e: float = 1.0,
+    w_q: float = 2.0,
+    abs_threshold: float = 32.0,
+    rel_threshold: float = 1.5,
+    match_threshold: float = 0.5,
+) -> Dispatcher:
+    """Build a dispatcher by short name (see :data:`DISPATCHERS`).
+
+    >>> make_dispatcher("d2lpm", 4, worker_quantum=1000).policy
+    'D2LPM'
+    """
+    key = name.lower()
+    if key in ("rr", "roundrobin", "round-robin"):
+        return RoundRobin(num_workers)
+    if key in ("ll", "leastloaded", "least-loaded"):
+        return LeastLoaded(num_workers)
+    if key in ("client-rr", "clientroundrobin", "client_rr"):
+        return ClientRoundRobin(num_workers)
+    if key in ("affinity", "prefixaffinity", "preble"):
+        return PrefixAffinity(
+            num_workers,
+            abs_threshold=abs_threshold,
+            rel_threshold=rel_threshold,
+            match_threshold=match_threshold,
+        )
+    if key == "d2lpm":
+        return D2LPM(num_workers, worker_quantum, w_e=w_e, w_q=w_q)
+    raise ValueError(f"dispatcher must be one of {', '.join(DISPATCHERS)}; got {name!r}")

@@ -1,0 +1,42 @@
+"""fairq's serving simulator: continuous-batching workers with a prefix
+cache, a local scheduler each, and a dispatcher across them.
+
+>>> from fairq.sim import SimConfig, make_workload, simulate, summarize
+>>> wl = make_workload("qa", misbehave="S1", duration=5.0)
+>>> m = summarize(simulate(wl, SimConfig(workers=1, policy="dlpm")))
+
+``fairq simulate`` (:mod:`fairq.sim.cli`) runs the paper's comparison.
+"""
+
+from __future__ import annotations
+
+from fairq.sim.engine import LOCAL_POLICIES, SimConfig, Simulator, simulate
+from fairq.sim.metrics import jain, max_backlogged_gap, service_over_time, summarize
+from fairq.sim.model import PRESETS, StepModel
+from fairq.sim.workloads import (
+    SimRequest,
+    TraceError,
+    Workload,
+    load_trace,
+    make_workload,
+    parse_trace,
+)
+
+__all__ = [
+    "LOCAL_POLICIES",
+    "PRESETS",
+    "SimConfig",
+    "SimRequest",
+    "Simulator",
+    "StepModel",
+    "TraceError",
+    "Workload",
+    "jain",
+    "load_trace",
+    "make_workload",
+    "max_backlogged_gap",
+    "parse_trace",
+    "service_over_time",
+    "simulate",
+    "summarize",
+]

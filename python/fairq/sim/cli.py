@@ -1,0 +1,203 @@
+"""``fairq simulate``: the DLPM paper's comparison in the simulator.
+
+Without arguments it runs the embedded default (:data:`DEFAULT_SUITE`: long
+-context QA with an S1 client, Tree-of-Thoughts with an S2 client,
+LLM-as-a-judge with an S1 client; 1 worker x FCFS/LPM/VTC/DLPM and 4 workers x
+RR+LPM/ClientRR+VTC/PrefixAffinity+LPM/D2LPM+DLPM) and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from typing import Any
+
+from fairq.sim.runner import (
+    DEFAULT_PRESET,
+    DEFAULT_SUITE,
+    EXTRA,
+    base_config,
+    execute,
+    find_spec,
+    load_trace_runs,
+    plan_runs,
+    plan_sweep,
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    keys = [s.key for s in DEFAULT_SUITE] + list(EXTRA)
+    suite = ", ".join(s.key for s in DEFAULT_SUITE)
+    p.add_argument(
+        "--workload",
+        action="append",
+        metavar="NAME",
+        help=f"workload to run (repeatable; default: the suite {suite};"
+        f" known: {', '.join(keys)}, or qa/tot/judge/chat)",
+    )
+    p.add_argument(
+        "--policy",
+        action="append",
+        choices=["fcfs", "lpm", "vtc", "dlpm"],
+        help="local policy to include (repeatable; default: all)",
+    )
+    p.add_argument(
+        "--dispatch",
+        action="append",
+        choices=["rr", "client-rr", "affinity", "d2lpm"],
+        help="dispatcher to include with several workers (repeatable; default: all)",
+    )
+    p.add_argument(
+        "--workers",
+        action="append",
+        type=int,
+        help="number of workers (repeatable; default: 1 and 4)",
+    )
+    p.add_argument("--trace", metavar="FILE", help="replay a JSONL trace instead of the suite")
+    p.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
+    p.add_argument(
+        "--preset",
+        default=DEFAULT_PRESET,
+        choices=["a10g-3b", "a100-8b"],
+        help=f"hardware model preset (default {DEFAULT_PRESET})",
+    )
+    p.add_argument(
+        "--model",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a step-model constant (c0, c_prefill, c_decode, c_kv, kv_capacity, "
+        "prefill_budget, max_running)",
+    )
+    p.add_argument("--quantum", type=float, default=2000.0, help="DLPM's Q_u (default 2000)")
+    p.add_argument(
+        "--worker-quantum", type=float, default=20000.0, help="D2LPM's Q_w (default 20000)"
+    )
+    p.add_argument("--scale", type=float, help="override the workloads' length scale")
+    p.add_argument("--duration", type=float, help="override the arrival window (seconds)")
+    p.add_argument(
+        "--sweep",
+        choices=["quantum"],
+        help="run the Q_u (1 worker) and Q_w (4 workers) sweeps instead (Figures 1 and 10)",
+    )
+    p.add_argument("--json", metavar="FILE", help="write all results as JSON ('-' for stdout)")
+    p.add_argument("--plot", metavar="FILE.png", help="draw service and response time over time")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _f(v: float, fmt: str) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return format(v, fmt)
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """The comparison as a Markdown table."""
+    head = (
+        "| workload | W | policy | service tok/s | x VTC | cache hit | Jain (client) | Jain (cost) "
+        "| max gap (cost) | well-behaved p50 / p99 e2e s | p99 TTFT s | p99 program s |"
+    )
+    out = [head, "|" + "---|" * 3 + "---:|" * 9]
+    vtc: dict[tuple[str, int], float] = {}
+    for r in results:
+        if r["policy"] == "vtc":
+            vtc[(r["workload"], r["workers"])] = r["throughput"]
+    for r in results:
+        ref = vtc.get((r["workload"], r["workers"]))
+        ratio = r["throughput"] / ref if ref else float("nan")
+        label = r["label"] + ("" if r.get("complete", True) else " (unfinished)")
+        if "tag" in r:
+            q = r.get("user_quantum") if r["tag"] == "Q_u" else r.get("worker_quantum")
+            if q is not None and r["policy"] == "dlpm":
+                label += f" Q={q:g}"
+        out.append(
+            f"| {r['workload']} | {r['workers']} | {label} | {r['throughput']:,.0f} | "
+            f"{_f(ratio, '.2f')} | {r['cache_hit']:.2f} | {_f(r['jain'], '.3f')} | "
+            f"{_f(r['jain_actual'], '.3f')} | {r['max_gap_actual']:,.0f} | "
+            f"{_f(r['e2e_p50_s'], '.1f')} / {_f(r['e2e_p99_s'], '.1f')} | "
+            f"{_f(r['ttft_p99_s'], '.1f')} | {_f(r['program_p99_s'], '.1f')} |"
+        )
+    return "\n".join(out)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        base = base_config(args.preset, args.model, args.quantum, args.worker_quantum)
+        overrides: dict[str, Any] = {}
+        if args.scale is not None:
+            overrides["scale"] = args.scale
+        if args.duration is not None:
+            overrides["duration"] = args.duration
+        workers = args.workers or [1, 4]
+        if any(w < 1 for w in workers):
+            raise ValueError(f"--workers must be >= 1, got {workers}")
+        specs = [find_spec(n) for n in args.workload] if args.workload else list(DEFAULT_SUITE)
+        if args.sweep:
+            sweep_workers = max(workers) if max(workers) > 1 else 4
+            runs = [r for s in specs[:1] for r in plan_sweep(s, base, sweep_workers)]
+        elif args.trace:
+            runs = load_trace_runs(args.trace, workers, base, args.seed)
+        else:
+            runs = plan_runs(specs, workers, base, policies=args.policy, dispatchers=args.dispatch)
+    except (ValueError, OSError) as e:
+        print(f"fairq simulate: {e}", file=sys.stderr)
+        return 2
+    if not runs:
+        print("fairq simulate: nothing to run (check --policy / --dispatch)", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    results = execute(
+        runs,
+        seed=args.seed,
+        overrides=overrides,
+        timelines=bool(args.plot),
+        progress=not args.no_progress,
+        desc="sweep" if args.sweep else "simulate",
+    )
+    wall = time.perf_counter() - t0
+    steps = sum(r["steps"] for r in results)
+    sim_wall = sum(r["wall_s"] for r in results)
+    print(table(results))
+    print(
+        f"\n{len(results)} simulations in {wall:.1f} s wall; {steps:,} simulated steps "
+        f"({steps / sim_wall if sim_wall else 0:,.0f} steps/s); model preset {args.preset}, "
+        f"Q_u={args.quantum:g}, Q_w={args.worker_quantum:g}, seed {args.seed}"
+    )
+    if args.plot:
+        from fairq.sim.plot import plot_results
+
+        plot_results(results, args.plot, sweep=bool(args.sweep))
+        print(f"plot written to {args.plot}")
+    if args.json:
+        payload = {
+            "command": "fairq simulate " + " ".join(sys.argv[2:]),
+            "preset": args.preset,
+            "model": base.model.as_dict(),
+            "seed": args.seed,
+            "wall_s": wall,
+            "results": [{k: v for k, v in r.items() if k != "timeline"} for r in results],
+        }
+        text = json.dumps(_clean(payload), indent=1)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w") as f:
+                f.write(text)
+    return 0
+
+
+def _clean(o: Any) -> Any:
+    """Strict JSON: NaN becomes null, infinities become strings."""
+    if isinstance(o, float):
+        if math.isnan(o):
+            return None
+        if math.isinf(o):
+            return "inf" if o > 0 else "-inf"
+        return o
+    if isinstance(o, dict):
+        return {k: _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    return o

@@ -1,0 +1,188 @@
+"""Metrics that judge a policy (ALGORITHMS.md section 8).
+
+- ``throughput``: the paper's service rate, client view:
+  ``(input_tokens + 2 * output_tokens) / makespan`` over finished requests;
+  also ``tokens_per_s`` (input + output) and ``requests_per_s``.
+- ``cache_hit``: cached prompt tokens / prompt tokens at admission.
+- ``jain``: Jain's index ``(sum x)^2 / (n * sum x^2)`` over per-client
+  service rates during the time when every client is backlogged (has a
+  request waiting for admission); NaN if that never happens.
+- ``p50/p99`` of end-to-end latency and time to first token, per request,
+  over well-behaved clients; the same for whole programs (ToT tree, judge
+  run, conversation; a QA request is its own program).
+- ``max_gap``: the largest service difference between two clients that are
+  both backlogged (a request waiting for admission) over any common window
+  (client view); ``max_gap_actual`` the same in the system's cost
+  ``w_e * extend + w_q * output``, the quantity the fairness bounds speak of.
+- ``service_over_time``: per-client service per time bin (for plots).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fairq.sim.engine import Simulator
+
+
+def jain(xs: list[float] | np.ndarray) -> float:
+    """Jain's fairness index of non-negative allocations (1 = equal)."""
+    x = np.asarray(xs, dtype=float)
+    if x.size == 0:
+        return 1.0
+    s2 = float((x * x).sum())
+    if s2 == 0:
+        return 1.0
+    return float(x.sum() ** 2 / (x.size * s2))
+
+
+def max_backlogged_gap(samples: np.ndarray, backlog: np.ndarray) -> float:
+    """Largest ``|(S_f(t2) - S_f(t1)) - (S_g(t2) - S_g(t1))|`` over pairs of
+    clients both backlogged on every sample of ``[t1, t2]``.
+
+    ``samples``: (T, n) cumulative service; ``backlog``: (T, n) booleans.
+    Within a maximal common-backlog run the largest gap is
+    ``max(D) - min(D)`` of ``D = S_f - S_g``.
+    """
+    t, n = samples.shape
+    best = 0.0
+    for f in range(n):
+        for g in range(f + 1, n):
+            both = backlog[:, f] & backlog[:, g]
+            if not both.any():
+                continue
+            d = samples[:, f] - samples[:, g]
+            # split into runs of consecutive True
+            idx = np.flatnonzero(both)
+            breaks = np.flatnonzero(np.diff(idx) > 1)
+            starts = np.concatenate([[0], breaks + 1])
+            ends = np.concatenate([breaks + 1, [idx.size]])
+            for s, e in zip(starts, ends, strict=False):
+                seg = d[idx[s] : idx[e - 1] + 1]
+                best = max(best, float(seg.max() - seg.min()))
+    return best
+
+
+def _pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(xs, q)) if xs else float("nan")
+
+
+def summarize(sim: Simulator) -> dict[str, Any]:
+    """All metrics of a finished simulation as a JSON-ready dict."""
+    wl = sim.workload
+    reqs = wl.requests
+    done = [r for r in reqs if r.rid in sim.finish]
+    makespan = max(sim.finish.values()) if sim.finish else 0.0
+    in_tok = sum(r.input_len for r in done)
+    out_tok = sum(r.output_len for r in done)
+    svc = in_tok + 2 * out_tok
+    good = set(wl.well_behaved) or set(wl.clients)
+    e2e = [sim.finish[r.rid] - sim.arrival[r.rid] for r in done if r.client in good]
+    ttft = [
+        sim.first_token[r.rid] - sim.arrival[r.rid]
+        for r in reqs
+        if r.client in good and r.rid in sim.first_token
+    ]
+    # programs
+    prog_start: dict[int, float] = {}
+    prog_end: dict[int, float] = {}
+    prog_client: dict[int, str] = {}
+    prog_done: dict[int, bool] = {}
+    for r in reqs:
+        p = r.program if r.program >= 0 else -1 - r.rid
+        prog_client[p] = r.client
+        if r.rid in sim.arrival:
+            prog_start[p] = min(prog_start.get(p, np.inf), sim.arrival[r.rid])
+        if r.rid in sim.finish:
+            prog_end[p] = max(prog_end.get(p, 0.0), sim.finish[r.rid])
+            prog_done.setdefault(p, True)
+        else:
+            prog_done[p] = False
+    prog_lat = [
+        prog_end[p] - prog_start[p]
+        for p in prog_end
+        if prog_done.get(p) and prog_client[p] in good and p in prog_start
+    ]
+    # Jain over the all-active window
+    ts = np.asarray(sim.samples_t)
+    serv = np.asarray(sim.samples_service)
+    act = np.asarray(sim.samples_actual)
+    back = np.asarray(sim.samples_backlog, dtype=bool)
+    jain_v = float("nan")
+    jain_a = float("nan")
+    window = 0.0
+    if len(ts) > 1:
+        # intervals (t[i-1], t[i]] that start with every client backlogged
+        allb = back[:-1].all(axis=1)
+        if allb.any():
+            d = np.diff(serv, axis=0)[allb].sum(axis=0)
+            window = float(np.diff(ts)[allb].sum())
+            if window > 0:
+                jain_v = jain(d / window)
+                da = np.diff(act, axis=0)[allb].sum(axis=0)
+                jain_a = jain(da / window)
+    gap = max_backlogged_gap(serv, back) if len(ts) else 0.0
+    gap_actual = max_backlogged_gap(act, back) if len(ts) else 0.0
+    per_client = {
+        c: {
+            "service": float(sim.service[i]),
+            "actual_service": float(sim.actual[i]),
+            "requests": sum(1 for r in done if r.client == c),
+        }
+        for i, c in enumerate(sim.clients)
+    }
+    steps = sim.steps
+    return {
+        "label": sim.cfg.label(),
+        "workload": wl.name,
+        "workers": sim.cfg.workers,
+        "policy": sim.cfg.policy,
+        "dispatcher": sim.cfg.dispatcher if sim.cfg.workers > 1 else None,
+        "requests": len(reqs),
+        "finished": len(done),
+        "complete": len(done) == len(reqs),
+        "makespan_s": makespan,
+        "throughput": svc / makespan if makespan else 0.0,
+        "tokens_per_s": (in_tok + out_tok) / makespan if makespan else 0.0,
+        "requests_per_s": len(done) / makespan if makespan else 0.0,
+        "cache_hit": sim.cached_tokens / sim.input_tokens if sim.input_tokens else 0.0,
+        "jain": jain_v,
+        "jain_actual": jain_a,
+        "jain_window_s": window,
+        "max_gap": gap,
+        "max_gap_actual": gap_actual,
+        "e2e_p50_s": _pct(e2e, 50),
+        "e2e_p99_s": _pct(e2e, 99),
+        "ttft_p50_s": _pct(ttft, 50),
+        "ttft_p99_s": _pct(ttft, 99),
+        "program_p50_s": _pct(prog_lat, 50),
+        "program_p99_s": _pct(prog_lat, 99),
+        "per_client": per_client,
+        "steps": steps,
+        "wall_s": sim.wall_s,
+        "steps_per_s": steps / sim.wall_s if sim.wall_s > 0 else 0.0,
+    }
+
+
+def service_over_time(sim: Simulator, bins: int = 60) -> dict[str, Any]:
+    """Per-client service rate per time bin, and response times by finish
+    time (the data behind the paper's Figures 8 and 9)."""
+    ts = np.asarray(sim.samples_t)
+    serv = np.asarray(sim.samples_service)
+    end = float(ts[-1]) if len(ts) else 0.0
+    edges = np.linspace(0.0, max(end, 1e-9), bins + 1)
+    idx = np.clip(np.searchsorted(ts, edges, side="right") - 1, 0, len(ts) - 1)
+    cum = serv[idx]
+    rate = np.diff(cum, axis=0) / np.diff(edges)[:, None]
+    resp: dict[str, list[tuple[float, float]]] = {c: [] for c in sim.clients}
+    for r in sim.workload.requests:
+        if r.rid in sim.finish:
+            resp[r.client].append((sim.finish[r.rid], sim.finish[r.rid] - sim.arrival[r.rid]))
+    for v in resp.values():
+        v.sort()
+    return {
+        "t": ((edges[:-1] + edges[1:]) / 2).tolist(),
+        "service_rate": {c: rate[:, i].tolist() for i, c in enumerate(sim.clients)},
+        "response": resp,
+    }

@@ -1,0 +1,120 @@
+"""The engine step-time model and the worker's capacity limits.
+
+One continuous-batching step (one forward pass) takes::
+
+    t = c0 + c_prefill * prefill_tokens + c_decode * batch_size + c_kv * kv_tokens_read
+
+where ``prefill_tokens`` are the prompt tokens computed in the step (chunked
+prefill, at most ``prefill_budget``), ``batch_size`` the requests decoding one
+token, and ``kv_tokens_read`` the context (prompt + generated) tokens of those
+requests, whose KV entries attention reads.
+
+Defaults: a roofline estimate for Llama-3.1-8B (bf16) on one A100-80GB, the
+paper's Section 6.2 testbed (not a measurement; a later issue calibrates the
+constants on a real engine):
+
+- ``c0 = 10 ms``: every step reads the 16 GB of weights at ~2.0 TB/s HBM
+  bandwidth (8 ms) plus ~2 ms of launch and scheduling overhead.
+- ``c_prefill = 85 us/token``: 2 * 8e9 = 16 GFLOP per token at ~190 TFLOP/s
+  (61 % of the A100's 312 TFLOP/s bf16 peak).
+- ``c_decode = 85 us/request``: the same 16 GFLOP per decoded token; the
+  linear model charges it on top of the weight read (no overlap), which is
+  pessimistic for small batches.
+- ``c_kv = 65 ns/token``: a token's KV entry is 128 KiB (32 layers x 8 KV
+  heads x 128 dims x K and V x 2 bytes), read at 2.0 TB/s.
+- ``kv_capacity = 400_000`` tokens: ~52 GB of KV pool (80 GB minus weights,
+  activations and fragmentation), 128 KiB per token.
+- ``prefill_budget = 8192`` tokens per step: SGLang's chunked-prefill size
+  on an A100.
+- ``max_running = 256`` requests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """Step-time constants (seconds) and per-worker limits (tokens)."""
+
+    c0: float = 0.010
+    c_prefill: float = 85e-6
+    c_decode: float = 85e-6
+    c_kv: float = 65e-9
+    kv_capacity: int = 400_000
+    prefill_budget: int = 8192
+    max_running: int = 256
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, (int, float)) or v != v or v < 0 or v == float("inf"):
+                raise ValueError(f"StepModel.{f.name} must be a finite number >= 0, got {v!r}")
+        for name in ("kv_capacity", "prefill_budget", "max_running"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"StepModel.{name} must be >= 1, got {getattr(self, name)!r}")
+
+    def step_time(self, prefill_tokens: int, batch_size: int, kv_tokens_read: int) -> float:
+        """Seconds one step takes."""
+        return (
+            self.c0
+            + self.c_prefill * prefill_tokens
+            + self.c_decode * batch_size
+            + self.c_kv * kv_tokens_read
+        )
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+    @classmethod
+    def preset(cls, name: str) -> StepModel:
+        """A named hardware preset (see :data:`PRESETS`)."""
+        try:
+            return cls(**PRESETS[name])  # type: ignore[arg-type]
+        except KeyError:
+            raise ValueError(
+                f"model preset must be one of {', '.join(PRESETS)}; got {name!r}"
+            ) from None
+
+    @classmethod
+    def from_overrides(cls, items: list[str] | None, base: StepModel | None = None) -> StepModel:
+        """Build from ``KEY=VALUE`` strings (the CLI's ``--model``)."""
+        kwargs: dict[str, float | int] = {}
+        names = {f.name: f.type for f in fields(cls)}
+        for item in items or []:
+            key, sep, val = item.partition("=")
+            key = key.strip()
+            if not sep or key not in names:
+                raise ValueError(
+                    f"--model expects KEY=VALUE with KEY in {', '.join(names)}; got {item!r}"
+                )
+            try:
+                num = float(val)
+            except ValueError:
+                raise ValueError(f"--model {key}: {val!r} is not a number") from None
+            kwargs[key] = (
+                int(num) if key in ("kv_capacity", "prefill_budget", "max_running") else num
+            )
+        merged = {**(base or cls()).as_dict(), **kwargs}
+        return cls(**merged)  # type: ignore[arg-type]
+
+
+#: Hardware presets. ``a100-8b`` is the default above. ``a10g-3b``: Llama-3.2-3B
+#: (bf16, 6.4 GB of weights) on one A10G (24 GB, 600 GB/s, ~70 TFLOP/s bf16),
+#: the testbed of the paper's Figures 1, 8, 9 and 10: c0 = 10.7 ms weight read
+#: + ~1.3 ms overhead; 6.4 GFLOP per token at ~42 TFLOP/s (60 %) = 150 us; KV
+#: entry 112 KiB (28 layers x 8 KV heads x 128 x 2 x 2 B) read at 600 GB/s =
+#: 190 ns; ~14 GB of KV pool = 120k tokens; chunked prefill 4096.
+PRESETS: dict[str, dict[str, float]] = {
+    "a100-8b": {},
+    "a10g-3b": {
+        "c0": 0.012,
+        "c_prefill": 150e-6,
+        "c_decode": 150e-6,
+        "c_kv": 190e-9,
+        "kv_capacity": 120_000,
+        "prefill_budget": 4096,
+        "max_running": 256,
+    },
+}

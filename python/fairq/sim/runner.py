@@ -1,0 +1,228 @@
+"""The embedded comparison (``fairq simulate``) and the quantum sweeps.
+
+:data:`DEFAULT_SUITE` holds the paper's workloads with one misbehaving client
+each. Every workload runs on 1 worker under each local policy (FCFS, LPM,
+VTC, DLPM) and on 4 workers under each dispatcher + local policy pair of the
+paper's Section 6 (RR+LPM, ClientRR+VTC, PrefixAffinity+LPM, D2LPM+DLPM).
+Arrival rates are per worker (the paper scales the rate with the GPUs), and
+are set so that the workers are overloaded: a scheduler only matters when
+requests queue.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from fairq.sim.engine import SimConfig, Simulator
+from fairq.sim.metrics import service_over_time, summarize
+from fairq.sim.model import StepModel
+from fairq.sim.workloads import Workload, load_trace, make_workload
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """A named workload with its generator arguments (rates per worker)."""
+
+    name: str
+    misbehave: str | None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}-{self.misbehave}" if self.misbehave else self.name
+
+    def build(self, workers: int, seed: int, overrides: dict[str, Any] | None = None) -> Workload:
+        kw = {**self.kwargs, **(overrides or {})}
+        if "rate" in kw:
+            kw["rate"] = kw["rate"] * workers
+        return make_workload(self.name, misbehave=self.misbehave, seed=seed, **kw)
+
+
+DEFAULT_SUITE: tuple[WorkloadSpec, ...] = (
+    WorkloadSpec("qa", "S1", {"scale": 0.25, "rate": 4.0, "duration": 40.0, "docs_per_client": 16}),
+    WorkloadSpec("tot", "S2", {"scale": 0.5, "rate": 0.6, "duration": 40.0}),
+    WorkloadSpec("judge", "S1", {"scale": 0.5, "rate": 1.0, "duration": 40.0}),
+)
+
+#: Extra workloads selectable with ``--workload``.
+EXTRA: dict[str, WorkloadSpec] = {
+    "chat": WorkloadSpec("chat", None, {"rate": 1.0, "duration": 60.0}),
+    "qa-S2": WorkloadSpec(
+        "qa", "S2", {"scale": 0.25, "rate": 3.0, "duration": 40.0, "docs_per_client": 8}
+    ),
+    "tot-S1": WorkloadSpec("tot", "S1", {"scale": 0.5, "rate": 0.1, "duration": 40.0}),
+    "judge-S2": WorkloadSpec("judge", "S2", {"scale": 0.5, "rate": 1.0, "duration": 40.0}),
+}
+
+LOCAL_ONE = ("fcfs", "lpm", "vtc", "dlpm")
+PAIRS = (("rr", "lpm"), ("client-rr", "vtc"), ("affinity", "lpm"), ("d2lpm", "dlpm"))
+
+DEFAULT_PRESET = "a10g-3b"
+
+
+def find_spec(name: str) -> WorkloadSpec:
+    """A workload spec by key (``qa``, ``qa-S1``, ``tot``, ``chat`` ...)."""
+    for s in DEFAULT_SUITE:
+        if name in (s.key, s.name):
+            return s
+    if name in EXTRA:
+        return EXTRA[name]
+    known = [s.key for s in DEFAULT_SUITE] + list(EXTRA)
+    raise ValueError(f"workload must be one of {', '.join(known)}; got {name!r}")
+
+
+@dataclass
+class Run:
+    """One simulation to perform."""
+
+    spec: WorkloadSpec | None
+    cfg: SimConfig
+    trace: Workload | None = None
+    tag: str = ""
+
+
+def plan_runs(
+    specs: list[WorkloadSpec] | None,
+    workers: list[int],
+    base: SimConfig,
+    *,
+    policies: list[str] | None = None,
+    dispatchers: list[str] | None = None,
+    trace: Workload | None = None,
+) -> list[Run]:
+    """Every (workload, workers, policy) combination of the comparison."""
+    runs: list[Run] = []
+    sources: list[tuple[WorkloadSpec | None, Workload | None]] = (
+        [(None, trace)] if trace is not None else [(s, None) for s in specs or []]
+    )
+    for spec, tr in sources:
+        for w in workers:
+            if w == 1:
+                for p in LOCAL_ONE:
+                    if policies and p not in policies:
+                        continue
+                    runs.append(Run(spec, replace(base, workers=1, policy=p, dispatcher=None), tr))
+            else:
+                for d, p in PAIRS:
+                    if (policies and p not in policies) or (dispatchers and d not in dispatchers):
+                        continue
+                    runs.append(Run(spec, replace(base, workers=w, policy=p, dispatcher=d), tr))
+    return runs
+
+
+def _progress(total: int, desc: str) -> tuple[Callable[[str], None], Callable[[], None]]:
+    """(advance(label), close()) for a progress bar on stderr."""
+    try:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True)
+
+        def advance(label: str) -> None:
+            bar.set_postfix_str(label)
+            bar.update(1)
+
+        return advance, bar.close
+    except ImportError:  # pragma: no cover - tqdm is optional
+        count = [0]
+
+        def advance(label: str) -> None:
+            count[0] += 1
+            print(f"\r{desc}: {count[0]}/{total} {label:40s}", end="", file=sys.stderr, flush=True)
+
+        def close() -> None:
+            print(file=sys.stderr)
+
+        return advance, close
+
+
+def execute(
+    runs: list[Run],
+    *,
+    seed: int = 0,
+    overrides: dict[str, Any] | None = None,
+    timelines: bool = False,
+    progress: bool = True,
+    desc: str = "simulate",
+) -> list[dict[str, Any]]:
+    """Run every planned simulation; one metrics dict each (plus the
+    ``timeline`` for plots when ``timelines``)."""
+    out: list[dict[str, Any]] = []
+    advance, close = _progress(len(runs), desc) if progress else (lambda _s: None, lambda: None)
+    cache: dict[tuple[str, int], Workload] = {}
+    try:
+        for run in runs:
+            if run.trace is not None:
+                wl = run.trace
+                key = wl.name
+            else:
+                assert run.spec is not None
+                ck = (run.spec.key, run.cfg.workers)
+                if ck not in cache:
+                    cache[ck] = run.spec.build(run.cfg.workers, seed, overrides)
+                wl = cache[ck]
+                key = run.spec.key
+            sim = Simulator(wl, run.cfg).run()
+            m = summarize(sim)
+            m["workload"] = key
+            m["seed"] = seed
+            if run.tag:
+                m["tag"] = run.tag
+            if run.cfg.policy == "dlpm":
+                m["user_quantum"] = run.cfg.user_quantum
+            if run.cfg.dispatcher == "d2lpm":
+                m["worker_quantum"] = run.cfg.worker_quantum
+            if timelines:
+                m["timeline"] = service_over_time(sim)
+            out.append(m)
+            advance(f"{key} {m['label']}")
+    finally:
+        close()
+    return out
+
+
+# ---- sweeps (Figures 1 and 10) -------------------------------------------------
+
+USER_QUANTA = (50.0, 200.0, 1000.0, 4000.0, 16000.0, 64000.0, math.inf)
+WORKER_QUANTA = (500.0, 2000.0, 5000.0, 10000.0, 20000.0, 40000.0, math.inf)
+
+
+def plan_sweep(spec: WorkloadSpec, base: SimConfig, workers: int = 4) -> Iterator[Run]:
+    """DLPM's ``Q_u`` on 1 worker (with VTC and LPM as the end points,
+    Figure 1) and D2LPM's ``Q_w`` on ``workers`` workers (with the baselines,
+    Figure 10)."""
+    for p in ("vtc", "lpm"):
+        yield Run(spec, replace(base, workers=1, policy=p, dispatcher=None), tag="Q_u")
+    for q in USER_QUANTA:
+        yield Run(
+            spec,
+            replace(base, workers=1, policy="dlpm", dispatcher=None, user_quantum=q),
+            tag="Q_u",
+        )
+    for d, p in PAIRS[:3]:
+        yield Run(spec, replace(base, workers=workers, policy=p, dispatcher=d), tag="Q_w")
+    for q in WORKER_QUANTA:
+        yield Run(
+            spec,
+            replace(base, workers=workers, policy="dlpm", dispatcher="d2lpm", worker_quantum=q),
+            tag="Q_w",
+        )
+
+
+def base_config(
+    preset: str = DEFAULT_PRESET,
+    model_overrides: list[str] | None = None,
+    user_quantum: float = 2000.0,
+    worker_quantum: float = 20000.0,
+) -> SimConfig:
+    """The :class:`SimConfig` every run of the comparison starts from."""
+    model = StepModel.from_overrides(model_overrides, StepModel.preset(preset))
+    return SimConfig(model=model, user_quantum=user_quantum, worker_quantum=worker_quantum)
+
+
+def load_trace_runs(path: str, workers: list[int], base: SimConfig, seed: int) -> list[Run]:
+    """Runs of the comparison on a user's JSONL trace."""
+    return plan_runs(None, workers, base, trace=load_trace(path, seed))

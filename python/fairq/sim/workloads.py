@@ -1,0 +1,489 @@
+"""Seeded, deterministic workloads after the DLPM paper's Tables 2 and 3.
+
+A workload is a list of :class:`SimRequest` plus the client roles. Token ids
+are synthetic (random ids from a seeded generator) but the *sharing
+structure* follows the paper: what is a shared prefix, what depends on what,
+and how long prompts and outputs are.
+
+==================  ==========================  ===========  ===========
+workload            paper dataset               avg prefix   avg output
+==================  ==========================  ===========  ===========
+``qa``              LooGLE long-context QA      21449        15
+``tot``             Tree-of-Thoughts on GSM8K   546          256
+``judge``           LLM-as-a-judge (BSM)        2701         256
+``chat``            Chatbot Arena multi-turn    56           142
+==================  ==========================  ===========  ===========
+
+Misbehaving client types (Table 3): ``S1`` sends more requests (QA: a 4x
+request rate; ToT: trees of 4 branches, 341 calls, vs 2 branches, 31 calls;
+judge: 16 dimensions vs 2), ``S2`` sends longer prefixes (QA: documents 2x
+longer; ToT: questions 10x longer; judge: 600 extra tokens before each
+article). Arrivals of independent programs follow a Gamma process per client.
+
+``scale`` shrinks lengths (prompts and outputs) so that the default
+comparison runs in seconds; every length keeps its ratio to the others.
+
+Trace replay (:func:`load_trace`): a JSONL file, one request per line::
+
+    {"time": 0.0, "client": "a", "prompt": [1, 2, 3], "output_len": 16}
+    {"time": 0.5, "client": "b", "prompt_len": 900, "prefix_id": "doc7",
+     "prefix_len": 800, "output_len": 32}
+
+``prompt`` (token ids) or ``prompt_len`` (with an optional shared prefix:
+``prefix_id`` names it, ``prefix_len`` is its length, at most ``prompt_len``;
+the same id always means the same tokens). Optional: ``request_id``.
+A bad line raises :class:`TraceError` naming the file and line number.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+VOCAB = 50_000
+
+
+@dataclass(slots=True)
+class SimRequest:
+    """One LLM call in the simulation."""
+
+    rid: int
+    client: str
+    tokens: np.ndarray  # uint32 prompt token ids
+    output_len: int
+    #: Absolute arrival time, or for a dependent call the delay after the
+    #: last of ``after`` finishes.
+    arrival: float = 0.0
+    #: Request ids that must finish before this one starts (ToT children,
+    #: judge merge, next chat turn).
+    after: tuple[int, ...] = ()
+    #: Program (ToT tree, judge run, conversation) this call belongs to.
+    program: int = -1
+    #: Token ids of the output, when a later prompt includes them (inserted
+    #: into the prefix cache when the request finishes).
+    output_ids: np.ndarray | None = None
+
+    @property
+    def input_len(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+@dataclass
+class Workload:
+    """Requests plus who is who."""
+
+    name: str
+    requests: list[SimRequest]
+    clients: list[str]
+    misbehaving: list[str] = field(default_factory=list)
+    description: str = ""
+
+    @property
+    def well_behaved(self) -> list[str]:
+        return [c for c in self.clients if c not in self.misbehaving]
+
+    def summary(self) -> dict[str, float]:
+        n = len(self.requests)
+        return {
+            "requests": n,
+            "avg_prompt": float(np.mean([r.input_len for r in self.requests])) if n else 0.0,
+            "avg_output": float(np.mean([r.output_len for r in self.requests])) if n else 0.0,
+        }
+
+
+class _Gen:
+    """Seeded helpers shared by the generators."""
+
+    def __init__(self, seed: int, scale: float) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.scale = scale
+        self.next_rid = 0
+        self.next_program = 0
+
+    def n(self, length: float) -> int:
+        """A length scaled by ``scale`` (at least 1)."""
+        return max(1, int(round(length * self.scale)))
+
+    def around(self, mean: float, spread: float = 0.25) -> int:
+        """A scaled length drawn uniformly within ``mean * (1 +- spread)``."""
+        lo, hi = mean * (1 - spread), mean * (1 + spread)
+        return self.n(self.rng.uniform(lo, hi))
+
+    def toks(self, length: int) -> np.ndarray:
+        return self.rng.integers(0, VOCAB, size=length, dtype=np.uint32)
+
+    def rid(self) -> int:
+        self.next_rid += 1
+        return self.next_rid - 1
+
+    def program(self) -> int:
+        self.next_program += 1
+        return self.next_program - 1
+
+    def gamma_arrivals(self, rate: float, duration: float, cv: float) -> list[float]:
+        """Arrival times of a Gamma renewal process (mean rate, coefficient of
+        variation ``cv``; cv = 1 is Poisson) on ``[0, duration)``."""
+        shape = 1.0 / (cv * cv)
+        scale = 1.0 / (rate * shape)
+        out: list[float] = []
+        t = float(self.rng.gamma(shape, scale))
+        while t < duration:
+            out.append(t)
+            t += float(self.rng.gamma(shape, scale))
+        return out
+
+
+def _clients(n: int) -> list[str]:
+    return [f"client{i}" for i in range(n)]
+
+
+def long_context_qa(
+    *,
+    num_clients: int = 4,
+    misbehave: str | None = "S1",
+    rate: float = 0.25,
+    duration: float = 120.0,
+    docs_per_client: int = 6,
+    cv: float = 1.0,
+    scale: float = 0.25,
+    seed: int = 0,
+) -> Workload:
+    """LooGLE-style QA: questions about long documents (avg 21449 tokens),
+    short answers (avg 15). Each client asks about its own documents."""
+    g = _Gen(seed, scale)
+    clients = _clients(num_clients)
+    bad = clients[0] if misbehave else None
+    reqs: list[SimRequest] = []
+    for c in clients:
+        doc_len = 21449 * (2 if (c == bad and misbehave == "S2") else 1)
+        docs = [g.toks(g.around(doc_len)) for _ in range(docs_per_client)]
+        r = rate * (4 if (c == bad and misbehave == "S1") else 1)
+        for t in g.gamma_arrivals(r, duration, cv):
+            doc = docs[int(g.rng.integers(0, docs_per_client))]
+            q = g.toks(g.around(40))
+            reqs.append(
+                SimRequest(
+                    rid=g.rid(),
+                    client=c,
+                    tokens=np.concatenate([doc, q]),
+                    output_len=g.around(15, 0.5),
+                    arrival=t,
+                    program=g.program(),
+                )
+            )
+    return Workload(
+        "qa",
+        reqs,
+        clients,
+        [bad] if bad else [],
+        f"long-context QA, {misbehave or 'no'} misbehaving client",
+    )
+
+
+def tree_of_thoughts(
+    *,
+    num_clients: int = 4,
+    misbehave: str | None = "S2",
+    rate: float = 0.05,
+    duration: float = 120.0,
+    height: int = 4,
+    branches: int = 2,
+    cv: float = 1.0,
+    scale: float = 0.25,
+    seed: int = 0,
+) -> Workload:
+    """Tree-of-Thoughts on GSM8K: a tree of dependent calls of height 4; every
+    call extends its parent's prompt with the parent's output (256 tokens)
+    and a short instruction. Prompt = shared few-shot prefix + question
+    (avg 546 tokens together). Children start when the parent finishes."""
+    g = _Gen(seed, scale)
+    clients = _clients(num_clients)
+    bad = clients[0] if misbehave else None
+    reqs: list[SimRequest] = []
+    for c in clients:
+        fewshot = g.toks(g.n(400))
+        qlen = 146 * (10 if (c == bad and misbehave == "S2") else 1)
+        b = 4 if (c == bad and misbehave == "S1") else branches
+        for t in g.gamma_arrivals(rate, duration, cv):
+            prog = g.program()
+            question = g.toks(g.around(qlen))
+            root_prompt = np.concatenate([fewshot, question])
+            level: list[tuple[np.ndarray, int | None]] = [(root_prompt, None)]  # (prompt, parent)
+            for depth in range(height + 1):
+                nxt: list[tuple[np.ndarray, int | None]] = []
+                for prompt, parent in level:
+                    out_len = g.around(256)
+                    out_ids = g.toks(out_len) if depth < height else None
+                    rid = g.rid()
+                    reqs.append(
+                        SimRequest(
+                            rid=rid,
+                            client=c,
+                            tokens=prompt,
+                            output_len=out_len,
+                            arrival=t if parent is None else 0.0,
+                            after=() if parent is None else (parent,),
+                            program=prog,
+                            output_ids=out_ids,
+                        )
+                    )
+                    if out_ids is not None:
+                        for _ in range(b):
+                            instr = g.toks(g.around(20))
+                            nxt.append((np.concatenate([prompt, out_ids, instr]), rid))
+                level = nxt
+    return Workload(
+        "tot",
+        reqs,
+        clients,
+        [bad] if bad else [],
+        f"Tree-of-Thoughts, {misbehave or 'no'} misbehaving client",
+    )
+
+
+def llm_judge(
+    *,
+    num_clients: int = 4,
+    misbehave: str | None = "S1",
+    rate: float = 0.1,
+    duration: float = 120.0,
+    dimensions: int = 2,
+    cv: float = 1.0,
+    scale: float = 0.25,
+    seed: int = 0,
+) -> Workload:
+    """LLM-as-a-judge with branch-solve-merge over one article (avg 2701
+    tokens): a branch call, one solve call per evaluation dimension (run in
+    parallel, all sharing the article), then a merge call over the article and
+    every solve output. Outputs avg 256 tokens."""
+    g = _Gen(seed, scale)
+    clients = _clients(num_clients)
+    bad = clients[0] if misbehave else None
+    reqs: list[SimRequest] = []
+    for c in clients:
+        system = g.toks(g.n(100))
+        dims = 16 if (c == bad and misbehave == "S1") else dimensions
+        extra = g.toks(g.n(600)) if (c == bad and misbehave == "S2") else None
+        for t in g.gamma_arrivals(rate, duration, cv):
+            prog = g.program()
+            article = g.toks(g.around(2600))
+            head = np.concatenate(
+                [system, extra, article] if extra is not None else [system, article]
+            )
+            branch_rid = g.rid()
+            reqs.append(
+                SimRequest(
+                    branch_rid,
+                    c,
+                    np.concatenate([head, g.toks(g.n(30))]),
+                    g.around(128),
+                    arrival=t,
+                    program=prog,
+                )
+            )
+            solves = []
+            outs = []
+            for _ in range(dims):
+                rid = g.rid()
+                out_len = g.around(256)
+                out_ids = g.toks(out_len)
+                reqs.append(
+                    SimRequest(
+                        rid,
+                        c,
+                        np.concatenate([head, g.toks(g.n(40))]),
+                        out_len,
+                        after=(branch_rid,),
+                        program=prog,
+                        output_ids=out_ids,
+                    )
+                )
+                solves.append(rid)
+                outs.append(out_ids)
+            reqs.append(
+                SimRequest(
+                    g.rid(),
+                    c,
+                    np.concatenate([head, *outs, g.toks(g.n(30))]),
+                    g.around(256),
+                    after=tuple(solves),
+                    program=prog,
+                )
+            )
+    return Workload(
+        "judge",
+        reqs,
+        clients,
+        [bad] if bad else [],
+        f"LLM-as-a-judge, {misbehave or 'no'} misbehaving client",
+    )
+
+
+def multi_turn_chat(
+    *,
+    num_clients: int = 4,
+    heavy_clients: int = 2,
+    rate: float = 0.5,
+    heavy_factor: float = 4.0,
+    duration: float = 120.0,
+    max_turns: int = 5,
+    think_time: float = 2.0,
+    cv: float = 1.0,
+    scale: float = 1.0,
+    seed: int = 0,
+) -> Workload:
+    """Chatbot-Arena-style conversations (avg 56 prompt / 142 output tokens
+    per turn); each turn's prompt is the whole history plus a new message and
+    arrives ``think_time`` after the previous turn finished. The last
+    ``heavy_clients`` clients start conversations ``heavy_factor`` times more
+    often (the paper's Figure 8: clients 2 and 3 send much more)."""
+    g = _Gen(seed, scale)
+    clients = _clients(num_clients)
+    heavy = clients[num_clients - heavy_clients :] if heavy_clients else []
+    reqs: list[SimRequest] = []
+    for c in clients:
+        system = g.toks(g.n(40))
+        r = rate * (heavy_factor if c in heavy else 1.0)
+        for t in g.gamma_arrivals(r, duration, cv):
+            prog = g.program()
+            history = system
+            prev = None
+            for _ in range(int(g.rng.integers(1, max_turns + 1))):
+                msg = g.toks(g.around(56, 0.5))
+                prompt = np.concatenate([history, msg])
+                out_len = g.around(142, 0.5)
+                out_ids = g.toks(out_len)
+                rid = g.rid()
+                reqs.append(
+                    SimRequest(
+                        rid,
+                        c,
+                        prompt,
+                        out_len,
+                        arrival=t if prev is None else think_time,
+                        after=() if prev is None else (prev,),
+                        program=prog,
+                        output_ids=out_ids,
+                    )
+                )
+                history = np.concatenate([prompt, out_ids])
+                prev = rid
+    return Workload("chat", reqs, clients, heavy, "multi-turn chat, 2 heavy clients")
+
+
+WORKLOADS = {
+    "qa": long_context_qa,
+    "tot": tree_of_thoughts,
+    "judge": llm_judge,
+    "chat": multi_turn_chat,
+}
+
+
+def make_workload(name: str, **kwargs: object) -> Workload:
+    """Build a named workload (``qa``, ``tot``, ``judge``, ``chat``);
+    ``kwargs`` go to its generator (``misbehave``, ``seed``, ``scale`` ...)."""
+    try:
+        fn = WORKLOADS[name]
+    except KeyError:
+        raise ValueError(f"workload must be one of {', '.join(WORKLOADS)}; got {name!r}") from None
+    if name == "chat":
+        kwargs.pop("misbehave", None)
+    return fn(**kwargs)  # type: ignore[operator]
+
+
+# ---- trace replay ------------------------------------------------------------
+
+
+class TraceError(ValueError):
+    """A bad line in a JSONL trace (message names the file and line)."""
+
+
+def _int_field(obj: dict, key: str, where: str, minimum: int = 0) -> int:
+    v = obj.get(key)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TraceError(f"{where}: {key!r} must be an int, got {v!r}")
+    if v < minimum:
+        raise TraceError(f"{where}: {key!r} must be >= {minimum}, got {v}")
+    return v
+
+
+def parse_trace(lines: Iterable[str], source: str = "<trace>", seed: int = 0) -> Workload:
+    """Parse JSONL trace lines into a workload (see the module docstring)."""
+    rng = np.random.default_rng(seed)
+    prefixes: dict[str, np.ndarray] = {}
+    reqs: list[SimRequest] = []
+    clients: list[str] = []
+    seen_ids: set[object] = set()
+    for lineno, line in enumerate(lines, start=1):
+        where = f"{source}:{lineno}"
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TraceError(f"{where}: not valid JSON ({e.msg})") from None
+        if not isinstance(obj, dict):
+            raise TraceError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        t = obj.get("time")
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not np.isfinite(t) or t < 0:
+            raise TraceError(f"{where}: 'time' must be a finite number >= 0, got {t!r}")
+        client = obj.get("client")
+        if not isinstance(client, str) or not client:
+            raise TraceError(f"{where}: 'client' must be a non-empty string, got {client!r}")
+        out = _int_field(obj, "output_len", where, 1)
+        if "prompt" in obj:
+            p = obj["prompt"]
+            if not isinstance(p, list) or not p:
+                raise TraceError(f"{where}: 'prompt' must be a non-empty list of token ids")
+            for i, x in enumerate(p):
+                if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < 2**32:
+                    raise TraceError(f"{where}: 'prompt'[{i}] = {x!r} is not a token id")
+            tokens = np.asarray(p, dtype=np.uint32)
+        elif "prompt_len" in obj:
+            n = _int_field(obj, "prompt_len", where, 1)
+            pid = obj.get("prefix_id")
+            if pid is None:
+                tokens = rng.integers(0, VOCAB, size=n, dtype=np.uint32)
+            else:
+                if not isinstance(pid, (str, int)) or isinstance(pid, bool):
+                    raise TraceError(f"{where}: 'prefix_id' must be a string or int, got {pid!r}")
+                plen = _int_field(obj, "prefix_len", where, 1) if "prefix_len" in obj else n
+                if plen > n:
+                    raise TraceError(
+                        f"{where}: 'prefix_len' ({plen}) must be <= 'prompt_len' ({n})"
+                    )
+                key = str(pid)
+                have = prefixes.get(key)
+                if have is None or have.shape[0] < plen:
+                    ext = rng.integers(0, VOCAB, size=plen - (0 if have is None else len(have)))
+                    have = (
+                        np.concatenate([have, ext]).astype(np.uint32)
+                        if have is not None
+                        else (ext.astype(np.uint32))
+                    )
+                    prefixes[key] = have
+                tokens = np.concatenate(
+                    [have[:plen], rng.integers(0, VOCAB, size=n - plen, dtype=np.uint32)]
+                )
+        else:
+            raise TraceError(f"{where}: needs 'prompt' (token ids) or 'prompt_len'")
+        rid_raw = obj.get("request_id", len(reqs))
+        if rid_raw in seen_ids:
+            raise TraceError(f"{where}: duplicate request_id {rid_raw!r}")
+        seen_ids.add(rid_raw)
+        if client not in clients:
+            clients.append(client)
+        reqs.append(SimRequest(len(reqs), client, tokens, out, arrival=float(t), program=len(reqs)))
+    if not reqs:
+        raise TraceError(f"{source}: the trace holds no requests")
+    return Workload(f"trace:{Path(source).name}", reqs, clients, [], f"trace {source}")
+
+
+def load_trace(path: str | Path, seed: int = 0) -> Workload:
+    """Read a JSONL trace file (see :func:`parse_trace`)."""
+    with open(path, encoding="utf-8") as f:
+        return parse_trace(f, str(path), seed)

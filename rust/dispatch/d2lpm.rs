@@ -1,0 +1,193 @@
+//! D2LPM (the paper's Section 5.2, Algorithm 2): double-deficit dispatch.
+//!
+//! Per (client, worker) deficit `q[c][w]` and a worker quantum `Q_w`. For a
+//! request r of client c, with `G` the workers holding r's longest matched
+//! prefix (all workers when nothing matches):
+//!
+//! 1. `avail = {w : q[c][w] > 0}`; while `avail` is empty, add `Q_w` to every
+//!    `q[c][w]`. The loop is done in one O(W) pass: the number of rounds is
+//!    the smallest `k` making some `q[c][w] + k * Q_w > 0`.
+//! 2. `cand = G ∩ avail`; pick the smallest queue size `s_w` over `cand`, or
+//!    over `avail` when `cand` is empty (ties: lowest worker index).
+//! 3. `q[c][w] -= w_e * input_len(r)`; the caller updates `s_w` and inserts
+//!    r's tokens for `w` in the global tree.
+//!
+//! On finish: `q[c][w] -= w_q * output_len`. `Q_w = inf` makes every worker
+//! always available: pure prefix affinity with least-loaded tie-breaking.
+
+use super::baselines::argmin;
+use super::tree::WorkerSet;
+use super::{check_quantum, check_weight};
+use crate::error::Result;
+
+/// D2LPM knobs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct D2lpmConfig {
+    /// `Q_w`, credit per refill round; `> 0`, may be `f64::INFINITY`.
+    pub worker_quantum: f64,
+    /// Weight of an input token in the cost (`w_e`, default 1).
+    pub w_e: f64,
+    /// Weight of an output token in the cost (`w_q`, default 2).
+    pub w_q: f64,
+}
+
+impl D2lpmConfig {
+    pub fn new(worker_quantum: f64) -> Self {
+        D2lpmConfig {
+            worker_quantum,
+            w_e: 1.0,
+            w_q: 2.0,
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        check_quantum("worker_quantum", self.worker_quantum)?;
+        check_weight("w_e", self.w_e)?;
+        check_weight("w_q", self.w_q)?;
+        Ok(())
+    }
+}
+
+/// D2LPM state: the per-(client, worker) deficits.
+#[derive(Debug, Clone)]
+pub struct State {
+    pub cfg: D2lpmConfig,
+    /// `q[c][w]`, rows indexed by the dispatcher's client index.
+    q: Vec<Vec<f64>>,
+    /// Refill rounds granted so far (all clients), for diagnostics.
+    refills: u64,
+}
+
+impl State {
+    pub fn new(cfg: D2lpmConfig) -> Self {
+        State {
+            cfg,
+            q: Vec::new(),
+            refills: 0,
+        }
+    }
+
+    pub fn deficit(&self, client: usize, worker: usize) -> f64 {
+        self.q.get(client).map_or(0.0, |row| row[worker])
+    }
+
+    pub fn refills(&self) -> u64 {
+        self.refills
+    }
+
+    /// Add `Q_w` to every `q[c][w]` as many rounds as the paper's while loop
+    /// would, in O(W).
+    fn refill(&mut self, c: usize) {
+        let qw = self.cfg.worker_quantum;
+        let row = &mut self.q[c];
+        if qw.is_infinite() {
+            row.iter_mut().for_each(|x| *x = f64::INFINITY);
+            self.refills += 1;
+            return;
+        }
+        // Rounds for w: smallest k with q + k*Q > 0, i.e. floor(-q/Q) + 1.
+        let k = row
+            .iter()
+            .map(|&x| (-x / qw).floor() + 1.0)
+            .fold(f64::INFINITY, f64::min)
+            .max(1.0);
+        row.iter_mut().for_each(|x| *x += k * qw);
+        self.refills += k as u64;
+        // Guard against rounding leaving every counter at exactly 0.
+        while row.iter().all(|&x| x <= 0.0) {
+            row.iter_mut().for_each(|x| *x += qw);
+            self.refills += 1;
+        }
+    }
+
+    /// Algorithm 2's SelectWorker plus the dispatch-time charge.
+    pub fn select(&mut self, c: usize, g: &WorkerSet, load: &[u64], input_len: usize) -> usize {
+        let n = load.len();
+        if self.q.len() <= c {
+            self.q.resize_with(c + 1, || vec![0.0; n]);
+        }
+        if self.q[c].iter().all(|&x| x <= 0.0) {
+            self.refill(c);
+        }
+        let row = &self.q[c];
+        let w = {
+            let cand = g.iter().filter(|&w| row[w] > 0.0);
+            let best = argmin_opt(load, cand);
+            best.unwrap_or_else(|| argmin(load, (0..n).filter(|&w| row[w] > 0.0)))
+        };
+        self.q[c][w] -= self.cfg.w_e * input_len as f64;
+        w
+    }
+
+    pub fn on_finish(&mut self, c: usize, w: usize, output_tokens: u64) {
+        if let Some(row) = self.q.get_mut(c) {
+            row[w] -= self.cfg.w_q * output_tokens as f64;
+        }
+    }
+}
+
+fn argmin_opt(load: &[u64], it: impl Iterator<Item = usize>) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for w in it {
+        if best.map_or(true, |b| load[w] < load[b]) {
+            best = Some(w);
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Dispatcher, RequestId};
+    use super::*;
+
+    #[test]
+    fn refill_is_the_while_loop() {
+        let mut st = State::new(D2lpmConfig::new(10.0));
+        st.q = vec![vec![-25.0, -5.0, -31.0]];
+        st.refill(0);
+        // one round makes w1 positive (5 > 0)
+        assert_eq!(st.q[0], vec![-15.0, 5.0, -21.0]);
+        st.q = vec![vec![-20.0, -30.0]];
+        st.refill(0);
+        // -20 needs 3 rounds (exactly 0 after 2 is not > 0)
+        assert_eq!(st.q[0], vec![10.0, 0.0]);
+        assert_eq!(st.refills(), 4);
+    }
+
+    #[test]
+    fn worked_example_affinity_until_deficit_runs_out() {
+        // Q_w = 250, prompts of 100 tokens sharing a prefix: the client stays
+        // on the worker holding it while its deficit there is positive.
+        let mut d = Dispatcher::d2lpm(2, D2lpmConfig::new(250.0)).unwrap();
+        let p: Vec<u32> = (0..100).collect();
+        let w0 = d.dispatch(RequestId::Int(0), "a", &p).unwrap();
+        assert_eq!(w0, 0); // new client: both refilled to 250, tie -> 0
+        assert_eq!(d.deficit("a", 0).unwrap(), 150.0);
+        assert_eq!(d.dispatch(RequestId::Int(1), "a", &p).unwrap(), 0); // 50
+        assert_eq!(d.dispatch(RequestId::Int(2), "a", &p).unwrap(), 0); // -50
+                                                                        // worker 0 exhausted: avail = {1}, G = {0}: cand empty -> worker 1
+        assert_eq!(d.dispatch(RequestId::Int(3), "a", &p).unwrap(), 1);
+        assert_eq!(d.deficit("a", 1).unwrap(), 150.0);
+        // now both hold the prefix; worker 1 is the only available one
+        assert_eq!(d.dispatch(RequestId::Int(4), "a", &p).unwrap(), 1);
+        assert_eq!(d.dispatch(RequestId::Int(5), "a", &p).unwrap(), 1); // -50
+                                                                        // all exhausted: one refill round -> 200, 200; s = (3, 3): tie -> 0
+        assert_eq!(d.dispatch(RequestId::Int(6), "a", &p).unwrap(), 0);
+        assert_eq!(d.deficit("a", 0).unwrap(), 100.0);
+        assert_eq!(d.deficit("a", 1).unwrap(), 200.0);
+        // finishing charges the output
+        d.on_finish(&RequestId::Int(6), 10).unwrap();
+        assert_eq!(d.deficit("a", 0).unwrap(), 80.0);
+        assert_eq!(d.queue_sizes(), &[3, 3]);
+    }
+
+    #[test]
+    fn infinite_quantum_is_pure_affinity() {
+        let mut d = Dispatcher::d2lpm(4, D2lpmConfig::new(f64::INFINITY)).unwrap();
+        let p: Vec<u32> = (0..50).collect();
+        for i in 0..20 {
+            assert_eq!(d.dispatch(RequestId::Int(i), "a", &p).unwrap(), 0);
+        }
+    }
+}

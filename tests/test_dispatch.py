@@ -1,0 +1,233 @@
+"""D2LPM and the baseline dispatchers against the pure-Python references."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from dispatch_ref import RefAffinity, RefD2LPM
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fairq
+from fairq.dispatch import make_dispatcher
+
+# ---- operation sequences ---------------------------------------------------
+
+tokens_st = st.lists(st.integers(0, 3), min_size=0, max_size=8)
+op_st = st.one_of(
+    st.tuples(st.just("dispatch"), st.sampled_from("abc"), tokens_st),
+    st.tuples(st.just("finish"), st.integers(0, 1000), st.integers(0, 30)),
+    st.tuples(st.just("evict"), st.integers(0, 3), tokens_st, st.integers(0, 8)),
+)
+
+
+def run_ops(d: fairq.Dispatcher, ref: RefD2LPM | RefAffinity, ops: list, n: int) -> None:
+    rid = 0
+    live: list[int] = []
+    for op in ops:
+        if op[0] == "dispatch":
+            _, client, toks = op
+            assert d.dispatch(rid, client, toks) == ref.dispatch(rid, client, toks)
+            live.append(rid)
+            rid += 1
+        elif op[0] == "finish":
+            if not live:
+                continue
+            r = live.pop(op[1] % len(live))
+            assert d.on_finish(r, op[2]) == ref.on_finish(r, op[2])
+        else:
+            _, w, toks, kept = op
+            w %= n
+            d.on_evict(w, toks, kept)
+            ref.on_evict(w, toks, kept)
+        assert d.queue_sizes == ref.s
+        assert len(d) == len(live)
+
+
+@settings(max_examples=150)
+@given(
+    ops=st.lists(op_st, max_size=60),
+    n=st.integers(1, 4),
+    quantum=st.sampled_from([1.0, 5.0, 12.0, 40.0]),
+)
+def test_d2lpm_matches_reference(ops: list, n: int, quantum: float) -> None:
+    d = fairq.D2LPM(n, quantum)
+    ref = RefD2LPM(n, quantum)
+    run_ops(d, ref, ops, n)
+    for c, row in ref.q.items():
+        for w in range(n):
+            assert d.deficit(c, w) == pytest.approx(row[w])
+    # the global tree agrees with the reference holdings
+    for op in ops:
+        if op[0] != "dispatch":
+            continue
+        toks = op[2]
+        m, g = d.longest_match(toks)
+        assert (m, g) == ref.tree.longest_match(toks)
+        for w in range(n):
+            assert d.held_len(w, toks) == ref.tree.held_len(w, toks)
+
+
+@settings(max_examples=100)
+@given(
+    ops=st.lists(op_st, max_size=60),
+    n=st.integers(1, 4),
+    abs_t=st.sampled_from([0.0, 1.0, 3.0]),
+    rel_t=st.sampled_from([1.0, 1.5]),
+    match_t=st.sampled_from([0.0, 0.5, 1.0]),
+)
+def test_affinity_matches_reference(
+    ops: list, n: int, abs_t: float, rel_t: float, match_t: float
+) -> None:
+    d = fairq.PrefixAffinity(n, abs_threshold=abs_t, rel_threshold=rel_t, match_threshold=match_t)
+    run_ops(d, RefAffinity(n, abs_t, rel_t, match_t), ops, n)
+
+
+@settings(max_examples=100)
+@given(
+    reqs=st.lists(
+        st.tuples(st.sampled_from("abcd"), st.integers(0, 2), st.integers(1, 50)),
+        min_size=1,
+        max_size=120,
+    ),
+    n=st.integers(2, 6),
+    quantum=st.sampled_from([10.0, 100.0, 1000.0]),
+)
+def test_d2lpm_per_client_worker_balance_bound(reqs: list, n: int, quantum: float) -> None:
+    """Every worker gets the same refill rounds for a client, dispatch only
+    goes where the deficit is positive, and a deficit never exceeds Q_w, so a
+    client's input charge on any two workers differs by less than
+    Q_w + w_e * L_max (Q_w = inf has no such bound: pure affinity)."""
+    d = fairq.D2LPM(n, quantum)
+    charged: dict[str, list[int]] = {}
+    lmax = 0
+    for i, (client, prefix, length) in enumerate(reqs):
+        toks = [prefix] * length
+        w = d.dispatch(i, client, toks)
+        charged.setdefault(client, [0] * n)[w] += length
+        lmax = max(lmax, length)
+    for client, row in charged.items():
+        assert max(row) - min(row) < quantum + lmax
+        for w in range(n):
+            assert d.deficit(client, w) <= quantum
+
+
+def test_round_robin_least_loaded_client_rr() -> None:
+    rr = fairq.RoundRobin(3)
+    assert [rr.dispatch(i, "a", [1]) for i in range(4)] == [0, 1, 2, 0]
+    ll = fairq.LeastLoaded(2)
+    assert [ll.dispatch(i, "a", []) for i in range(3)] == [0, 1, 0]
+    ll.on_finish(1, 5)
+    assert ll.dispatch(9, "b", []) == 1
+    crr = fairq.ClientRoundRobin(3)
+    assert [crr.dispatch(i, "a", []) for i in range(3)] == [0, 1, 2]
+    assert [crr.dispatch(10 + i, "b", []) for i in range(3)] == [1, 2, 0]
+
+
+def test_d2lpm_worked_example() -> None:
+    d = fairq.D2LPM(2, 250)
+    p = list(range(100))
+    assert [d.dispatch(i, "a", p) for i in range(7)] == [0, 0, 0, 1, 1, 1, 0]
+    assert d.deficit("a", 0) == 100.0
+    assert d.deficit("a", 1) == 200.0
+    assert d.on_finish(6, 10) == 0
+    assert d.deficit("a", 0) == 80.0
+    assert d.deficit("nobody", 1) == 0.0
+    assert d.worker_quantum == 250 and d.w_e == 1 and d.w_q == 2
+
+
+def test_infinite_quantum_is_pure_affinity() -> None:
+    d = fairq.D2LPM(4, math.inf)
+    p = np.arange(64, dtype=np.int64)
+    assert {d.dispatch(i, "a", p) for i in range(30)} == {0}
+
+
+def test_eviction_moves_affinity() -> None:
+    d = fairq.D2LPM(2, 1e9)
+    p = list(range(20))
+    assert d.dispatch("x", "a", p) == 0
+    d.on_finish("x", 1)
+    assert d.held_len(0, p) == 20
+    d.on_evict(0, p, kept=5)
+    assert d.held_len(0, p) == 5
+    d.on_evict(0, p)
+    assert d.held_len(0, p) == 0
+    assert d.longest_match(p) == (0, [0, 1])
+    assert d.tree_nodes == 1
+
+
+def test_bad_input_names_field_and_changes_nothing() -> None:
+    d = fairq.D2LPM(2, 100)
+    d.dispatch("r", "a", [1, 2, 3])
+    snapshot = (d.queue_sizes, d.deficit("a", 0), d.deficit("a", 1), len(d), d.tree_nodes)
+    with pytest.raises(ValueError, match="already in flight"):
+        d.dispatch("r", "a", [1])
+    with pytest.raises(ValueError, match=r"tokens\[1\]"):
+        d.dispatch("s", "a", [1, -1])
+    with pytest.raises(TypeError, match="request_id"):
+        d.dispatch(1.5, "a", [1])
+    with pytest.raises(KeyError, match="not in flight"):
+        d.on_finish("zz", 1)
+    with pytest.raises(ValueError, match="output_tokens"):
+        d.on_finish("r", -1)
+    with pytest.raises(IndexError, match="worker"):
+        d.on_evict(2, [1])
+    with pytest.raises(ValueError, match="worker"):
+        d.on_evict(-1, [1])
+    with pytest.raises(ValueError, match="kept"):
+        d.on_evict(0, [1], kept=-2)
+    assert (d.queue_sizes, d.deficit("a", 0), d.deficit("a", 1), len(d), d.tree_nodes) == snapshot
+    assert "r" in d and "s" not in d
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"num_workers": 0, "worker_quantum": 1.0}, "num_workers"),
+        ({"num_workers": 2, "worker_quantum": 0.0}, "worker_quantum"),
+        ({"num_workers": 2, "worker_quantum": float("nan")}, "worker_quantum"),
+        ({"num_workers": 2, "worker_quantum": 1.0, "w_e": -1.0}, "w_e"),
+        ({"num_workers": 2, "worker_quantum": 1.0, "w_q": float("inf")}, "w_q"),
+    ],
+)
+def test_bad_config(kwargs: dict, field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        fairq.D2LPM(**kwargs)
+
+
+def test_affinity_bad_config_and_factory() -> None:
+    with pytest.raises(ValueError, match="match_threshold"):
+        fairq.PrefixAffinity(2, match_threshold=2.0)
+    with pytest.raises(ValueError, match="dispatcher"):
+        make_dispatcher("nope", 2)
+    for name, policy in [
+        ("rr", "RoundRobin"),
+        ("ll", "LeastLoaded"),
+        ("client-rr", "ClientRoundRobin"),
+        ("affinity", "PrefixAffinity"),
+        ("d2lpm", "D2LPM"),
+    ]:
+        assert make_dispatcher(name, 3).policy == policy
+
+
+@settings(max_examples=50)
+@given(
+    ops=st.lists(st.tuples(st.booleans(), st.sampled_from("ab"), tokens_st), max_size=80),
+    name=st.sampled_from(["rr", "ll", "client-rr", "affinity", "d2lpm"]),
+)
+def test_conservation(ops: list, name: str) -> None:
+    """No request lost or duplicated: in flight = dispatched - finished."""
+    d = make_dispatcher(name, 3, worker_quantum=10)
+    live: dict[int, int] = {}
+    for i, (finish, client, toks) in enumerate(ops):
+        if finish and live:
+            rid = next(iter(live))
+            assert d.on_finish(rid, 1) == live.pop(rid)
+        else:
+            live[i] = d.dispatch(i, client, toks)
+    assert len(d) == len(live)
+    assert sum(d.queue_sizes) == len(live)
+    for rid, w in live.items():
+        assert d.worker_of(rid) == w
