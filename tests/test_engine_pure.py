@@ -189,3 +189,35 @@ def test_workload_rejects_bad_sizes() -> None:
         multi_client_workload(suffix_len=0)
     with pytest.raises(ValueError, match="well_behaved_gap"):
         multi_client_workload(well_behaved_gap=-1.0)
+
+
+def test_fit_nonnegative_and_plain() -> None:
+    # decode time falls with batch size in this (noisy) trace: NNLS clamps it to 0
+    samples = [StepSample(0.010 - 0.001 * b + 1e-4 * p, p, b, 10) for p, b in
+               [(0, 1), (10, 2), (20, 3), (0, 4), (50, 1), (5, 5)]]
+    nn = fit_step_time(samples)
+    assert min(nn.c0, nn.c_prefill, nn.c_decode, nn.c_kv) >= 0
+    plain = fit_step_time(samples, nonnegative=False)
+    assert plain.c_decode == pytest.approx(-0.001, rel=1e-6)
+    assert plain.r2 >= nn.r2
+    assert nn.simulate_args().startswith("--model c0=")
+    assert nn.simulate_args().count("--model") == 4
+
+
+def test_sim_workload_conversion() -> None:
+    pytest.importorskip("fairq.sim.workloads", reason="the simulator is not merged")
+    from fairq.integrations.transformers.workload import from_sim_workload
+    from fairq.sim.workloads import make_workload
+
+    sim = make_workload("tot", scale=0.01, duration=10.0, seed=0)
+    wl = from_sim_workload(sim, vocab_size=256, max_new_tokens=4)
+    assert len(wl) == len(sim.requests)
+    ids = {r.request_id for r in wl}
+    assert len(ids) == len(wl)
+    assert all(set(r.after) <= ids for r in wl)
+    assert any(r.after for r in wl)
+    assert all(1 <= t < 256 for r in wl for t in r.prompt)
+    assert all(1 <= r.max_new_tokens <= 4 for r in wl)
+    assert all(ClientResolver()(r.request_id) == r.client for r in wl)
+    with pytest.raises(ValueError, match="vocab_size"):
+        from_sim_workload(sim, vocab_size=1)

@@ -28,7 +28,11 @@ from fairq.integrations.transformers.fit import (
     percentile,
 )
 from fairq.integrations.transformers.policies import POLICIES, check_policy
-from fairq.integrations.transformers.workload import EngineRequest, multi_client_workload
+from fairq.integrations.transformers.workload import (
+    EngineRequest,
+    from_sim_workload,
+    multi_client_workload,
+)
 
 MODEL_SIZES: dict[str, dict[str, int]] = {
     # ~0.2M parameters: CPU tests and smoke runs
@@ -142,31 +146,55 @@ def run_engine(
         generation_config=gen_config, continuous_batching_config=cb_config
     )
     outputs: dict[str, Any] = {}
+    known = {r.request_id for r in workload}
+    for r in workload:
+        missing = [d for d in r.after if d not in known]
+        if missing:
+            raise ValueError(f"request {r.request_id!r} depends on unknown requests {missing}")
+    independent = [r for r in workload if not r.after]
+    dependent = [r for r in workload if r.after]
+    ready_at: list[tuple[float, EngineRequest]] = []  # dependents whose parents finished
+
+    def add(req: EngineRequest) -> None:
+        manager.add_request(
+            list(req.prompt), request_id=req.request_id, max_new_tokens=req.max_new_tokens,
+            record_timestamps=True,
+        )
+
     try:
         t0 = time.perf_counter()
         if realtime:
             manager.start()
-        for req in workload:
+        for req in independent:
             if realtime:
                 delay = t0 + req.arrival - time.perf_counter()
                 if delay > 0:
                     time.sleep(delay)
-            manager.add_request(
-                list(req.prompt), request_id=req.request_id, max_new_tokens=req.max_new_tokens,
-                record_timestamps=True,
-            )
+            add(req)
         if not realtime:
             manager.start()
         deadline = time.perf_counter() + timeout_s
         while len(outputs) < len(workload):
-            result = manager.get_result(timeout=max(0.1, deadline - time.perf_counter()))
+            now = time.perf_counter()
+            for item in [x for x in ready_at if x[0] <= now]:
+                ready_at.remove(item)
+                add(item[1])
+            wait = min([t for t, _ in ready_at], default=now + 1.0) - now
+            if now > deadline:
+                raise RuntimeError(f"timed out with {len(workload) - len(outputs)} unfinished")
+            result = manager.get_result(timeout=max(0.01, min(wait, deadline - now)))
             if result is None:
+                if manager.is_running() or ready_at:
+                    continue
                 raise RuntimeError(
                     f"engine stopped with {len(workload) - len(outputs)} requests unfinished"
                 )
             if result.error:
                 raise RuntimeError(f"request {result.request_id} failed: {result.error}")
             outputs[result.request_id] = result
+            for dep in [d for d in dependent if all(p in outputs for p in d.after)]:
+                dependent.remove(dep)
+                ready_at.append((time.perf_counter() + (dep.arrival if realtime else 0.0), dep))
         wall = time.perf_counter() - t0
         sched = fs.running_scheduler(manager) or (fs.LAST_SCHEDULER[-1] if fs.LAST_SCHEDULER
                                                   else None)
@@ -290,6 +318,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="random-weight Llama-style model size (1b: use on a GPU)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
+    parser.add_argument("--workload", default="flood",
+                        help="flood (built-in: one client floods, per-client shared prefixes) or "
+                        "sim:NAME for the simulator's qa/tot/judge/chat workloads")
+    parser.add_argument("--scale", type=float, default=0.02,
+                        help="length scale of a sim: workload (default 0.02: CPU-sized)")
+    parser.add_argument("--duration", type=float, default=20.0,
+                        help="arrival window of a sim: workload in seconds")
     parser.add_argument("--clients", type=int, default=4, help="clients incl. the flooding one")
     parser.add_argument("--requests-per-client", type=int, default=6)
     parser.add_argument("--flood-factor", type=int, default=4,
@@ -309,6 +344,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="small workload (smoke test)")
 
 
+def _workload(args: argparse.Namespace) -> list[EngineRequest]:
+    vocab = MODEL_SIZES[args.model]["vocab_size"]
+    if args.workload == "flood":
+        return multi_client_workload(
+            n_clients=args.clients,
+            requests_per_client=2 if args.quick else args.requests_per_client,
+            flood_factor=args.flood_factor,
+            prefix_len=args.prefix_len,
+            suffix_len=args.suffix_len,
+            max_new_tokens=4 if args.quick else args.max_new_tokens,
+            vocab_size=vocab,
+            well_behaved_gap=args.gap,
+            seed=args.seed,
+        )
+    if args.workload.startswith("sim:"):
+        from fairq.sim.workloads import make_workload
+
+        sim = make_workload(args.workload[4:], scale=args.scale, duration=args.duration,
+                            seed=args.seed)
+        return from_sim_workload(sim, vocab, max_new_tokens=args.max_new_tokens)
+    raise ValueError(f"--workload must be flood or sim:NAME, got {args.workload!r}")
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``fairq engine-bench``."""
     import torch
@@ -321,18 +379,8 @@ def run(args: argparse.Namespace) -> int:
         for p in names:
             types.append("fifo-observed" if p == "fifo" else f"fairq-{check_policy(p)}")
         fs.register(options={"dlpm": {"quantum": args.quantum}})
-        workload = multi_client_workload(
-            n_clients=args.clients,
-            requests_per_client=2 if args.quick else args.requests_per_client,
-            flood_factor=args.flood_factor,
-            prefix_len=args.prefix_len,
-            suffix_len=args.suffix_len,
-            max_new_tokens=4 if args.quick else args.max_new_tokens,
-            vocab_size=min(MODEL_SIZES[args.model]["vocab_size"], 32000),
-            well_behaved_gap=args.gap,
-            seed=args.seed,
-        )
-    except ValueError as e:
+        workload = _workload(args)
+    except (ValueError, ImportError) as e:
         print(f"fairq engine-bench: {e}", file=sys.stderr)
         return 2
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -363,7 +411,8 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"\nstep-time fit over {fit.n_steps} steps (R^2={fit.r2:.3f}): "
             f"t = {fit.c0:.4g} + {fit.c_prefill:.4g}*prefill_tokens "
-            f"+ {fit.c_decode:.4g}*batch_size + {fit.c_kv:.4g}*kv_tokens_read  (seconds)"
+            f"+ {fit.c_decode:.4g}*batch_size + {fit.c_kv:.4g}*kv_tokens_read  (seconds)\n"
+            f"simulator calibrated to this engine: fairq simulate {fit.simulate_args()}"
         )
     if args.json:
         payload = {

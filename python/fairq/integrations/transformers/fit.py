@@ -58,13 +58,22 @@ class StepTimeModel:
         """Plain dict (for JSON)."""
         return {k: float(v) for k, v in asdict(self).items()}
 
+    def simulate_args(self) -> str:
+        """The ``fairq simulate`` options that use these constants."""
+        return " ".join(
+            f"--model {k}={v:.6g}"
+            for k, v in (("c0", self.c0), ("c_prefill", self.c_prefill),
+                         ("c_decode", self.c_decode), ("c_kv", self.c_kv))
+        )
 
-def fit_step_time(samples: Sequence[StepSample]) -> StepTimeModel:
+
+def fit_step_time(samples: Sequence[StepSample], nonnegative: bool = True) -> StepTimeModel:
     """Least-squares fit of the step-time constants.
 
-    Needs at least 4 steps. Columns that never vary (e.g. no prefill at all)
-    are still solved by ``numpy.linalg.lstsq`` (minimum-norm solution), so a
-    degenerate trace gives finite constants rather than an error.
+    Needs at least 4 steps. With ``nonnegative`` (default) every constant is
+    constrained to be >= 0 (exact NNLS over column subsets), as the simulator
+    requires; otherwise plain least squares (minimum-norm when the steps never
+    vary in some column, e.g. no prefill at all).
 
     Raises:
         ValueError: fewer than 4 samples, or a non-finite / negative value.
@@ -83,7 +92,26 @@ def fit_step_time(samples: Sequence[StepSample]) -> StepTimeModel:
     y = np.asarray(ys, dtype=np.float64)
     # Scale columns so the solve is well conditioned (token counts dwarf the intercept).
     scale = np.maximum(np.abs(a).max(axis=0), 1e-12)
-    coef_scaled, *_ = np.linalg.lstsq(a / scale, y, rcond=None)
+    a_s = a / scale
+    if nonnegative:
+        # Exact non-negative least squares for 4 unknowns: the optimum is a
+        # least-squares solution on some subset of columns with all
+        # coefficients >= 0, so try the 15 non-empty subsets.
+        best: tuple[float, np.ndarray] | None = None
+
+        for mask in range(1, 16):
+            cols = [j for j in range(4) if mask >> j & 1]
+            sub, *_ = np.linalg.lstsq(a_s[:, cols], y, rcond=None)
+            if np.any(sub < 0):
+                continue
+            full = np.zeros(4)
+            full[cols] = sub
+            res = float(np.sum((y - a_s @ full) ** 2))
+            if best is None or res < best[0]:
+                best = (res, full)
+        coef_scaled = best[1] if best is not None else np.zeros(4)
+    else:
+        coef_scaled, *_ = np.linalg.lstsq(a_s, y, rcond=None)
     coef = coef_scaled / scale
     pred = a @ coef
     ss_res = float(np.sum((y - pred) ** 2))

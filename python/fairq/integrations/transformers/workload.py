@@ -10,17 +10,52 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
 class EngineRequest:
-    """One request to replay: ``add_request`` it at ``arrival`` seconds."""
+    """One request to replay: ``add_request`` it at ``arrival`` seconds, or,
+    when ``after`` names other requests, ``arrival`` seconds after the last of
+    them finished (dependent calls: tree-of-thoughts, chat turns)."""
 
     request_id: str
     client: str
     arrival: float
     prompt: list[int]
     max_new_tokens: int
+    after: tuple[str, ...] = ()
+
+
+def from_sim_workload(
+    workload: Any, vocab_size: int, max_new_tokens: int | None = None
+) -> list[EngineRequest]:
+    """Convert a simulator workload (``fairq.sim.workloads.Workload``) for the engine.
+
+    Token ids are folded into ``[1, vocab_size)`` (equal ids stay equal, so
+    shared prefixes stay shared); ``max_new_tokens`` caps output lengths;
+    request ids become ``"client/rid"``. Raises ValueError on a dependency
+    on an unknown request.
+    """
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
+        raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
+    ids = {r.rid: f"{r.client}/{r.rid}" for r in workload.requests}
+    out = []
+    for r in workload.requests:
+        missing = [d for d in r.after if d not in ids]
+        if missing:
+            raise ValueError(f"request {r.rid}: depends on unknown request(s) {missing}")
+        n_out = int(r.output_len) if max_new_tokens is None else min(int(r.output_len),
+                                                                     max_new_tokens)
+        out.append(
+            EngineRequest(
+                ids[r.rid], str(r.client), float(r.arrival),
+                [1 + int(t) % (vocab_size - 1) for t in r.tokens], max(1, n_out),
+                tuple(ids[d] for d in r.after),
+            )
+        )
+    out.sort(key=lambda e: (bool(e.after), e.arrival))
+    return out
 
 
 def multi_client_workload(
