@@ -380,6 +380,8 @@ def run(args: argparse.Namespace) -> int:
             types.append("fifo-observed" if p == "fifo" else f"fairq-{check_policy(p)}")
         fs.register(options={"dlpm": {"quantum": args.quantum}})
         workload = _workload(args)
+        if not workload:
+            raise ValueError("the workload has no requests (raise --duration or sizes)")
     except (ValueError, ImportError) as e:
         print(f"fairq engine-bench: {e}", file=sys.stderr)
         return 2
@@ -391,7 +393,7 @@ def run(args: argparse.Namespace) -> int:
           f"device={device} ({machine}) torch={torch.__version__} "
           f"transformers={__import__('transformers').__version__} requests={len(workload)}")
     # One warm-up run so the first policy does not pay one-time costs.
-    run_engine(model, "fifo-observed", workload[: min(4, len(workload))],
+    run_engine(model, "fifo-observed", [r for r in workload if not r.after][:4],
                page_size=args.page_size, num_blocks=args.num_blocks,
                max_batch_tokens=args.max_batch_tokens,
                max_requests_per_batch=args.max_requests_per_batch)
