@@ -263,6 +263,7 @@ def summarize(run: EngineRun, workload: list[EngineRequest]) -> dict[str, Any]:
         "jain_index_window": jain_index(window_service),
         "prefix_hit_rate": stats.prefix_hit_rate(),
         "steps": stats.n_steps,
+        "schedule_ms_per_step": 1e3 * stats.schedule_s / max(1, stats.n_steps),
         "mirror_resyncs": getattr(stats, "mirror_resyncs", 0),
         "clients": clients,
     }
@@ -281,14 +282,14 @@ def markdown(results: list[dict[str, Any]]) -> str:
     """Summary table plus a per-client table for each policy."""
     lines = [
         "| scheduler | throughput (out tok/s) | Jain (backlogged window) | prefix hit rate "
-        "| steps | wall (s) |",
-        "|---|---|---|---|---|---|",
+        "| steps | schedule (ms/step) | wall (s) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
             f"| {r['scheduler_type']} | {_fmt(r['throughput_output_tok_s'])} "
             f"| {_fmt(r['jain_index_window'])} | {_fmt(r['prefix_hit_rate'])} | {r['steps']} "
-            f"| {_fmt(r['wall_s'])} |"
+            f"| {_fmt(r['schedule_ms_per_step'])} | {_fmt(r['wall_s'])} |"
         )
     for r in results:
         lines += [
@@ -318,6 +319,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="random-weight Llama-style model size (1b: use on a GPU)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default 1 on CPU: steadier timings on a shared "
+                        "machine; torch's default elsewhere)")
     parser.add_argument("--workload", default="flood",
                         help="flood (built-in: one client floods, per-client shared prefixes) or "
                         "sim:NAME for the simulator's qa/tot/judge/chat workloads")
@@ -386,12 +390,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"fairq engine-bench: {e}", file=sys.stderr)
         return 2
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    threads = args.threads if args.threads is not None else (1 if device == "cpu" else None)
+    if threads is not None:
+        torch.set_num_threads(max(1, threads))
     model = build_model(args.model, seed=args.seed, device=device, dtype=args.dtype)
     n_params = sum(p.numel() for p in model.parameters())
     machine = (torch.cuda.get_device_name() if device.startswith("cuda") else "cpu")
     print(f"# fairq engine-bench: model={args.model} ({n_params / 1e6:.1f}M params) "
           f"device={device} ({machine}) torch={torch.__version__} "
-          f"transformers={__import__('transformers').__version__} requests={len(workload)}")
+          f"transformers={__import__('transformers').__version__} "
+          f"threads={torch.get_num_threads()} requests={len(workload)}")
     # One warm-up run so the first policy does not pay one-time costs.
     run_engine(model, "fifo-observed", [r for r in workload if not r.after][:4],
                page_size=args.page_size, num_blocks=args.num_blocks,

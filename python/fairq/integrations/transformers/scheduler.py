@@ -123,6 +123,7 @@ class EngineStats:
     n_steps: int = 0
     mirror_resyncs: int = 0
     requeued: int = 0
+    schedule_s: float = 0.0  # time spent inside schedule_batch (the policy's overhead)
 
     def prefix_hit_rate(self) -> float:
         """Prompt tokens served by the engine's prefix cache / prompt tokens (placed requests)."""
@@ -169,6 +170,9 @@ class _Observer:
         self.stats.n_steps += 1
         self._open_step = (self._step_started, prefill, batch, int(kv))
 
+    def _schedule_done(self) -> None:
+        self.stats.schedule_s += time.perf_counter() - self._step_started
+
     def _record(self, state: Any) -> RequestRecord:
         rid = state.request_id
         rec = self.stats.requests.get(rid)
@@ -213,6 +217,7 @@ class ObservedFIFOScheduler(_Observer, FIFOScheduler):
                 self._note_placed(state, before)
         scheduled, _, _, kv = result
         self._end_step(scheduled, decoding, kv)
+        self._schedule_done()
         return result
 
     def finish_request(self, request_id: str) -> None:
@@ -394,8 +399,10 @@ class FairqScheduler(_Observer, Scheduler):
         self._cleanup_waiting_queue(to_remove)
 
         if not scheduled and one_allocation_failed:
+            self._schedule_done()
             return None, fast_path, 0, 0
         self._end_step(scheduled, decoding_ids, max_kv_read)
+        self._schedule_done()
         return scheduled, fast_path, num_q_tokens, max_kv_read
 
     # ------------------------------------------------------------ helpers
