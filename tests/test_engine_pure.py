@@ -221,3 +221,15 @@ def test_sim_workload_conversion() -> None:
     assert all(ClientResolver()(r.request_id) == r.client for r in wl)
     with pytest.raises(ValueError, match="vocab_size"):
         from_sim_workload(sim, vocab_size=1)
+
+
+def test_engine_bench_without_torch_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from fairq.cli import main
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert main(["engine-bench", "--quick"]) == 2
+    assert "pip install 'fairq[engine]'" in capsys.readouterr().err

@@ -34,6 +34,8 @@ from fairq.integrations.transformers.workload import (
     multi_client_workload,
 )
 
+_TF_RANGE = ">=5.17,<5.24"
+
 MODEL_SIZES: dict[str, dict[str, int]] = {
     # ~0.2M parameters: CPU tests and smoke runs
     "tiny": dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -373,9 +375,14 @@ def _workload(args: argparse.Namespace) -> list[EngineRequest]:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``fairq engine-bench``."""
-    import torch
+    try:
+        import torch
 
-    from fairq.integrations.transformers import scheduler as fs
+        from fairq.integrations.transformers import scheduler as fs
+    except ImportError as e:
+        print(f"fairq engine-bench needs torch and transformers{_TF_RANGE} "
+              f"(pip install 'fairq[engine]'): {e}", file=sys.stderr)
+        return 2
 
     names = [p.strip() for p in args.policies.split(",") if p.strip()]
     types = []
