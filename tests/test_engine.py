@@ -189,6 +189,12 @@ def test_fifo_observed_is_fifo(fifo_run: bench.EngineRun) -> None:
     assert all(len(o.generated_tokens) == 6 for o in fifo_run.outputs.values())
     # the flood arrives first, so FIFO places it first
     assert _early_share(fifo_run, 6) <= 0.2
+    summary = bench.summarize(fifo_run, _workload())
+    assert summary["jain_index_window"] < 0.6
+    assert summary["clients"]["flood"]["service_in_window"] > 4 * max(
+        summary["clients"][c]["service_in_window"] for c in ("c1", "c2")
+    )
+    assert "| fifo-observed |" in bench.markdown([summary])
 
 
 @pytest.mark.parametrize("policy", ["fcfs", "vtc"])
@@ -218,8 +224,12 @@ def test_real_policy_runs_and_matches_fifo(
     _check_against_fifo(run, fifo_run, fs.SCHEDULER_MAPPING[f"fairq-{policy}"])
     assert type(run.scheduler.fq).__name__ == policy.upper()
     assert len(run.scheduler.fq) == 0 and run.scheduler.fq.num_running == 0
+    summary = bench.summarize(run, _workload())
+    assert set(summary["clients"]) == {"flood", "c1", "c2"}
     if policy in ("vtc", "dlpm"):
         assert _early_share(run, 6) >= 0.5
+        # service of the well-behaved clients is kept close to the flood's
+        assert summary["jain_index_window"] > 0.8
 
 
 def test_unknown_policy_is_an_error() -> None:
