@@ -83,17 +83,12 @@ impl Hasher for FxHasher {
 pub type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 
 /// Namespace key: equal tokens under different namespaces never match.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub enum Namespace {
+    #[default]
     Default,
     Str(String),
     Int(i64),
-}
-
-impl Default for Namespace {
-    fn default() -> Self {
-        Namespace::Default
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -137,6 +132,20 @@ pub struct MatchPos {
     pub len: usize,
 }
 
+/// One change-log entry: the child of `node` whose first page has key
+/// `key` was added, split or removed, or (`key == ALL_CHILDREN`) `node`
+/// itself was removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Change {
+    pub node: u32,
+    pub key: u64,
+}
+
+/// [`Change::key`] meaning "the node itself was removed".
+pub const ALL_CHILDREN: u64 = u64::MAX;
+/// Park key of a request whose tokens end at its node (no next page).
+pub const END_KEY: u64 = u64::MAX - 1;
+
 static NEXT_TREE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A token radix tree with LRU eviction, locks, pages and namespaces.
@@ -153,7 +162,7 @@ pub struct RadixTree {
     locked_size: usize,
     capacity: Option<usize>,
     page: usize,
-    log: Vec<u32>,
+    log: Vec<Change>,
     log_base: u64,
 }
 
@@ -217,8 +226,10 @@ impl RadixTree {
         self.nodes.len() - self.free.len()
     }
 
+    /// Child-map key of a first page: the token itself when `page_size`
+    /// is 1, else a hash of the page (never [`ALL_CHILDREN`]).
     #[inline]
-    fn page_key(&self, page: &[u32]) -> u64 {
+    pub fn page_key(&self, page: &[u32]) -> u64 {
         if self.page == 1 {
             page[0] as u64
         } else {
@@ -226,7 +237,7 @@ impl RadixTree {
             for &t in page {
                 h.add(t as u64);
             }
-            h.finish()
+            h.finish() >> 1
         }
     }
 
@@ -245,16 +256,13 @@ impl RadixTree {
         }
     }
 
-    fn push_log(&mut self, idx: u32) {
-        if self.log.last() == Some(&idx) {
-            return;
-        }
+    fn push_log(&mut self, node: u32, key: u64) {
         if self.log.len() >= LOG_MAX {
             let half = self.log.len() / 2;
             self.log.drain(..half);
             self.log_base += half as u64;
         }
-        self.log.push(idx);
+        self.log.push(Change { node, key });
     }
 
     /// Absolute position just past the last change-log entry.
@@ -264,7 +272,7 @@ impl RadixTree {
 
     /// Nodes changed since `cursor` (an earlier [`log_end`](Self::log_end)),
     /// or `None` if that part of the log was discarded (re-match everything).
-    pub fn changes_since(&self, cursor: u64) -> Option<&[u32]> {
+    pub fn changes_since(&self, cursor: u64) -> Option<&[Change]> {
         if cursor < self.log_base {
             return None;
         }
@@ -349,6 +357,18 @@ impl RadixTree {
         }
     }
 
+    /// Key of the child a request would descend into after fully matching
+    /// `node`: the page key of `tokens[depth..depth+page]`, or [`END_KEY`]
+    /// if the tokens end there. Schedulers park requests on `(node, key)`.
+    pub fn next_key(&self, node: u32, tokens: &[u32]) -> u64 {
+        let d = self.nodes[node as usize].depth as usize;
+        if tokens.len() >= d + self.page {
+            self.page_key(&tokens[d..d + self.page])
+        } else {
+            END_KEY
+        }
+    }
+
     /// Longest cached prefix of `tokens` under `ns`, in whole pages.
     pub fn match_len(&self, ns: &Namespace, tokens: &[u32]) -> usize {
         match self.root(ns) {
@@ -406,7 +426,7 @@ impl RadixTree {
         let prev = self.nodes[parent as usize].children.insert(k, child);
         self.nodes[child as usize].sib = prev.unwrap_or(NIL);
         self.refresh_lru(parent);
-        self.push_log(parent);
+        self.push_log(parent, k);
     }
 
     fn remove_child(&mut self, parent: u32, child: u32) {
@@ -427,6 +447,7 @@ impl RadixTree {
             self.nodes[c as usize].sib = sib;
         }
         self.nodes[child as usize].sib = NIL;
+        self.push_log(parent, k);
     }
 
     /// Split `c` so that its first `at` tokens (0 < at < len, whole pages)
@@ -454,7 +475,8 @@ impl RadixTree {
         self.nodes[c as usize].parent = m;
         let k = self.page_key(&self.nodes[c as usize].key[..self.page]);
         self.nodes[m as usize].children.insert(k, c);
-        self.push_log(parent);
+        let pk = self.page_key(&self.nodes[m as usize].key[..self.page]);
+        self.push_log(parent, pk);
         m
     }
 
@@ -617,8 +639,7 @@ impl RadixTree {
             self.free.push(idx);
             self.size -= len;
             freed += len;
-            self.push_log(idx);
-            self.push_log(parent);
+            self.push_log(idx, ALL_CHILDREN);
             self.refresh_lru(parent);
         }
         freed

@@ -5,7 +5,7 @@
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyString};
+use pyo3::types::{PyBool, PyFloat, PyInt, PyString};
 
 use crate::python::radix::{extract_namespace, PyRadixTree};
 use crate::python::tokens::extract_tokens;
@@ -16,15 +16,23 @@ fn extract_id(obj: &Bound<'_, PyAny>) -> PyResult<RequestId> {
     if let Ok(s) = obj.downcast::<PyString>() {
         return Ok(RequestId::Str(s.to_str()?.to_owned()));
     }
-    if obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<PyBool>() {
-        return obj.extract::<i64>().map(RequestId::Int).map_err(|_| {
-            PyValueError::new_err(format!("request_id = {obj} is out of the 64-bit int range"))
-        });
+    let bad_type = || -> PyResult<PyErr> {
+        Ok(PyTypeError::new_err(format!(
+            "request_id must be a str or an int, got {}",
+            obj.get_type().name()?
+        )))
+    };
+    if obj.is_instance_of::<PyBool>() || obj.is_instance_of::<PyFloat>() {
+        return Err(bad_type()?);
     }
-    Err(PyTypeError::new_err(format!(
-        "request_id must be a str or an int, got {}",
-        obj.get_type().name()?
-    )))
+    // ints and int-like objects (numpy integers: anything with __index__)
+    match obj.extract::<i64>() {
+        Ok(i) => Ok(RequestId::Int(i)),
+        Err(_) if obj.is_instance_of::<PyInt>() => Err(PyValueError::new_err(format!(
+            "request_id = {obj} is out of the 64-bit int range"
+        ))),
+        Err(_) => Err(bad_type()?),
+    }
 }
 
 fn id_to_py(py: Python<'_>, id: &RequestId) -> PyObject {
@@ -202,6 +210,12 @@ macro_rules! sched_class {
             /// Waiting requests of one client.
             fn num_waiting(&self, client: &str) -> usize {
                 self.core.waiting_of(client)
+            }
+
+            /// Re-matches done because the tree changed (diagnostics).
+            #[getter]
+            fn _rematches(&self) -> u64 {
+                self.core.rematches()
             }
 
             #[getter]

@@ -35,14 +35,17 @@
 //! changed little.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::fmt;
 use std::ops::Bound::{Excluded, Unbounded};
 
 use crate::error::{check_positive, Error, Result};
-use crate::radix::{FxHashMap, Namespace, RadixTree};
+use crate::radix::{Change, FxHashMap, Namespace, RadixTree, ALL_CHILDREN};
 
 const NIL: u32 = u32::MAX;
+
+/// LPM order: longest match first, then arrival.
+type LpmKey = (Reverse<u32>, u64);
 
 /// A request id: an int or a string (unique among waiting + running).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -120,6 +123,8 @@ struct Client {
     running: usize,
     /// VTC: this client's waiting requests by seq.
     queue: BTreeMap<u64, u32>,
+    /// DLPM: this client's waiting requests in LPM order.
+    lpm: BTreeMap<LpmKey, u32>,
 }
 
 #[derive(Debug)]
@@ -135,6 +140,7 @@ struct Req<T> {
     mnode: u32,
     mgen: u32,
     mlen: u32,
+    pkey: u64,
     prev: u32,
     next: u32,
 }
@@ -155,15 +161,19 @@ pub struct LocalScheduler<T> {
     vtc_order: BTreeSet<(OrdF64, u32)>,
     lpm: BTreeMap<(Reverse<u32>, u64), u32>,
     ext: BTreeSet<(u32, u64)>,
-    parked: FxHashMap<u32, u32>,
+    /// node -> next-child key -> head of the intrusive list of requests.
+    parked: FxHashMap<u32, FxHashMap<u64, u32>>,
     tree_id: Option<u64>,
     cursor: u64,
     /// DLPM: clients with waiting requests and `q > 0`.
     pos_waiting: usize,
     /// DLPM: number of refills so far (diagnostics).
     refills: u64,
-    /// Scratch buffer for change-log processing.
-    scratch: Vec<u32>,
+    /// Re-matches done while consuming the tree's change log (diagnostics).
+    rematches: u64,
+    /// Scratch buffers for change-log processing.
+    scratch: Vec<Change>,
+    batch: Vec<u32>,
 }
 
 impl<T> LocalScheduler<T> {
@@ -200,7 +210,9 @@ impl<T> LocalScheduler<T> {
             cursor: 0,
             pos_waiting: 0,
             refills: 0,
+            rematches: 0,
             scratch: Vec::new(),
+            batch: Vec::new(),
         })
     }
 
@@ -219,6 +231,10 @@ impl<T> LocalScheduler<T> {
     }
     pub fn refills(&self) -> u64 {
         self.refills
+    }
+    /// Re-matches done so far because the tree changed (diagnostics).
+    pub fn rematches(&self) -> u64 {
+        self.rematches
     }
 
     fn req(&self, r: u32) -> &Req<T> {
@@ -242,6 +258,7 @@ impl<T> LocalScheduler<T> {
             waiting: 0,
             running: 0,
             queue: BTreeMap::new(),
+            lpm: BTreeMap::new(),
         });
         self.client_ids.insert(name.to_owned(), c);
         c
@@ -324,8 +341,16 @@ impl<T> LocalScheduler<T> {
     // ----- parking ----------------------------------------------------------
 
     fn park(&mut self, r: u32) {
-        let node = self.req(r).mnode;
-        let head = self.parked.insert(node, r).unwrap_or(NIL);
+        let (node, key) = {
+            let q = self.req(r);
+            (q.mnode, q.pkey)
+        };
+        let head = self
+            .parked
+            .entry(node)
+            .or_default()
+            .insert(key, r)
+            .unwrap_or(NIL);
         {
             let q = self.req_mut(r);
             q.prev = NIL;
@@ -337,23 +362,29 @@ impl<T> LocalScheduler<T> {
     }
 
     fn unpark(&mut self, r: u32) {
-        let (node, prev, next) = {
+        let (node, key, prev, next) = {
             let q = self.req(r);
-            (q.mnode, q.prev, q.next)
+            (q.mnode, q.pkey, q.prev, q.next)
         };
         if prev != NIL {
             self.req_mut(prev).next = next;
-        } else if next == NIL {
-            self.parked.remove(&node);
         } else {
-            self.parked.insert(node, next);
+            let inner = self.parked.get_mut(&node).expect("parked node");
+            if next == NIL {
+                inner.remove(&key);
+                if inner.is_empty() {
+                    self.parked.remove(&node);
+                }
+            } else {
+                inner.insert(key, next);
+            }
         }
         if next != NIL {
             self.req_mut(next).prev = prev;
         }
     }
 
-    fn lpm_keys(&self, r: u32) -> ((Reverse<u32>, u64), (u32, u64)) {
+    fn lpm_keys(&self, r: u32) -> (LpmKey, (u32, u64)) {
         let q = self.req(r);
         (
             (Reverse(q.mlen), q.seq),
@@ -361,8 +392,29 @@ impl<T> LocalScheduler<T> {
         )
     }
 
+    fn lpm_link(&mut self, r: u32) {
+        let (k1, k2) = self.lpm_keys(r);
+        self.lpm.insert(k1, r);
+        self.ext.insert(k2);
+        if matches!(self.policy, Policy::Dlpm { .. }) {
+            let c = self.req(r).client;
+            self.clients[c as usize].lpm.insert(k1, r);
+        }
+    }
+
+    fn lpm_unlink(&mut self, r: u32) {
+        let (k1, k2) = self.lpm_keys(r);
+        self.lpm.remove(&k1);
+        self.ext.remove(&k2);
+        if matches!(self.policy, Policy::Dlpm { .. }) {
+            let c = self.req(r).client;
+            self.clients[c as usize].lpm.remove(&k1);
+        }
+    }
+
     /// Re-match one waiting request (LPM/DLPM), fixing parking and keys.
     fn rematch(&mut self, tree: &RadixTree, r: u32) {
+        self.rematches += 1;
         let q = self.req(r);
         let start = if tree.is_alive(q.mnode, q.mgen) {
             q.mnode
@@ -370,22 +422,20 @@ impl<T> LocalScheduler<T> {
             q.root
         };
         let mp = tree.match_from(start, &q.tokens);
-        let (old_node, old_gen, old_len) = (q.mnode, q.mgen, q.mlen);
-        if mp.node != old_node || mp.gen != old_gen {
+        let key = tree.next_key(mp.node, &q.tokens);
+        let (old_node, old_gen, old_len, old_key) = (q.mnode, q.mgen, q.mlen, q.pkey);
+        if mp.node != old_node || mp.gen != old_gen || key != old_key {
             self.unpark(r);
             let q = self.req_mut(r);
             q.mnode = mp.node;
             q.mgen = mp.gen;
+            q.pkey = key;
             self.park(r);
         }
         if mp.len as u32 != old_len {
-            let (k1, k2) = self.lpm_keys(r);
-            self.lpm.remove(&k1);
-            self.ext.remove(&k2);
+            self.lpm_unlink(r);
             self.req_mut(r).mlen = mp.len as u32;
-            let (k1, k2) = self.lpm_keys(r);
-            self.lpm.insert(k1, r);
-            self.ext.insert(k2);
+            self.lpm_link(r);
         }
     }
 
@@ -400,20 +450,31 @@ impl<T> LocalScheduler<T> {
         match tree.changes_since(self.cursor) {
             Some(ch) => {
                 nodes.extend_from_slice(ch);
-                nodes.sort_unstable();
+                nodes.sort_unstable_by_key(|c| (c.node, c.key));
                 nodes.dedup();
-                let mut batch = Vec::new();
-                for &n in &nodes {
-                    let mut r = self.parked.get(&n).copied().unwrap_or(NIL);
+                let mut batch = std::mem::take(&mut self.batch);
+                for ch in &nodes {
                     batch.clear();
-                    while r != NIL {
-                        batch.push(r);
-                        r = self.req(r).next;
+                    if let Some(inner) = self.parked.get(&ch.node) {
+                        let mut push = |mut r: u32| {
+                            while r != NIL {
+                                batch.push(r);
+                                r = self.reqs[r as usize].as_ref().expect("live").next;
+                            }
+                        };
+                        if ch.key == ALL_CHILDREN {
+                            for &h in inner.values() {
+                                push(h);
+                            }
+                        } else if let Some(&h) = inner.get(&ch.key) {
+                            push(h);
+                        }
                     }
                     for &r in &batch {
                         self.rematch(tree, r);
                     }
                 }
+                self.batch = batch;
             }
             None => {
                 let all: Vec<u32> = self.lpm.values().copied().collect();
@@ -457,11 +518,14 @@ impl<T> LocalScheduler<T> {
         }
         let mut root = NIL;
         let mut mp = None;
+        let mut tree_key = None;
         if let Some(t) = tree {
             self.sync(t)?;
             root = t.root_or_create(&ns);
             if self.policy.incremental() {
-                mp = Some(t.match_from(root, &tokens));
+                let m = t.match_from(root, &tokens);
+                tree_key = Some(t.next_key(m.node, &tokens));
+                mp = Some(m);
             }
         }
         let c = self.client_idx(client);
@@ -480,6 +544,7 @@ impl<T> LocalScheduler<T> {
             mnode: mp.map_or(root, |m| m.node),
             mgen: mp.map_or(0, |m| m.gen),
             mlen: mp.map_or(0, |m| m.len as u32),
+            pkey: tree_key.unwrap_or(0),
             prev: NIL,
             next: NIL,
         };
@@ -514,9 +579,7 @@ impl<T> LocalScheduler<T> {
                 self.set_waiting(c, true);
             }
             Policy::Lpm | Policy::Dlpm { .. } => {
-                let (k1, k2) = self.lpm_keys(r);
-                self.lpm.insert(k1, r);
-                self.ext.insert(k2);
+                self.lpm_link(r);
                 self.park(r);
                 self.set_waiting(c, true);
             }
@@ -563,9 +626,7 @@ impl<T> LocalScheduler<T> {
                 self.set_waiting(c, false);
             }
             Policy::Lpm | Policy::Dlpm { .. } => {
-                let (k1, k2) = self.lpm_keys(r);
-                self.lpm.remove(&k1);
-                self.ext.remove(&k2);
+                self.lpm_unlink(r);
                 self.unpark(r);
                 self.set_waiting(c, false);
             }
@@ -658,17 +719,72 @@ impl<T> LocalScheduler<T> {
                     Policy::Dlpm { quantum, w_e, .. } => Some((quantum, w_e)),
                     _ => None,
                 };
-                let mut pos: Option<(Reverse<u32>, u64)> = None;
+                let mut pos: Option<LpmKey> = None;
+                let mut merge: BinaryHeap<Reverse<(LpmKey, u32)>> = BinaryHeap::new();
+                let mut merge_valid = false;
                 while out.len() < max_req {
                     match self.ext.iter().next() {
                         Some(&(e, _)) if (e as usize) <= rem => {}
-                        _ => break,
+                        _ => {
+                            // Nothing left fits: the rest of the walk would
+                            // admit nothing, but under DLPM its requests would
+                            // still run the refill check. While no waiting
+                            // client has credit, each next request refills.
+                            if let Some((quantum, _)) = dlpm {
+                                while self.pos_waiting == 0 {
+                                    let next = match pos {
+                                        None => self.lpm.keys().next(),
+                                        Some(k) => self
+                                            .lpm
+                                            .range((Excluded(k), Unbounded))
+                                            .next()
+                                            .map(|x| x.0),
+                                    };
+                                    let Some(&k) = next else {
+                                        break;
+                                    };
+                                    pos = Some(k);
+                                    self.refill(quantum);
+                                }
+                            }
+                            break;
+                        }
                     }
-                    let next = match pos {
-                        None => self.lpm.iter().next(),
-                        Some(k) => self.lpm.range((Excluded(k), Unbounded)).next(),
+                    let next = if dlpm.is_some() && self.pos_waiting > 0 {
+                        // Some waiting client has credit, so requests of
+                        // clients without credit are skipped with no side
+                        // effect: merge only the credit clients' LPM orders.
+                        if !merge_valid {
+                            merge.clear();
+                            for c in 0..self.clients.len() as u32 {
+                                if self.dlpm_flag(c) {
+                                    if let Some(k) = self.client_next(c, pos) {
+                                        merge.push(Reverse((k, c)));
+                                    }
+                                }
+                            }
+                            merge_valid = true;
+                        }
+                        let mut found = None;
+                        while let Some(Reverse((k, c))) = merge.pop() {
+                            if !self.dlpm_flag(c) {
+                                continue;
+                            }
+                            if let Some(nk) = self.client_next(c, Some(k)) {
+                                merge.push(Reverse((nk, c)));
+                            }
+                            found = Some((k, self.clients[c as usize].lpm[&k]));
+                            break;
+                        }
+                        found
+                    } else {
+                        let n = match pos {
+                            None => self.lpm.iter().next(),
+                            Some(k) => self.lpm.range((Excluded(k), Unbounded)).next(),
+                        };
+                        n.map(|(&k, &r)| (k, r))
                     };
-                    let Some((&k, &r)) = next else {
+                    let Some((k, r)) = next else {
                         break;
                     };
                     pos = Some(k);
@@ -679,6 +795,7 @@ impl<T> LocalScheduler<T> {
                     if let Some((quantum, _)) = dlpm {
                         if self.clients[c as usize].deficit <= 0.0 && self.pos_waiting == 0 {
                             self.refill(quantum);
+                            merge_valid = false;
                         }
                         if self.clients[c as usize].deficit <= 0.0 {
                             continue;
@@ -698,6 +815,15 @@ impl<T> LocalScheduler<T> {
             }
         }
         Ok(out)
+    }
+
+    /// DLPM: the first key of client `c`'s LPM order after `pos`.
+    fn client_next(&self, c: u32, pos: Option<LpmKey>) -> Option<LpmKey> {
+        let m = &self.clients[c as usize].lpm;
+        match pos {
+            None => m.keys().next().copied(),
+            Some(k) => m.range((Excluded(k), Unbounded)).next().map(|x| *x.0),
+        }
     }
 
     fn cached_now(&self, tree: Option<&RadixTree>, r: u32) -> usize {
@@ -818,5 +944,135 @@ impl<T> LocalScheduler<T> {
             .filter(|&c| self.dlpm_flag(c))
             .count();
         assert_eq!(pos, self.pos_waiting);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids<T>(v: &[Admission<T>]) -> Vec<RequestId> {
+        v.iter().map(|a| a.id.clone()).collect()
+    }
+    fn int(i: i64) -> RequestId {
+        RequestId::Int(i)
+    }
+
+    #[test]
+    fn lpm_order_and_skip() {
+        let mut t = RadixTree::new(None, 1).unwrap();
+        let ns = Namespace::Default;
+        t.insert(&ns, &[1, 2, 3, 4]);
+        let mut s = LocalScheduler::new(Policy::Lpm).unwrap();
+        s.add(Some(&mut t), int(0), "a", vec![9, 9], (), ns.clone())
+            .unwrap();
+        s.add(Some(&mut t), int(1), "a", vec![1, 2, 7], (), ns.clone())
+            .unwrap();
+        s.add(
+            Some(&mut t),
+            int(2),
+            "b",
+            vec![1, 2, 3, 4, 5],
+            (),
+            ns.clone(),
+        )
+        .unwrap();
+        s.add(Some(&mut t), int(3), "b", vec![7; 50], (), ns.clone())
+            .unwrap();
+        let adm = s.schedule(Some(&t), 10, None).unwrap();
+        assert_eq!(ids(&adm), vec![int(2), int(1), int(0)]);
+        assert_eq!(adm[0].cached_len, 4);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.num_running(), 3);
+        assert!(s.add(Some(&mut t), int(2), "b", vec![], (), ns).is_err());
+    }
+
+    #[test]
+    fn incremental_matches_follow_tree_changes() {
+        let mut rng = 11u64;
+        let mut next = || {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            rng >> 33
+        };
+        for page in [1usize, 2] {
+            let mut t = RadixTree::new(Some(60), page).unwrap();
+            let ns = Namespace::Default;
+            let mut s = LocalScheduler::new(Policy::Dlpm {
+                quantum: 5.0,
+                w_e: 1.0,
+                w_q: 2.0,
+            })
+            .unwrap();
+            let mut id = 0;
+            for _ in 0..3000 {
+                let len = (next() % 10) as usize;
+                let toks: Vec<u32> = (0..len).map(|_| (next() % 3) as u32).collect();
+                match next() % 5 {
+                    0 => {
+                        let c = ["a", "b", "c"][(next() % 3) as usize];
+                        s.add(Some(&mut t), int(id), c, toks, (), ns.clone())
+                            .unwrap();
+                        id += 1;
+                    }
+                    1 => {
+                        t.insert(&ns, &toks);
+                    }
+                    2 => {
+                        t.evict((next() % 8) as usize);
+                    }
+                    3 => {
+                        for a in s.schedule(Some(&t), (next() % 12) as usize, None).unwrap() {
+                            s.finish(&a.id).unwrap();
+                        }
+                    }
+                    _ => {
+                        // sync happens on the next call; check after one
+                        s.schedule(Some(&t), 0, Some(0)).unwrap();
+                        s.check_invariants(Some(&t));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn vtc_lift_and_dlpm_refill() {
+        let mut v: LocalScheduler<()> = LocalScheduler::new(Policy::Vtc {
+            w_in: 1.0,
+            w_out: 2.0,
+        })
+        .unwrap();
+        let ns = Namespace::Default;
+        v.add(None, int(1), "a", vec![0; 10], (), ns.clone())
+            .unwrap();
+        v.add(None, int(2), "a", vec![0; 10], (), ns.clone())
+            .unwrap();
+        v.schedule(None, 10, None).unwrap();
+        v.charge_output(&int(1), 5).unwrap();
+        v.add(None, int(3), "b", vec![0; 4], (), ns.clone())
+            .unwrap();
+        assert_eq!(v.counter("b"), 20.0);
+
+        let mut t = RadixTree::new(None, 1).unwrap();
+        let mut d: LocalScheduler<()> = LocalScheduler::new(Policy::Dlpm {
+            quantum: 5.0,
+            w_e: 1.0,
+            w_q: 2.0,
+        })
+        .unwrap();
+        d.add(Some(&mut t), int(1), "a", vec![1; 4], (), ns.clone())
+            .unwrap();
+        d.add(Some(&mut t), int(2), "a", vec![1; 4], (), ns.clone())
+            .unwrap();
+        d.add(Some(&mut t), int(3), "b", vec![2; 4], (), ns)
+            .unwrap();
+        let adm = d.schedule(Some(&t), 100, None).unwrap();
+        assert_eq!(ids(&adm), vec![int(1), int(2), int(3)]);
+        assert_eq!(d.deficit("a"), -3.0);
+        assert_eq!(d.deficit("b"), 1.0);
+        assert_eq!(d.refills(), 1);
+        d.check_invariants(Some(&t));
     }
 }

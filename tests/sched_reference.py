@@ -1,0 +1,173 @@
+"""Small, obviously-correct pure-Python references for FCFS, LPM, VTC, DLPM.
+
+They re-match every waiting request against the tree on every step and sort
+(the "match all, then sort" design fairq replaces), and follow ALGORITHMS.md
+sections 5 and 6 literally. ``match`` is any ``(tokens, namespace) -> int``.
+Also used as the pure-Python baseline in ``fairq.benchmarks.radix``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Match = Callable[[Sequence[int], Any], int]
+
+
+@dataclass
+class RReq:
+    rid: Any
+    client: str
+    tokens: Sequence[int]
+    item: Any
+    ns: Any
+    seq: int
+
+
+@dataclass
+class RClient:
+    weight: float = 1.0
+    service: float = 0.0
+    counter: float = 0.0
+    deficit: float = 0.0
+    waiting: list[RReq] = field(default_factory=list)
+
+
+class RefSched:
+    """``policy`` in {"fcfs", "lpm", "vtc", "dlpm"}."""
+
+    def __init__(
+        self,
+        policy: str,
+        match: Match | None = None,
+        *,
+        w_in: float = 1.0,
+        w_out: float = 2.0,
+        quantum: float = 1.0,
+        w_e: float = 1.0,
+        w_q: float = 2.0,
+    ) -> None:
+        self.policy = policy
+        self.match = match or (lambda t, ns: 0)
+        if policy == "vtc":
+            self.wi, self.wo = w_in, w_out
+        elif policy == "dlpm":
+            self.wi, self.wo = w_e, w_q
+        else:
+            self.wi, self.wo = 1.0, 2.0
+        self.quantum = quantum
+        self.clients: dict[str, RClient] = {}
+        self.waiting: dict[Any, RReq] = {}
+        self.running: dict[Any, str] = {}
+        self.seq = 0
+        self.refills = 0
+
+    def _client(self, name: str) -> RClient:
+        if name not in self.clients:
+            self.clients[name] = RClient()
+        return self.clients[name]
+
+    def __len__(self) -> int:
+        return len(self.waiting)
+
+    def add(
+        self, rid: Any, client: str, tokens: Sequence[int], item: Any = None, ns: Any = None
+    ) -> None:
+        if rid in self.waiting or rid in self.running:
+            raise ValueError(f"duplicate request_id {rid!r}")
+        c = self._client(client)
+        if self.policy == "vtc" and not c.waiting:
+            others = [k.counter for k in self.clients.values() if k.waiting]
+            if others:
+                c.counter = max(c.counter, min(others))
+        r = RReq(rid, client, tokens, item, ns, self.seq)
+        self.seq += 1
+        c.waiting.append(r)
+        self.waiting[rid] = r
+
+    def remove(self, rid: Any) -> Any:
+        r = self.waiting.pop(rid)
+        self.clients[r.client].waiting.remove(r)
+        return r.item
+
+    def _admit(self, r: RReq, cached: int) -> tuple[Any, str, Any, int, int, int]:
+        del self.waiting[r.rid]
+        c = self.clients[r.client]
+        c.waiting.remove(r)
+        self.running[r.rid] = r.client
+        ext = len(r.tokens) - cached
+        c.service += self.wi * ext
+        return (r.rid, r.client, r.item, len(r.tokens), cached, ext)
+
+    def schedule(
+        self, budget: int, max_requests: int | None = None
+    ) -> list[tuple[Any, str, Any, int, int, int]]:
+        out: list[tuple[Any, str, Any, int, int, int]] = []
+        rem = budget
+        maxr = len(self.waiting) + 1 if max_requests is None else max_requests
+        if self.policy == "fcfs":
+            for r in sorted(self.waiting.values(), key=lambda r: r.seq):
+                if len(out) >= maxr:
+                    break
+                cached = self.match(r.tokens, r.ns)
+                if len(r.tokens) - cached > rem:
+                    break
+                rem -= len(r.tokens) - cached
+                out.append(self._admit(r, cached))
+        elif self.policy == "vtc":
+            while len(out) < maxr:
+                active = [
+                    (c.counter, i, n) for i, (n, c) in enumerate(self.clients.items()) if c.waiting
+                ]
+                if not active:
+                    break
+                name = min(active)[2]
+                c = self.clients[name]
+                r = min(c.waiting, key=lambda r: r.seq)
+                cached = self.match(r.tokens, r.ns)
+                ext = len(r.tokens) - cached
+                if ext > rem:
+                    break
+                rem -= ext
+                c.counter += self.wi * len(r.tokens) / c.weight
+                out.append(self._admit(r, cached))
+        else:
+            matched = {r.rid: self.match(r.tokens, r.ns) for r in self.waiting.values()}
+            order = sorted(self.waiting.values(), key=lambda r: (-matched[r.rid], r.seq))
+            for r in order:
+                if len(out) >= maxr:
+                    break
+                c = self.clients[r.client]
+                if self.policy == "dlpm":
+                    if c.deficit <= 0 and not any(
+                        k.deficit > 0 for k in self.clients.values() if k.waiting
+                    ):
+                        self.refills += 1
+                        for k in self.clients.values():
+                            if k.deficit <= 0:
+                                k.deficit += self.quantum
+                    if c.deficit <= 0:
+                        continue
+                ext = len(r.tokens) - matched[r.rid]
+                if ext > rem:
+                    continue
+                rem -= ext
+                if self.policy == "dlpm":
+                    c.deficit -= self.wi * ext / c.weight
+                out.append(self._admit(r, matched[r.rid]))
+        return out
+
+    def charge_output(self, rid: Any, n: int = 1) -> None:
+        c = self.clients[self.running[rid]]
+        c.service += self.wo * n
+        if self.policy == "vtc":
+            c.counter += self.wo * n / c.weight
+        elif self.policy == "dlpm":
+            c.deficit -= self.wo * n / c.weight
+
+    def finish(self, rid: Any) -> None:
+        del self.running[rid]
+
+    def set_weight(self, client: str, w: float) -> None:
+        self._client(client).weight = w
