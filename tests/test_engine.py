@@ -323,3 +323,28 @@ def test_cancel_mapping_and_weights(model: Any) -> None:
     # service is raw tokens: input 20 + w_out 2 * 4 outputs
     assert sched.service("vip") == pytest.approx(20 + 2 * 4)
     fs.register()  # restore defaults for later tests
+
+
+def test_engine_page_size() -> None:
+    class Old:  # transformers 5.17: the cache has block_size
+        block_size = 32
+
+    class Alloc:
+        def __init__(self, n: int) -> None:
+            self.tokens_per_page = n
+
+    class New:  # 5.18+: one page size per cache allocator
+        cache_allocators = {"full": Alloc(16), "sliding": Alloc(64)}
+
+    assert fs.engine_page_size(Old()) == 32
+    assert fs.engine_page_size(New()) == 16
+    assert fs.engine_page_size(object()) == 1
+
+
+def test_mirror_error_accounting() -> None:
+    stats = fs.EngineStats()
+    stats.requests["a/1"] = fs.RequestRecord("a/1", "a", 40, engine_cached=32, predicted_cached=16)
+    stats.requests["a/2"] = fs.RequestRecord("a/2", "a", 40, engine_cached=0, predicted_cached=0)
+    stats.requests["a/3"] = fs.RequestRecord("a/3", "a", 40)
+    assert stats.mirror_error_tokens() == 16
+    assert stats.prefix_hit_rate() == pytest.approx(32 / 80)

@@ -266,7 +266,9 @@ def summarize(run: EngineRun, workload: list[EngineRequest]) -> dict[str, Any]:
         "prefix_hit_rate": stats.prefix_hit_rate(),
         "steps": stats.n_steps,
         "schedule_ms_per_step": 1e3 * stats.schedule_s / max(1, stats.n_steps),
-        "mirror_resyncs": getattr(stats, "mirror_resyncs", 0),
+        "mirror_resyncs": stats.mirror_resyncs,
+        "mirror_error_tokens": stats.mirror_error_tokens(),
+        "requeued_by_engine": stats.requeued,
         "clients": clients,
     }
     if len(stats.steps) >= 4:

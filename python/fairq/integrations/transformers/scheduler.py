@@ -125,6 +125,15 @@ class EngineStats:
     requeued: int = 0
     schedule_s: float = 0.0  # time spent inside schedule_batch (the policy's overhead)
 
+    def mirror_error_tokens(self) -> int:
+        """Sum over placed requests of |mirror-predicted - engine-matched| cached
+        tokens: how far the extend tokens charged at admission were off."""
+        return sum(
+            abs(r.predicted_cached - r.engine_cached)
+            for r in self.requests.values()
+            if r.predicted_cached is not None and r.engine_cached is not None
+        )
+
     def prefix_hit_rate(self) -> float:
         """Prompt tokens served by the engine's prefix cache / prompt tokens (placed requests)."""
         placed = [r for r in self.requests.values() if r.engine_cached is not None]
