@@ -37,10 +37,10 @@ from fairq.integrations.transformers.workload import (
 _TF_RANGE = ">=5.17,<5.24"
 
 MODEL_SIZES: dict[str, dict[str, int]] = {
-    # ~0.2M parameters: CPU tests and smoke runs
+    # ~0.1M parameters: CPU tests and smoke runs
     "tiny": dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                  num_attention_heads=4, num_key_value_heads=2),
-    # ~25M parameters: a CPU benchmark where compute is not negligible
+    # ~16M parameters: a CPU benchmark where compute is not negligible
     "small": dict(vocab_size=4096, hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
                   num_attention_heads=8, num_key_value_heads=4),
     # ~1.1B parameters, Llama-3.2-1B-like shapes: GPU runs
