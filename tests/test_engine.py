@@ -348,3 +348,32 @@ def test_mirror_error_accounting() -> None:
     stats.requests["a/3"] = fs.RequestRecord("a/3", "a", 40)
     assert stats.mirror_error_tokens() == 16
     assert stats.prefix_hit_rate() == pytest.approx(32 / 80)
+
+
+@pytest.mark.skipif(not _REAL["FCFS"], reason="fairq's FCFS is not built yet")
+def test_request_id_reused_after_finish(model: Any) -> None:
+    """A finished id submitted again is a new request for fairq, not a requeue."""
+    from transformers import ContinuousBatchingConfig, GenerationConfig
+
+    fs.register()
+    cfg = ContinuousBatchingConfig(**{bench.page_size_field(): 16}, num_blocks=64,
+                                   max_batch_tokens=64, max_requests_per_batch=2,
+                                   scheduler_type=fs.scheduler_type("fcfs"))
+    gen = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0, max_new_tokens=3)
+    manager = model.init_continuous_batching(generation_config=gen,
+                                             continuous_batching_config=cfg)
+    manager.start()
+    try:
+        for prompt in ([5] * 12, [7] * 20):
+            manager.add_request(prompt, request_id="a/1", max_new_tokens=3)
+            out = manager.get_result(timeout=60)
+            assert out is not None and out.request_id == "a/1"
+            assert len(out.generated_tokens) == 3
+        sched = fs.running_scheduler(manager)
+    finally:
+        manager.stop(block=True)
+    sched.flush()
+    assert len(sched.fq) == 0 and sched.fq.num_running == 0
+    assert sched.stats.requeued == 0
+    # both submissions charged: prompts 12 + 20 and 2 * 3 outputs
+    assert sched.service("a") == pytest.approx(12 + 20 + 2 * (3 + 3))

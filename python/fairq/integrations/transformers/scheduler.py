@@ -248,6 +248,7 @@ class _Entry:
     locked: list[int] | None = None
     finishing: bool = False
     final_tokens: list[int] | None = None
+    finished_state: Any = None
 
 
 class FairqScheduler(_Observer, Scheduler):
@@ -308,6 +309,10 @@ class FairqScheduler(_Observer, Scheduler):
         """Queue a new request in fairq (or re-place an offloaded one first)."""
         rid = state.request_id
         entry = self._entries.get(rid)
+        if entry is not None and entry.finishing and not self._is_requeue(entry, state):
+            # A finished request's id submitted again: close the old one first.
+            self._finalize(rid)
+            entry = None
         if entry is not None and entry.finishing:
             # The engine offloaded an admitted request and queues it again: it
             # keeps its admission (and its charges) and is re-placed first.
@@ -339,6 +344,7 @@ class FairqScheduler(_Observer, Scheduler):
             if state is not None:
                 self._charge_state(request_id, entry, state)
                 entry.final_tokens = list(state.initial_tokens) + list(state.generated_tokens)
+            entry.finished_state = state
             entry.finishing = True
             self._finishing.append(request_id)
         super().finish_request(request_id)
@@ -403,7 +409,9 @@ class FairqScheduler(_Observer, Scheduler):
                 if rid in queue:
                     queue.remove(rid)
             rec = self._note_placed(state, before)
-            if rec.placed_step == self.stats.n_steps and not state.is_cpu_offloaded:
+            if rec.placed_step == self.stats.n_steps and not getattr(
+                state, "is_cpu_offloaded", False
+            ):
                 self._check_mirror(rec)
         self._cleanup_waiting_queue(to_remove)
 
@@ -452,14 +460,23 @@ class FairqScheduler(_Observer, Scheduler):
                 self.tree.lock(entry.prompt)
                 entry.locked = entry.prompt
 
+    @staticmethod
+    def _is_requeue(entry: _Entry, state: Any) -> bool:
+        # Offloading re-queues the same state object (CPU offload) or a soft
+        # reset copy that remembers the original prompt length.
+        return state is entry.finished_state or bool(getattr(state, "_true_initial_tokens", 0))
+
+    def _finalize(self, rid: str) -> None:
+        entry = self._entries.pop(rid)
+        self._finishing.remove(rid)
+        self.fq.finish(rid)
+        if entry.final_tokens:
+            self.tree.insert(entry.final_tokens)
+        self._unlock(entry)
+
     def _finalize_finished(self) -> None:
-        for rid in self._finishing:
-            entry = self._entries.pop(rid)
-            self.fq.finish(rid)
-            if entry.final_tokens:
-                self.tree.insert(entry.final_tokens)
-            self._unlock(entry)
-        self._finishing = []
+        for rid in list(self._finishing):
+            self._finalize(rid)
 
     def _unlock(self, entry: _Entry) -> None:
         if entry.locked is not None:
