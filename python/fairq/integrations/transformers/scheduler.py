@@ -1,0 +1,598 @@
+"""fairq policies as transformers continuous-batching schedulers.
+
+transformers (5.17 .. 5.23) looks the scheduler class up by name in
+``transformers.generation.continuous_batching.scheduler.SCHEDULER_MAPPING``
+(``ContinuousBatchingConfig(scheduler_type=...)``) and builds it with
+``cls(cache=..., safety_margin=..., max_requests_per_batch=...)``. Each step the
+engine calls ``schedule_batch(token_budget, cache_budget)``.
+
+``FairqScheduler`` keeps the engine's own mechanics and changes one decision:
+which waiting requests enter the batch and in what order.
+
+* Decoding requests are scheduled first and prefill chunks of admitted requests
+  next, exactly as transformers' FIFO scheduler does.
+* New requests are admitted by the fairq policy (``fairq.FCFS``, ``LPM``,
+  ``VTC`` or ``DLPM``) in its order, one ``schedule()`` call per step with the
+  token budget left after running requests. An admitted request the engine
+  cannot place yet (cache full, safety margin) is *held*: it keeps its place
+  ahead of any new admission, and nothing new is admitted while one is held.
+* The engine's ``_process_candidates`` (shared by all its schedulers) still
+  decides what fits the token, KV-read and cache budgets, splits long prompts
+  into chunks, and performs the prefix match on the engine's page hashes.
+* Service is charged from the engine's progress: fairq charges the extend
+  tokens of a request at admission (prompt minus the prefix found in the
+  integration's ``fairq.RadixTree`` mirror of the engine's page cache), and
+  output tokens are charged with ``charge_output`` as the engine generates
+  them (read from ``state.generated_tokens`` at every step and at finish).
+* The mirror tree gets a request's prompt inserted and locked when its prefill
+  completes and its full sequence inserted and unlocked when it finishes. The
+  engine's real match (the position offset its prefix match gave the request)
+  is recorded per request; if it is shorter than the mirror predicted, the
+  engine evicted cached pages and the mirror drops its unlocked entries too.
+
+Requests the engine offloads (``finish_request`` then ``add_waiting_request``
+with the same id) stay admitted in fairq and are re-placed before anything else.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import transformers
+from transformers.generation.continuous_batching.requests import RequestStatus
+from transformers.generation.continuous_batching.scheduler import (
+    SCHEDULER_MAPPING,
+    FIFOScheduler,
+    Scheduler,
+)
+
+from fairq.integrations.transformers.clients import ClientResolver
+from fairq.integrations.transformers.fit import StepSample
+from fairq.integrations.transformers.policies import (
+    POLICIES,
+    build_policy,
+    check_policy,
+    policy_options,
+)
+
+#: transformers releases this module was written and tested against.
+SUPPORTED_TRANSFORMERS = ">=5.17,<5.24"
+
+_REQUIRED = ("_process_candidates", "_cleanup_waiting_queue", "add_waiting_request", "reset")
+_missing = [name for name in _REQUIRED if not hasattr(Scheduler, name)]
+if _missing:  # pragma: no cover - depends on the installed transformers
+    raise ImportError(
+        f"transformers {transformers.__version__} has a continuous-batching Scheduler without "
+        f"{', '.join(_missing)}; fairq's integration supports transformers{SUPPORTED_TRANSFORMERS}"
+    )
+
+_HUGE_BUDGET = 1 << 40
+
+#: The most recently built scheduler instances (newest last; the benchmark reads
+#: the measurements from here after the engine stopped).
+LAST_SCHEDULER: list[Any] = []
+DEFAULT_SAFETY_MARGIN = 0.15  # transformers' FIFO default
+
+
+def engine_page_size(cache: Any) -> int:
+    """Tokens per KV page of the engine's cache (5.17: ``block_size``; later: per allocator)."""
+    size = getattr(cache, "block_size", None)
+    if isinstance(size, int) and size > 0:
+        return size
+    allocators = getattr(cache, "cache_allocators", None)
+    if allocators:
+        return int(min(a.tokens_per_page for a in allocators.values()))
+    return 1
+
+
+@dataclass
+class RequestRecord:
+    """What the scheduler saw of one request (for reports and tests).
+
+    Attributes:
+        request_id: engine request id.
+        client: fairq client.
+        prompt_len: prompt tokens.
+        engine_cached: prompt tokens the engine's prefix match served from
+            cache when the request was first placed (None until placed).
+        predicted_cached: the mirror tree's prediction at admission (fairq
+            policies only; None for the FIFO observer).
+        output_tokens: tokens generated so far (charged to fairq).
+        placed_step: step index at which the engine first placed it.
+    """
+
+    request_id: str
+    client: str
+    prompt_len: int
+    engine_cached: int | None = None
+    predicted_cached: int | None = None
+    output_tokens: int = 0
+    placed_step: int | None = None
+
+
+@dataclass
+class EngineStats:
+    """Measurements shared by the fairq schedulers and the FIFO observer."""
+
+    steps: list[StepSample] = field(default_factory=list)
+    requests: dict[str, RequestRecord] = field(default_factory=dict)
+    n_steps: int = 0
+    mirror_resyncs: int = 0
+    requeued: int = 0
+    schedule_s: float = 0.0  # time spent inside schedule_batch (the policy's overhead)
+
+    def mirror_error_tokens(self) -> int:
+        """Sum over placed requests of |mirror-predicted - engine-matched| cached
+        tokens: how far the extend tokens charged at admission were off."""
+        return sum(
+            abs(r.predicted_cached - r.engine_cached)
+            for r in self.requests.values()
+            if r.predicted_cached is not None and r.engine_cached is not None
+        )
+
+    def prefix_hit_rate(self) -> float:
+        """Prompt tokens served by the engine's prefix cache / prompt tokens (placed requests)."""
+        placed = [r for r in self.requests.values() if r.engine_cached is not None]
+        total = sum(r.prompt_len for r in placed)
+        return sum(r.engine_cached or 0 for r in placed) / total if total else 0.0
+
+
+class _Observer:
+    """Step timing and placement bookkeeping, mixed into both scheduler kinds."""
+
+    client_of: ClassVar[Callable[[object], str]] = ClientResolver()
+    stats: EngineStats
+    active_requests: dict[str, Any]
+    waiting_requests: dict[str, Any]
+
+    def _observer_reset(self) -> None:
+        self.stats = EngineStats()
+        del LAST_SCHEDULER[:-3]
+        LAST_SCHEDULER.append(self)
+        self._open_step: tuple[float, int, int, int] | None = None
+        self._went_idle = False
+
+    def _begin_step(self) -> None:
+        now = time.perf_counter()
+        if self._open_step is not None and not self._went_idle:
+            start, prefill, batch, kv = self._open_step
+            self.stats.steps.append(StepSample(now - start, prefill, batch, kv))
+        self._open_step = None
+        self._went_idle = False
+        self._step_started = now
+
+    def _end_step(
+        self, scheduled: Iterable[Any] | None, decoding_before: set[str], kv: int
+    ) -> None:
+        if not scheduled:
+            return
+        batch = 0
+        prefill = 0
+        for fs in scheduled:
+            batch += 1
+            if fs.state.request_id not in decoding_before:
+                prefill += int(fs.query_length)
+        self.stats.n_steps += 1
+        self._open_step = (self._step_started, prefill, batch, int(kv))
+
+    def _schedule_done(self) -> None:
+        self.stats.schedule_s += time.perf_counter() - self._step_started
+
+    def _record(self, state: Any) -> RequestRecord:
+        rid = state.request_id
+        rec = self.stats.requests.get(rid)
+        if rec is None:
+            rec = RequestRecord(rid, type(self).client_of(rid), len(state.initial_tokens))
+            self.stats.requests[rid] = rec
+        return rec
+
+    def _note_placed(self, state: Any, offset_before: int) -> RequestRecord:
+        rec = self._record(state)
+        if rec.engine_cached is None:
+            rec.engine_cached = max(0, int(state.position_offset) - offset_before)
+            rec.placed_step = self.stats.n_steps
+        return rec
+
+    def _mark_idle_if_done(self) -> None:
+        if not (self.active_requests or self.waiting_requests):
+            self._went_idle = True
+
+
+class ObservedFIFOScheduler(_Observer, FIFOScheduler):
+    """transformers' FIFO scheduler, unchanged, plus the same measurements as
+    the fairq schedulers (registered as ``"fifo-observed"``) so the benchmark
+    compares like with like."""
+
+    def reset(self) -> None:
+        """Reset the engine state and the measurements."""
+        super().reset()
+        self._observer_reset()
+
+    def schedule_batch(self, token_budget: int, cache_budget: int) -> Any:
+        """FIFO scheduling, timed, recording the engine's prefix match per request."""
+        self._begin_step()
+        offsets = {rid: s.position_offset for rid, s in self.waiting_requests.items()}
+        decoding = {
+            rid for rid, s in self.active_requests.items() if s.status == RequestStatus.DECODING
+        }
+        result = super().schedule_batch(token_budget, cache_budget)
+        for rid, before in offsets.items():
+            state = self.active_requests.get(rid)
+            if state is not None:
+                self._note_placed(state, before)
+        scheduled, _, _, kv = result
+        self._end_step(scheduled, decoding, kv)
+        self._schedule_done()
+        return result
+
+    def finish_request(self, request_id: str) -> None:
+        """Record the output length, then let the engine free the request."""
+        state = self.active_requests.get(request_id)
+        if state is not None:
+            self._record(state).output_tokens = len(state.generated_tokens)
+        super().finish_request(request_id)
+        self._mark_idle_if_done()
+
+
+@dataclass
+class _Entry:
+    client: str
+    prompt: list[int]
+    admitted: bool = False
+    output_charged: int = 0
+    gen_offset: int = 0
+    locked: list[int] | None = None
+    finishing: bool = False
+    final_tokens: list[int] | None = None
+    finished_state: Any = None
+
+
+class FairqScheduler(_Observer, Scheduler):
+    """A transformers ``Scheduler`` whose admission order is a fairq policy.
+
+    Do not instantiate directly: the engine builds it from
+    ``SCHEDULER_MAPPING``. Use :func:`scheduler_class` / :func:`register` to
+    make a subclass bound to a policy, its options and a client resolver.
+
+    Attributes (after construction):
+        fq: the fairq policy object (``fairq.DLPM`` ...), for ``service()`` etc.
+        tree: the ``fairq.RadixTree`` mirror of the engine's page cache.
+        stats: :class:`EngineStats`.
+    """
+
+    policy: ClassVar[str] = "fcfs"
+    policy_opts: ClassVar[dict[str, float]] = {}
+    client_weights: ClassVar[dict[str, float]] = {}
+
+    def __init__(
+        self,
+        cache: Any,
+        safety_margin: float | None = None,
+        max_requests_per_batch: int = 1 << 30,
+    ) -> None:
+        check_policy(self.policy)
+        if safety_margin is None:
+            safety_margin = DEFAULT_SAFETY_MARGIN
+        self.page_size = engine_page_size(cache)
+        super().__init__(cache, safety_margin, max_requests_per_batch)
+
+    # ----------------------------------------------------------------- state
+    def reset(self) -> None:
+        """Fresh engine queues, fairq policy state, mirror tree and measurements."""
+        import fairq
+
+        super().reset()
+        self._observer_reset()
+        self.tree = fairq.RadixTree(page_size=self.page_size)
+        self.fq = build_policy(self.policy, self.tree, self.policy_opts)
+        self._entries: dict[str, _Entry] = {}
+        self._held: deque[str] = deque()
+        self._requeued: deque[str] = deque()
+        self._finishing: list[str] = []
+        self._weighted: set[str] = set()
+
+    def service(self, client: str) -> float:
+        """fairq's service counter of ``client`` (``w_e*extend + w_q*output``)."""
+        return float(self.fq.service(client))
+
+    def flush(self) -> None:
+        """Apply pending finishes to fairq (done automatically every step)."""
+        self._finalize_finished()
+        self._charge_progress()
+
+    # ------------------------------------------------------- engine hooks
+    def add_waiting_request(self, state: Any) -> None:
+        """Queue a new request in fairq (or re-place an offloaded one first)."""
+        rid = state.request_id
+        entry = self._entries.get(rid)
+        if entry is not None and entry.finishing and not self._is_requeue(entry, state):
+            # A finished request's id submitted again: close the old one first.
+            self._finalize(rid)
+            entry = None
+        if entry is not None and entry.finishing:
+            # The engine offloaded an admitted request and queues it again: it
+            # keeps its admission (and its charges) and is re-placed first.
+            entry.finishing = False
+            self._finishing.remove(rid)
+            entry.gen_offset = entry.output_charged - len(state.generated_tokens)
+            self.stats.requeued += 1
+            super().add_waiting_request(state)
+            self._requeued.append(rid)
+            return
+        if entry is not None:
+            raise ValueError(f"request_id {rid!r} is already waiting or running")
+        client = type(self).client_of(rid)
+        tokens = [int(t) for t in state.initial_tokens]
+        self.fq.add(rid, client, tokens)  # validates first; the engine fails the request on error
+        if client in self.client_weights and client not in self._weighted:
+            self.fq.set_weight(client, self.client_weights[client])
+            self._weighted.add(client)
+        self._entries[rid] = _Entry(client=client, prompt=tokens)
+        self._record(state).client = client
+        super().add_waiting_request(state)
+
+    def finish_request(self, request_id: str) -> None:
+        """Charge the last outputs; the fairq finish is applied at the next step
+        (an offload re-queues the same id right after this call)."""
+        state = self.active_requests.get(request_id)
+        entry = self._entries.get(request_id)
+        if entry is not None and entry.admitted and not entry.finishing:
+            if state is not None:
+                self._charge_state(request_id, entry, state)
+                entry.final_tokens = list(state.initial_tokens) + list(state.generated_tokens)
+            entry.finished_state = state
+            entry.finishing = True
+            self._finishing.append(request_id)
+        super().finish_request(request_id)
+        self._mark_idle_if_done()
+
+    def clear_cancelled_requests(self) -> Any:
+        """Drop cancelled requests from fairq too (waiting: remove; admitted: finish)."""
+        cancelled = super().clear_cancelled_requests()
+        for state in cancelled or ():
+            rid = state.request_id
+            entry = self._entries.pop(rid, None)
+            if entry is None:
+                continue
+            if entry.admitted:
+                if entry.finishing:
+                    self._finishing.remove(rid)
+                self.fq.finish(rid)
+                self._unlock(entry)
+            else:
+                self.fq.remove(rid)
+            for queue in (self._held, self._requeued):
+                if rid in queue:
+                    queue.remove(rid)
+        return cancelled
+
+    def schedule_batch(self, token_budget: int, cache_budget: int) -> Any:
+        """Running requests first (engine order), then fairq's admissions."""
+        self._begin_step()
+        self._finalize_finished()
+        self._charge_progress()
+
+        decoding: list[Any] = []
+        prefilling: list[Any] = []
+        for state in self.active_requests.values():
+            if state.status == RequestStatus.DECODING:
+                decoding.append(state)
+            elif state.status == RequestStatus.PREFILLING:
+                prefilling.append(state)
+
+        waiting: list[Any] = []
+        if not self.block_new_requests:
+            used = len(decoding) + sum(len(s.remaining_prefill_tokens) for s in prefilling)
+            slots = self.max_requests_per_batch - len(decoding) - len(prefilling)
+            self._admit(token_budget - used, slots, chunk_running=bool(prefilling))
+            for rid in list(self._requeued) + list(self._held):
+                state = self.waiting_requests.get(rid)
+                if state is not None:
+                    waiting.append(state)
+
+        offsets = {s.request_id: int(s.position_offset) for s in waiting}
+        decoding_ids = {s.request_id for s in decoding}
+        to_remove: set[str] = set()
+        scheduled, one_allocation_failed, fast_path, num_q_tokens, max_kv_read = (
+            self._process_candidates(decoding + prefilling + waiting, token_budget, cache_budget,
+                                     to_remove)
+        )
+        for rid, before in offsets.items():
+            state = self.active_requests.get(rid)
+            if state is None:
+                continue  # still waiting: stays held for the next step
+            for queue in (self._held, self._requeued):
+                if rid in queue:
+                    queue.remove(rid)
+            rec = self._note_placed(state, before)
+            if rec.placed_step == self.stats.n_steps and not getattr(
+                state, "is_cpu_offloaded", False
+            ):
+                self._check_mirror(rec)
+        self._cleanup_waiting_queue(to_remove)
+
+        if not scheduled and one_allocation_failed:
+            self._schedule_done()
+            return None, fast_path, 0, 0
+        self._end_step(scheduled, decoding_ids, max_kv_read)
+        self._schedule_done()
+        return scheduled, fast_path, num_q_tokens, max_kv_read
+
+    # ------------------------------------------------------------ helpers
+    def _admit(self, token_budget: int, slots: int, chunk_running: bool) -> None:
+        if len(self.fq) == 0 or self._held or self._requeued or slots <= 0:
+            return
+        admissions = []
+        if token_budget > 0:
+            admissions = self.fq.schedule(token_budget, max_requests=slots)
+        if not admissions and not chunk_running:
+            # The policy's head does not fit one batch: admit it anyway, the
+            # engine prefills it in chunks (as it does for FIFO).
+            admissions = self.fq.schedule(_HUGE_BUDGET, max_requests=1)
+        for adm in admissions:
+            rid = adm.request_id
+            entry = self._entries[rid]
+            entry.admitted = True
+            self.stats.requests[rid].predicted_cached = int(adm.cached_len)
+            self._held.append(rid)
+
+    def _charge_state(self, rid: str, entry: _Entry, state: Any) -> None:
+        produced = entry.gen_offset + len(state.generated_tokens)
+        n = produced - entry.output_charged
+        if n > 0:
+            self.fq.charge_output(rid, n)
+            entry.output_charged = produced
+            self.stats.requests[rid].output_tokens = produced
+
+    def _charge_progress(self) -> None:
+        for rid, state in self.active_requests.items():
+            entry = self._entries.get(rid)
+            if entry is None or not entry.admitted or entry.finishing:
+                continue
+            self._charge_state(rid, entry, state)
+            if entry.locked is None and state.generated_tokens:
+                # Prefill is complete: the engine now holds the prompt's pages.
+                self.tree.insert(entry.prompt)
+                self.tree.lock(entry.prompt)
+                entry.locked = entry.prompt
+
+    @staticmethod
+    def _is_requeue(entry: _Entry, state: Any) -> bool:
+        # Offloading re-queues the same state object (CPU offload) or a soft
+        # reset copy that remembers the original prompt length.
+        return state is entry.finished_state or bool(getattr(state, "_true_initial_tokens", 0))
+
+    def _finalize(self, rid: str) -> None:
+        entry = self._entries.pop(rid)
+        self._finishing.remove(rid)
+        self.fq.finish(rid)
+        if entry.final_tokens:
+            self.tree.insert(entry.final_tokens)
+        self._unlock(entry)
+
+    def _finalize_finished(self) -> None:
+        for rid in list(self._finishing):
+            self._finalize(rid)
+
+    def _unlock(self, entry: _Entry) -> None:
+        if entry.locked is not None:
+            self.tree.unlock(entry.locked)
+            entry.locked = None
+
+    def _check_mirror(self, rec: RequestRecord) -> None:
+        predicted = rec.predicted_cached
+        if predicted is None or rec.engine_cached is None:
+            return
+        # The engine never matches the last prompt token and matches whole pages only.
+        reachable = min(predicted, rec.prompt_len - 1)
+        reachable -= reachable % self.page_size
+        if rec.engine_cached < reachable:
+            self.tree.evict(self.tree.evictable_size)
+            self.stats.mirror_resyncs += 1
+
+
+def _check_weights(weights: Mapping[str, float] | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for client, w in (weights or {}).items():
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not float(w) > 0 or (
+            float(w) == float("inf")
+        ):
+            raise ValueError(f"weights[{client!r}] must be finite and > 0, got {w!r}")
+        out[str(client)] = float(w)
+    return out
+
+
+def scheduler_class(
+    policy: str,
+    *,
+    options: Mapping[str, Any] | None = None,
+    client_of: Callable[[object], str] | None = None,
+    weights: Mapping[str, float] | None = None,
+) -> type[FairqScheduler]:
+    """Make a ``FairqScheduler`` subclass bound to ``policy`` (``"fcfs"``,
+    ``"lpm"``, ``"vtc"``, ``"dlpm"``; a ``"fairq-"`` prefix is accepted).
+
+    Args:
+        options: policy options (``quantum``, ``w_e``/``w_q``, ``w_in``/``w_out``).
+        client_of: request id -> client (default ``ClientResolver()``).
+        weights: client -> weight for ``set_weight``.
+
+    Raises:
+        ValueError: unknown policy or option, bad weight.
+    """
+    key = check_policy(policy)
+    attrs: dict[str, Any] = {
+        "policy": key,
+        "policy_opts": policy_options(key, options),
+        "client_of": staticmethod(client_of or ClientResolver()),
+        "client_weights": _check_weights(weights),
+        "__doc__": f"fairq {POLICIES[key][0]} admission inside transformers continuous batching.",
+        "__module__": __name__,
+    }
+    return type(f"Fairq{POLICIES[key][0]}Scheduler", (FairqScheduler,), attrs)
+
+
+def register(
+    policies: Iterable[str] | None = None,
+    *,
+    prefix: str = "fairq-",
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+    client_of: Callable[[object], str] | None = None,
+    weights: Mapping[str, float] | None = None,
+) -> dict[str, type[Scheduler]]:
+    """Register fairq schedulers into transformers' ``SCHEDULER_MAPPING``.
+
+    Registers ``f"{prefix}{policy}"`` for each policy (all by default) and
+    ``"fifo-observed"`` (transformers' FIFO plus measurements). Re-registering
+    replaces the previous classes. Returns ``name -> class``.
+
+    Raises:
+        ValueError: unknown policy, option or empty prefix.
+    """
+    if not isinstance(prefix, str) or not prefix:
+        raise ValueError(f"prefix must be a non-empty string, got {prefix!r}")
+    names = list(POLICIES) if policies is None else [check_policy(p) for p in policies]
+    opts = dict(options or {})
+    for key in opts:
+        if check_policy(key) not in names:
+            raise ValueError(f"options given for policy {key!r} that is not being registered")
+    registered: dict[str, type[Scheduler]] = {}
+    for key in names:
+        cls = scheduler_class(key, options=opts.get(key), client_of=client_of, weights=weights)
+        registered[f"{prefix}{key}"] = cls
+    registered["fifo-observed"] = ObservedFIFOScheduler
+    SCHEDULER_MAPPING.update(registered)
+    return registered
+
+
+def scheduler_type(policy: str, *, prefix: str = "fairq-") -> str:
+    """The ``scheduler_type`` name for ``policy``, registering defaults if it is
+    not registered yet. ``"fifo"`` / ``"fifo-observed"`` pass through.
+
+    Raises:
+        ValueError: ``policy`` is not a fairq policy (transformers itself would
+            silently fall back to FIFO).
+    """
+    if policy in ("fifo", "fifo-observed"):
+        if policy not in SCHEDULER_MAPPING:
+            register([], prefix=prefix)
+        return policy
+    name = f"{prefix}{check_policy(policy)}"
+    if name not in SCHEDULER_MAPPING:
+        register([check_policy(policy)], prefix=prefix)
+    return name
+
+
+def running_scheduler(manager: Any) -> Any:
+    """The scheduler instance a ``ContinuousBatchingManager`` is running (or None)."""
+    processor = getattr(manager, "batch_processor", None)
+    return getattr(processor, "scheduler", None)
+
+
+# Importing this module registers every policy with default options (and
+# "fifo-observed"); call register() again to change options or clients.
+register()

@@ -1,0 +1,235 @@
+"""Pure-Python parts of the engine integration (no torch / transformers needed)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fairq.integrations.transformers import (
+    POLICIES,
+    ClientResolver,
+    StepSample,
+    check_policy,
+    fit_step_time,
+    jain_index,
+    multi_client_workload,
+    percentile,
+    policy_options,
+)
+
+# ----------------------------------------------------------------- clients
+
+
+def test_client_from_request_id() -> None:
+    r = ClientResolver()
+    assert r("alice/1") == "alice"
+    assert r("alice/b/c") == "alice"
+    assert r("noslash") == "default"
+    assert r("/leading") == "default"
+    assert r(17) == "default"
+
+
+def test_client_mapping_wins_and_separator() -> None:
+    r = ClientResolver(separator="::", mapping={"x::1": "bob", "7": "carol"}, default="anon")
+    assert r("x::1") == "bob"
+    assert r("x::2") == "x"
+    assert r(7) == "carol"
+    assert r("a/b") == "anon"
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"separator": ""}, "separator"),
+        ({"separator": None}, "separator"),
+        ({"default": ""}, "default"),
+        ({"mapping": {"r1": ""}}, "mapping\\['r1'\\]"),
+        ({"mapping": {"r1": 3}}, "mapping\\['r1'\\]"),
+    ],
+)
+def test_client_resolver_rejects_bad_config(kwargs: dict, field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        ClientResolver(**kwargs)
+
+
+@settings(max_examples=100)
+@given(st.text(min_size=1, max_size=8).filter(lambda s: "/" not in s), st.text(max_size=8))
+def test_client_prefix_property(client: str, rest: str) -> None:
+    assert ClientResolver()(f"{client}/{rest}") == client
+
+
+# ---------------------------------------------------------------- policies
+
+
+def test_policy_names() -> None:
+    assert set(POLICIES) == {"fcfs", "lpm", "vtc", "dlpm"}
+    assert check_policy("DLPM") == "dlpm"
+    assert check_policy("fairq-vtc") == "vtc"
+    with pytest.raises(ValueError, match="unknown fairq policy 'wfq'.*known policies: dlpm"):
+        check_policy("wfq")
+    with pytest.raises(TypeError, match="policy must be a string"):
+        check_policy(3)  # type: ignore[arg-type]
+
+
+def test_policy_options() -> None:
+    assert policy_options("dlpm") == {"quantum": 512.0, "w_e": 1.0, "w_q": 2.0}
+    assert policy_options("dlpm", {"quantum": 64})["quantum"] == 64.0
+    assert policy_options("vtc", {"w_out": 1}) == {"w_in": 1.0, "w_out": 1.0}
+    with pytest.raises(ValueError, match="no option 'quantum'.*options: none"):
+        policy_options("fcfs", {"quantum": 1})
+    with pytest.raises(ValueError, match="'quantum' must be finite and positive"):
+        policy_options("dlpm", {"quantum": 0})
+    with pytest.raises(ValueError, match="'w_e' must be finite"):
+        policy_options("dlpm", {"w_e": math.inf})
+    with pytest.raises(TypeError, match="'w_q' must be a number"):
+        policy_options("dlpm", {"w_q": "2"})
+
+
+# --------------------------------------------------------------------- fit
+
+
+def _samples(c: tuple[float, float, float, float], rows: list[tuple[int, int, int]]) -> list:
+    return [StepSample(c[0] + c[1] * p + c[2] * b + c[3] * k, p, b, k) for p, b, k in rows]
+
+
+def test_fit_recovers_known_constants() -> None:
+    rows = [(0, 4, 400), (128, 1, 128), (64, 3, 300), (0, 8, 900), (200, 2, 260), (32, 5, 700)]
+    m = fit_step_time(_samples((0.002, 1e-5, 3e-4, 2e-6), rows))
+    assert m.c0 == pytest.approx(0.002, rel=1e-6)
+    assert m.c_prefill == pytest.approx(1e-5, rel=1e-6)
+    assert m.c_decode == pytest.approx(3e-4, rel=1e-6)
+    assert m.c_kv == pytest.approx(2e-6, rel=1e-6)
+    assert m.r2 == pytest.approx(1.0)
+    assert m.n_steps == 6
+    assert m.predict(10, 2, 50) == pytest.approx(0.002 + 1e-4 + 6e-4 + 1e-4)
+    assert set(m.as_dict()) == {"c0", "c_prefill", "c_decode", "c_kv", "r2", "n_steps"}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.tuples(*[st.floats(0, 1e-2) for _ in range(4)]),
+    st.lists(
+        st.tuples(st.integers(0, 512), st.integers(1, 32), st.integers(1, 4096)),
+        min_size=4, max_size=30,
+    ),
+)
+def test_fit_predictions_match_noiseless_data(c: tuple, rows: list) -> None:
+    samples = _samples(c, rows)
+    m = fit_step_time(samples)
+    for s in samples:  # even when the design is rank deficient, the fit reproduces the data
+        assert m.predict(s.prefill_tokens, s.batch_size, s.kv_tokens_read) == pytest.approx(
+            s.seconds, abs=1e-9
+        )
+
+
+def test_fit_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="at least 4 measured steps to fit, got 3"):
+        fit_step_time([StepSample(0.1, 1, 1, 1)] * 3)
+    with pytest.raises(ValueError, match=r"samples\[2\]"):
+        fit_step_time([StepSample(0.1, 1, 1, 1)] * 2 + [StepSample(math.nan, 1, 1, 1)] * 2)
+    with pytest.raises(ValueError, match=r"samples\[0\]"):
+        fit_step_time([StepSample(-0.1, 1, 1, 1)] * 4)
+
+
+# ----------------------------------------------------------------- metrics
+
+
+def test_jain_index() -> None:
+    assert jain_index([1, 1, 1, 1]) == pytest.approx(1.0)
+    assert jain_index([1, 0, 0, 0]) == pytest.approx(0.25)
+    assert jain_index([]) == 1.0
+    assert jain_index([0, 0]) == 1.0
+    with pytest.raises(ValueError, match=r"values\[1\]"):
+        jain_index([1, -1])
+
+
+@settings(max_examples=100)
+@given(st.lists(st.floats(0, 1e6), min_size=1, max_size=20))
+def test_jain_bounds(xs: list[float]) -> None:
+    j = jain_index(xs)
+    assert 1 / len(xs) - 1e-9 <= j <= 1 + 1e-9
+
+
+def test_percentile() -> None:
+    assert percentile([1.0, 2.0, 3.0], 50) == 2.0
+    assert math.isnan(percentile([], 50))
+    with pytest.raises(ValueError, match="q must be in"):
+        percentile([1.0], 101)
+
+
+# ---------------------------------------------------------------- workload
+
+
+def test_workload_shape() -> None:
+    wl = multi_client_workload(n_clients=3, requests_per_client=2, flood_factor=3, prefix_len=5,
+                               suffix_len=2, max_new_tokens=4, vocab_size=50, seed=3)
+    clients = [r.client for r in wl]
+    assert clients.count("flood") == 6 and clients.count("c1") == 2 and clients.count("c2") == 2
+    assert len({r.request_id for r in wl}) == len(wl)
+    assert all(ClientResolver()(r.request_id) == r.client for r in wl)
+    by_client: dict[str, list] = {}
+    for r in wl:
+        assert len(r.prompt) == 7 and all(1 <= t < 50 for t in r.prompt)
+        by_client.setdefault(r.client, []).append(r.prompt[:5])
+    for prefixes in by_client.values():  # one shared prefix per client
+        assert all(p == prefixes[0] for p in prefixes)
+    assert wl == multi_client_workload(n_clients=3, requests_per_client=2, flood_factor=3,
+                                       prefix_len=5, suffix_len=2, max_new_tokens=4,
+                                       vocab_size=50, seed=3)
+    assert [r.arrival for r in wl] == sorted(r.arrival for r in wl)
+
+
+def test_workload_rejects_bad_sizes() -> None:
+    with pytest.raises(ValueError, match="n_clients must be an integer >= 2, got 1"):
+        multi_client_workload(n_clients=1)
+    with pytest.raises(ValueError, match="suffix_len"):
+        multi_client_workload(suffix_len=0)
+    with pytest.raises(ValueError, match="well_behaved_gap"):
+        multi_client_workload(well_behaved_gap=-1.0)
+
+
+def test_fit_nonnegative_and_plain() -> None:
+    # decode time falls with batch size in this (noisy) trace: NNLS clamps it to 0
+    samples = [StepSample(0.010 - 0.001 * b + 1e-4 * p, p, b, 10) for p, b in
+               [(0, 1), (10, 2), (20, 3), (0, 4), (50, 1), (5, 5)]]
+    nn = fit_step_time(samples)
+    assert min(nn.c0, nn.c_prefill, nn.c_decode, nn.c_kv) >= 0
+    plain = fit_step_time(samples, nonnegative=False)
+    assert plain.c_decode == pytest.approx(-0.001, rel=1e-6)
+    assert plain.r2 >= nn.r2
+    assert nn.simulate_args().startswith("--model c0=")
+    assert nn.simulate_args().count("--model") == 4
+
+
+def test_sim_workload_conversion() -> None:
+    pytest.importorskip("fairq.sim.workloads", reason="the simulator is not merged")
+    from fairq.integrations.transformers.workload import from_sim_workload
+    from fairq.sim.workloads import make_workload
+
+    sim = make_workload("tot", scale=0.01, duration=10.0, seed=0)
+    wl = from_sim_workload(sim, vocab_size=256, max_new_tokens=4)
+    assert len(wl) == len(sim.requests)
+    ids = {r.request_id for r in wl}
+    assert len(ids) == len(wl)
+    assert all(set(r.after) <= ids for r in wl)
+    assert any(r.after for r in wl)
+    assert all(1 <= t < 256 for r in wl for t in r.prompt)
+    assert all(1 <= r.max_new_tokens <= 4 for r in wl)
+    assert all(ClientResolver()(r.request_id) == r.client for r in wl)
+    with pytest.raises(ValueError, match="vocab_size"):
+        from_sim_workload(sim, vocab_size=1)
+
+
+def test_engine_bench_without_torch_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from fairq.cli import main
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert main(["engine-bench", "--quick"]) == 2
+    assert "pip install 'fairq[engine]'" in capsys.readouterr().err
