@@ -223,7 +223,7 @@ impl PyWfqQueue {
     /// ``"finish"``; another ``str`` is a ``ValueError``, a non-``str`` a
     /// ``TypeError``.
     #[new]
-    #[pyo3(signature = (*, virtual_clock = None))]
+    #[pyo3(signature = (*, virtual_clock = None), text_signature = "(*, virtual_clock=\"start\")")]
     fn new(py: Python<'_>, virtual_clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         let clock = match virtual_clock {
             None => VirtualClock::Start,
