@@ -7,8 +7,29 @@
 //! S = max(V, F_last[flow]);  F = S + tokens / weight;  F_last[flow] = F
 //! ```
 //!
-//! Pop takes the smallest `(F, S, arrival, seq)` and sets `V = max(V, S)`, so
-//! the global virtual time `V` never decreases. Two continuously backlogged
+//! Pop takes the smallest `(F, S, arrival, seq)` and advances the global
+//! virtual time `V`, which never decreases, according to the queue's
+//! [`VirtualClock`]:
+//!
+//! - [`VirtualClock::Start`] (default, exactly ALGORITHMS.md §3):
+//!   `V = max(V, S)` of the popped request;
+//! - [`VirtualClock::Finish`] (self-clocked fair queueing, Golestani 1994):
+//!   `V = max(V, F)` of the popped request.
+//!
+//! Under `Start`, requests that are their own flow all start at `V`, and `V`
+//! only reaches start tags, so among them the order is shortest
+//! (`tokens / weight`) first and a long request can wait forever behind a
+//! stream of short ones (V can stay at 0 forever). Under `Finish`, `V`
+//! reaches the finish tag of each request served, so requests added later
+//! start at or beyond those tags: a request added once `V` has reached a
+//! queued request's `F` no longer overtakes it, and `V` keeps moving while
+//! requests of positive size are served, so waiting is bounded. Example:
+//! with one request added before each pop, a request queued alone with
+//! `F - V = T` is served within `ceil(T / d) + 1` pops, `d` being the
+//! smallest `tokens / weight` of the others. The bound needs `d > 0`:
+//! zero-token requests (`F = S = V`) do not move `V` under either clock.
+//!
+//! Everything else is the same under both clocks. Two continuously backlogged
 //! flows are served in the ratio of their weights because each flow's finish
 //! tags are chained through `F_last`: a flow that queues many requests pushes
 //! its own later requests further into virtual time instead of starting every
@@ -154,12 +175,45 @@ fn finish_of(start: f64, tokens: f64, weight: f64) -> Result<f64> {
     }
 }
 
+/// How [`Wfq::pop`] advances the virtual time `V`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum VirtualClock {
+    /// `V = max(V, S)` of the popped request (ALGORITHMS.md §3).
+    #[default]
+    Start,
+    /// `V = max(V, F)` of the popped request (self-clocked fair queueing):
+    /// bounded waiting even when every request is its own flow.
+    Finish,
+}
+
+impl VirtualClock {
+    /// Parse `"start"` or `"finish"`; anything else is an [`Error::Value`]
+    /// naming `virtual_clock` and the value.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "start" => Ok(VirtualClock::Start),
+            "finish" => Ok(VirtualClock::Finish),
+            _ => Err(Error::value(format!(
+                "virtual_clock must be \"start\" or \"finish\", got {s:?}"
+            ))),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VirtualClock::Start => "start",
+            VirtualClock::Finish => "finish",
+        }
+    }
+}
+
 /// The WFQ queue: flows of type `K`, payloads of type `V`.
 #[derive(Debug, Clone)]
 pub struct Wfq<K, V> {
     heap: IndexedHeap<Key, Entry<K, V>>,
     flows: FastMap<K, Flow>,
     vtime: f64,
+    clock: VirtualClock,
     gc_threshold: usize,
     dropped: Vec<K>,
 }
@@ -171,11 +225,18 @@ impl<K: Hash + Eq + Clone, V> Default for Wfq<K, V> {
 }
 
 impl<K: Hash + Eq + Clone, V> Wfq<K, V> {
+    /// A queue with the default [`VirtualClock::Start`].
     pub fn new() -> Self {
+        Self::with_clock(VirtualClock::Start)
+    }
+
+    /// A queue whose pops advance `V` according to `clock`.
+    pub fn with_clock(clock: VirtualClock) -> Self {
         Wfq {
             heap: IndexedHeap::new(),
             flows: FastMap::default(),
             vtime: 0.0,
+            clock,
             gc_threshold: GC_MIN,
             dropped: Vec::new(),
         }
@@ -187,6 +248,11 @@ impl<K: Hash + Eq + Clone, V> Wfq<K, V> {
 
     pub fn is_empty(&self) -> bool {
         self.heap.is_empty()
+    }
+
+    /// How pops advance `V`.
+    pub fn virtual_clock(&self) -> VirtualClock {
+        self.clock
     }
 
     /// The global virtual time `V` (never decreases).
@@ -335,11 +401,16 @@ impl<K: Hash + Eq + Clone, V> Wfq<K, V> {
         self.heap.contains(h)
     }
 
-    /// Pop the next request; advances `V` to `max(V, S)`.
+    /// Pop the next request; advances `V` to `max(V, S)` (clock `Start`) or
+    /// `max(V, F)` (clock `Finish`).
     pub fn pop(&mut self) -> Option<(V, Tags<K>)> {
         let h = self.heap.peek_handle()?;
         let out = self.take(h)?;
-        self.vtime = self.vtime.max(out.1.start);
+        let reached = match self.clock {
+            VirtualClock::Start => out.1.start,
+            VirtualClock::Finish => out.1.finish,
+        };
+        self.vtime = self.vtime.max(reached);
         self.maybe_gc();
         Some(out)
     }
@@ -548,35 +619,35 @@ mod tests {
         assert!(q.drain_dropped_flows().count() > 0);
     }
 
-    #[test]
-    fn random_ops_match_naive_model() {
-        // Naive model: a Vec scanned for the minimum key.
-        let mut s = 11u64;
-        let mut q: Wfq<u32, u64> = Wfq::new();
+    /// Random add/pop/remove/readd/update_remaining against a naive model (a
+    /// Vec scanned for the minimum key, `F_last` of every flow ever seen, no
+    /// GC). With many flows the core's flow GC runs; tags must not change.
+    fn random_ops_match_naive_model(clock: VirtualClock, nflows: u64, steps: u64, seed: u64) {
+        let mut s = seed;
+        let mut q: Wfq<u32, u64> = Wfq::with_clock(clock);
         let mut model: Vec<(Key, u64, Handle)> = Vec::new();
+        let mut popped: Vec<(u64, Tags<u32>)> = Vec::new();
         let mut last: HashMap<u32, f64> = HashMap::new();
         let mut v = 0.0f64;
-        for step in 0..5000u64 {
-            match lcg(&mut s) % 6 {
+        let mut gc_seen = false;
+        for step in 0..steps {
+            match lcg(&mut s) % 8 {
                 0..=2 => {
-                    let flow = (lcg(&mut s) % 5) as u32;
+                    let flow = (lcg(&mut s) % nflows) as u32;
                     let tok = (lcg(&mut s) % 20) as f64;
                     let w = [0.5, 1.0, 2.0][(lcg(&mut s) % 3) as usize];
                     let st = v.max(*last.get(&flow).unwrap_or(&v));
                     let f = st + tok / w;
                     last.insert(flow, f);
                     let h = q.add(step, Some(flow), tok, w, 0.0).unwrap();
-                    model.push((
-                        Key {
-                            finish: f,
-                            start: st,
-                            arrival: 0.0,
-                        },
-                        step,
-                        h,
-                    ));
+                    let key = Key {
+                        finish: f,
+                        start: st,
+                        arrival: 0.0,
+                    };
+                    model.push((key, step, h));
                 }
-                3 => {
+                3 | 4 => {
                     let i = (0..model.len()).min_by(|&a, &b| {
                         model[a]
                             .0
@@ -590,17 +661,21 @@ mod tests {
                             let (k, id, _) = model.remove(i);
                             let (gv, gt) = got.unwrap();
                             assert_eq!(gv, id);
-                            v = v.max(k.start);
-                            assert_eq!(gt.finish, k.finish);
+                            assert_eq!((gt.start, gt.finish), (k.start, k.finish));
+                            v = v.max(match clock {
+                                VirtualClock::Start => k.start,
+                                VirtualClock::Finish => k.finish,
+                            });
+                            popped.push((id, gt));
                         }
                     }
                 }
-                4 if !model.is_empty() => {
+                5 if !model.is_empty() => {
                     let i = lcg(&mut s) as usize % model.len();
                     let (_, id, h) = model.swap_remove(i);
                     assert_eq!(q.remove(h).unwrap().0, id);
                 }
-                5 if !model.is_empty() => {
+                6 if !model.is_empty() => {
                     let i = lcg(&mut s) as usize % model.len();
                     let rem = (lcg(&mut s) % 10) as f64;
                     let (_, t) = q.get(model[i].2).unwrap();
@@ -608,10 +683,162 @@ mod tests {
                     assert_eq!(nf, t.start + rem / t.weight);
                     model[i].0.finish = nf;
                 }
+                7 if !popped.is_empty() => {
+                    let i = lcg(&mut s) as usize % popped.len();
+                    let (id, t) = popped.swap_remove(i);
+                    let flow = t.flow.unwrap();
+                    let l = last.entry(flow).or_insert(v);
+                    *l = l.max(t.finish);
+                    let key = Key {
+                        finish: t.finish,
+                        start: t.start,
+                        arrival: t.arrival,
+                    };
+                    let h = q.readd(id, t).unwrap();
+                    model.push((key, id, h));
+                }
                 _ => {}
             }
             assert_eq!(q.len(), model.len());
             assert_eq!(q.virtual_time(), v);
+            gc_seen |= q.drain_dropped_flows().count() > 0;
         }
+        // Flow state the core kept starts the next request where the model
+        // would (a flow re-created by readd after GC may hold max(V, F)
+        // instead of the model's max(F_last, F), both <= V or equal).
+        for (flow, l) in &last {
+            match q.flow_last_finish(flow) {
+                Some(x) => assert_eq!(x.max(v), l.max(v)),
+                None => assert!(*l <= v && q.flow_queued(flow) == 0),
+            }
+        }
+        assert_eq!(gc_seen, nflows > GC_MIN as u64, "gc ran: {gc_seen}");
+    }
+
+    #[test]
+    fn random_ops_match_naive_model_start_clock() {
+        random_ops_match_naive_model(VirtualClock::Start, 5, 5000, 11);
+    }
+
+    #[test]
+    fn random_ops_match_naive_model_finish_clock() {
+        random_ops_match_naive_model(VirtualClock::Finish, 5, 5000, 12);
+    }
+
+    #[test]
+    fn random_ops_with_flow_gc_match_naive_model_both_clocks() {
+        for (clock, seed) in [(VirtualClock::Start, 13), (VirtualClock::Finish, 14)] {
+            random_ops_match_naive_model(clock, 4000, 30_000, seed);
+        }
+    }
+
+    #[test]
+    fn virtual_clock_parse() {
+        assert_eq!(VirtualClock::parse("start").unwrap(), VirtualClock::Start);
+        assert_eq!(VirtualClock::parse("finish").unwrap(), VirtualClock::Finish);
+        assert_eq!(VirtualClock::default(), VirtualClock::Start);
+        assert_eq!(Wfq::<u32, u32>::new().virtual_clock(), VirtualClock::Start);
+        for c in [VirtualClock::Start, VirtualClock::Finish] {
+            assert_eq!(VirtualClock::parse(c.as_str()).unwrap(), c);
+        }
+        for bad in ["", "Start", "finish ", "self-clocked"] {
+            let Error::Value(m) = VirtualClock::parse(bad).unwrap_err() else {
+                panic!("not a value error")
+            };
+            assert!(
+                m.contains("virtual_clock") && m.contains(&format!("{bad:?}")),
+                "{m}"
+            );
+        }
+    }
+
+    /// A long one-request flow plus one short one-request flow added before
+    /// every pop; returns after how many pops the long one came out (or
+    /// `None` within `limit` pops) and the final `V`.
+    fn long_vs_stream_of_short(clock: VirtualClock, limit: u32) -> (Option<u32>, f64) {
+        let mut q: Wfq<u32, u32> = Wfq::with_clock(clock);
+        q.add(u32::MAX, None, 1000.0, 1.0, 0.0).unwrap();
+        for i in 0..limit {
+            q.add(i, None, 10.0, 1.0, f64::from(i) + 1.0).unwrap();
+            if q.pop().unwrap().0 == u32::MAX {
+                return (Some(i + 1), q.virtual_time());
+            }
+        }
+        (None, q.virtual_time())
+    }
+
+    #[test]
+    fn start_clock_starves_long_single_request_flow() {
+        // The documented hazard of ALGORITHMS.md §3 with one request per flow.
+        assert_eq!(
+            long_vs_stream_of_short(VirtualClock::Start, 10_000),
+            (None, 0.0)
+        );
+    }
+
+    #[test]
+    fn finish_clock_bounds_wait_of_long_single_request_flow() {
+        // Bound ceil(T / d) + 1 = 1000 / 10 + 1 pops.
+        let (n, v) = long_vs_stream_of_short(VirtualClock::Finish, 10_000);
+        let n = n.expect("long request served");
+        assert!(n <= 101, "{n}");
+        assert_eq!(v, 1000.0);
+    }
+
+    #[test]
+    fn finish_clock_weighted_share_and_chaining() {
+        let mut q: Wfq<u32, u32> = Wfq::with_clock(VirtualClock::Finish);
+        for i in 0..300u32 {
+            q.add(1, Some(1), 10.0, 1.0, f64::from(i)).unwrap();
+        }
+        for i in 0..100u32 {
+            q.add(2, Some(2), 10.0, 2.0, f64::from(i)).unwrap();
+        }
+        let mut served = [0.0f64; 3];
+        let mut v = 0.0;
+        for _ in 0..120 {
+            let (x, t) = q.pop().unwrap();
+            served[x as usize] += t.remaining;
+            assert!(q.virtual_time() >= v);
+            assert_eq!(q.virtual_time(), v.max(t.finish));
+            v = q.virtual_time();
+        }
+        let ratio = served[2] / served[1];
+        assert!((ratio - 2.0).abs() < 0.1, "ratio {ratio}");
+    }
+
+    #[test]
+    fn finish_clock_worked_example_and_preemption() {
+        let mut q: Wfq<u32, &str> = Wfq::with_clock(VirtualClock::Finish);
+        q.add("a1", Some(1), 10.0, 1.0, 0.0).unwrap();
+        q.add("a2", Some(1), 10.0, 1.0, 0.0).unwrap();
+        q.add("b1", Some(2), 10.0, 1.0, 1.0).unwrap();
+        let (x, t) = q.pop().unwrap();
+        assert_eq!((x, q.virtual_time()), ("a1", 10.0));
+        // A new one-request flow now starts at V = 10 (Start clock: 0).
+        let c1 = q.add("c1", None, 5.0, 1.0, 2.0).unwrap();
+        let t1 = q.get(c1).unwrap().1;
+        assert_eq!((t1.start, t1.finish), (10.0, 15.0));
+        // Preempted a1 returns with its old tags (F = 10 <= V): first again.
+        q.readd(x, t.clone()).unwrap();
+        assert_eq!(q.virtual_time(), 10.0);
+        assert_eq!(q.pop().unwrap(), ("a1", t));
+        let order: Vec<_> = std::iter::from_fn(|| q.pop().map(|(v, _)| v)).collect();
+        assert_eq!(order, vec!["b1", "c1", "a2"]);
+        assert_eq!(q.virtual_time(), 20.0);
+    }
+
+    #[test]
+    fn finish_clock_drops_one_shot_flows() {
+        let mut q: Wfq<u32, u32> = Wfq::with_clock(VirtualClock::Finish);
+        for i in 0..5000u32 {
+            q.add(i, Some(i), 1.0, 1.0, 0.0).unwrap();
+            q.pop().unwrap();
+        }
+        // Each popped flow has F_last = V at once: swept when the table doubles.
+        assert!(q.flow_count() <= GC_MIN + 1, "{}", q.flow_count());
+        assert!(q.drain_dropped_flows().count() >= 3900);
+        q.add(0, Some(7), 3.0, 1.0, 0.0).unwrap();
+        assert_eq!(q.peek().unwrap().2.start, q.virtual_time());
     }
 }

@@ -86,15 +86,20 @@ def test_equal_weights_equal_sizes_fcfs_within_flows(flows: list[int], size: int
         assert [x.name for x in popped] == list(range(len(flows)))
 
 
-@given(st.integers(0, 10_000))
+CLOCKS = ("start", "finish")
+FLOWS_L: list[object] = [None, None, "a", "b"]
+
+
+@pytest.mark.parametrize("clock", CLOCKS)
+@given(seed=st.integers(0, 10_000))
 @settings(max_examples=30)
-def test_weight_two_gets_twice_the_tokens_while_backlogged(seed: int) -> None:
+def test_weight_two_gets_twice_the_tokens_while_backlogged(clock: str, seed: int) -> None:
     # Flow "light" (weight 1) queues 5x more requests than flow "heavy"
     # (weight 2); sizes random. While both are backlogged, heavy's share is
     # 2x light's within the WFQ bound of one maximum request per flow.
     rng = random.Random(seed)
     lmax = 64
-    q = WFQQueue()
+    q = WFQQueue(virtual_clock=clock)  # type: ignore[arg-type]
     trace = [("light", 1.0)] * 500 + [("heavy", 2.0)] * 100
     rng.shuffle(trace)
     left = {"light": 0, "heavy": 0}
@@ -155,10 +160,11 @@ def test_one_request_flows_are_ordered_by_normalized_size() -> None:
     assert q.virtual_time == 0.0
 
 
-def test_weight_ratio_with_continuous_arrivals() -> None:
+@pytest.mark.parametrize("clock", CLOCKS)
+def test_weight_ratio_with_continuous_arrivals(clock: str) -> None:
     # Arrivals keep both flows backlogged while pops interleave with adds.
     rng = random.Random(7)
-    q = WFQQueue()
+    q = WFQQueue(virtual_clock=clock)  # type: ignore[arg-type]
     served = {"a": 0, "b": 0}
     n = 0
 
@@ -180,9 +186,10 @@ def test_weight_ratio_with_continuous_arrivals() -> None:
     assert 2.8 < served["b"] / served["a"] < 3.2
 
 
-def test_virtual_time_monotonic_on_random_ops() -> None:
+@pytest.mark.parametrize("clock", CLOCKS)
+def test_virtual_time_monotonic_on_random_ops(clock: str) -> None:
     rng = random.Random(3)
-    q = WFQQueue()
+    q = WFQQueue(virtual_clock=clock)  # type: ignore[arg-type]
     items: list[Item] = []
     v = q.virtual_time
     for i in range(3000):
@@ -197,7 +204,10 @@ def test_virtual_time_monotonic_on_random_ops() -> None:
                 weight=rng.choice([0.5, 1.0, 4.0]),
             )
         elif r < 0.8 and q:
-            q.pop()
+            x = q.peek()
+            start, finish = q.times(x)
+            assert q.pop() is x
+            assert q.virtual_time == max(v, start if clock == "start" else finish)
         elif items:
             q.discard(rng.choice(items))
         assert q.virtual_time >= v
@@ -333,8 +343,9 @@ def test_popped_items_are_not_kept_alive() -> None:
     assert r() is None
 
 
-def test_one_shot_flows_are_garbage_collected() -> None:
-    q = WFQQueue()
+@pytest.mark.parametrize("clock", CLOCKS)
+def test_one_shot_flows_are_garbage_collected(clock: str) -> None:
+    q = WFQQueue(virtual_clock=clock)  # type: ignore[arg-type]
     # Advance V past every earlier flow's F_last, repeatedly.
     for i in range(20_000):
         q.add(Item(i), tokens=1, flow=("client", i))
@@ -343,10 +354,133 @@ def test_one_shot_flows_are_garbage_collected() -> None:
         while q:
             q.pop()
     assert q.flow_count < 5000
+    # A dropped flow restarts at V, exactly like one never seen.
+    x = Item("again")
+    q.add(x, tokens=4, flow=("client", 5))
+    assert q.times(x) == (q.virtual_time, q.virtual_time + 4)
+
 
 
 # --------------------------------------------------------------------------
-# Model test against the pure-Python reference.
+# virtual_clock: "start" (ALGORITHMS.md section 3) vs "finish" (self-clocked).
+
+
+def test_virtual_clock_option_and_errors() -> None:
+    assert WFQQueue().virtual_clock == "start"
+    assert WFQQueue(virtual_clock="start").virtual_clock == "start"
+    q = WFQQueue(virtual_clock="finish")
+    assert q.virtual_clock == "finish"
+    assert "virtual_clock='finish'" in repr(q) or 'virtual_clock="finish"' in repr(q)
+    for bad in ("", "Start", "finish ", "scfq"):
+        with pytest.raises(ValueError, match="virtual_clock") as e:
+            WFQQueue(virtual_clock=bad)  # type: ignore[arg-type]
+        assert repr(bad).strip("'") in str(e.value)
+    assert WFQQueue(virtual_clock=None).virtual_clock == "start"  # type: ignore[arg-type]
+    for bad_type in (1, 1.5, b"start"):
+        with pytest.raises(TypeError, match="virtual_clock"):
+            WFQQueue(virtual_clock=bad_type)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        WFQQueue("finish")  # type: ignore[call-arg]  # keyword-only
+
+
+def test_finish_clock_worked_example() -> None:
+    # Same adds as the section 3 worked example; pops advance V to F.
+    q = WFQQueue(virtual_clock="finish")
+    a = [Item(f"a{i}") for i in range(3)]
+    b = Item("b")
+    for x in a:
+        q.add(x, tokens=10, flow="A")
+    q.add(b, tokens=10, flow="B", arrival=1.0)
+    assert q.pop() is a[0] and q.virtual_time == 10.0
+    c = Item("c")  # its own flow: starts at V = 10 (under "start": 0)
+    q.add(c, tokens=5, arrival=2.0)
+    assert q.times(c) == (10.0, 15.0)
+    q.prepend(a[0])  # preempted: old tags (F = 10 <= V), first again
+    assert q.times(a[0]) == (0.0, 10.0) and q.virtual_time == 10.0
+    assert drain(q) == [a[0], b, c, a[1], a[2]]
+    assert q.virtual_time == 30.0
+
+
+def long_vs_short_stream(clock: str, long_tokens: int, shorts: list[int], pops: int) -> int | None:
+    """A long request that is its own flow, then before each pop one short
+    request that is its own flow (sizes cycling through ``shorts``). Returns
+    the pop (1-based) that returned the long request, or None."""
+    q = WFQQueue(virtual_clock=clock)  # type: ignore[arg-type]
+    long = Item("long")
+    q.add(long, tokens=long_tokens)
+    for i in range(pops):
+        q.add(Item(i), tokens=shorts[i % len(shorts)], arrival=float(i + 1))
+        if q.pop() is long:
+            return i + 1
+    assert long in q
+    return None
+
+
+def test_start_clock_hazard_long_request_starves() -> None:
+    # The documented hazard of ALGORITHMS.md section 3: every request its
+    # own flow (the vLLM drop-in default without client_id), a steady
+    # stream of short ones: V never passes 0 and the long one never runs.
+    q = WFQQueue()
+    long = Item("long")
+    q.add(long, tokens=1000)
+    for i in range(10_000):
+        q.add(Item(i), tokens=10)
+        assert q.pop() is not long
+    assert long in q and q.virtual_time == 0.0
+    assert long_vs_short_stream("start", 1000, [10], 10_000) is None
+
+
+def test_finish_clock_long_request_served_within_bound() -> None:
+    # Each served short moves V to its finish tag (+10), so the long one
+    # (F = 1000) comes out within ceil(1000 / 10) + 1 pops.
+    n = long_vs_short_stream("finish", 1000, [10], 10_000)
+    assert n is not None and n <= 101
+
+
+@given(
+    long_tokens=st.integers(0, 3000),
+    shorts=st.lists(st.integers(1, 40), min_size=1, max_size=20),
+)
+@settings(max_examples=60)
+def test_finish_clock_wait_bound_property(long_tokens: int, shorts: list[int]) -> None:
+    bound = math.ceil(long_tokens / min(shorts)) + 1
+    n = long_vs_short_stream("finish", long_tokens, shorts, bound + 5)
+    assert n is not None and n <= bound
+
+
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["add", "pop"]), st.integers(0, 50), st.sampled_from(FLOWS_L)),
+        max_size=80,
+    )
+)
+@settings(max_examples=80)
+def test_finish_clock_later_arrivals_never_overtake_once_v_reached(
+    ops: list[tuple[str, int, object]],
+) -> None:
+    # Under "finish": a request added while V >= F of a queued request x
+    # (with positive size) is popped after x.
+    q = WFQQueue(virtual_clock="finish")
+    queued: list[Item] = []
+    must_follow: dict[int, set[int]] = {}  # id(later) -> ids it must follow
+    popped: set[int] = set()
+    for i, (op, tokens, flow) in enumerate(ops):
+        if op == "add":
+            x = Item(i)
+            v = q.virtual_time
+            ahead = {id(y) for y in queued if q.times(y)[1] <= v}
+            q.add(x, tokens=tokens + 1, flow=flow)
+            queued.append(x)
+            must_follow[id(x)] = ahead
+        elif q:
+            x = q.pop()
+            queued.remove(x)
+            assert must_follow[id(x)] <= popped
+            popped.add(id(x))
+
+
+# --------------------------------------------------------------------------
+# Model test against the pure-Python reference (both virtual clocks).
 
 FLOWS = st.sampled_from([None, "a", "b", "c", 7])
 WEIGHTS = st.sampled_from([0.25, 0.5, 1.0, 2.0, 3.0])
@@ -355,10 +489,12 @@ WEIGHTS = st.sampled_from([0.25, 0.5, 1.0, 2.0, 3.0])
 class WFQMachine(RuleBasedStateMachine):
     """Random add/pop/remove/prepend/update sequences, compared step by step."""
 
+    CLOCK = "start"
+
     @initialize()
     def setup(self) -> None:
-        self.q = WFQQueue()
-        self.ref = RefWFQ()
+        self.q = WFQQueue(virtual_clock=self.CLOCK)  # type: ignore[arg-type]
+        self.ref = RefWFQ(virtual_clock=self.CLOCK)
         self.items: list[Item] = []
         self.popped: list[Item] = []
         self.v = 0.0
@@ -420,5 +556,11 @@ class WFQMachine(RuleBasedStateMachine):
             )
 
 
+class WFQFinishMachine(WFQMachine):
+    CLOCK = "finish"
+
+
 WFQMachine.TestCase.settings = settings(max_examples=80, stateful_step_count=40)
+WFQFinishMachine.TestCase.settings = settings(max_examples=80, stateful_step_count=40)
 TestWFQModel = WFQMachine.TestCase
+TestWFQModelFinishClock = WFQFinishMachine.TestCase

@@ -4,6 +4,9 @@ Deliberately simple: a ``heapq`` of ``(F, S, arrival, seq)`` with lazy
 deletion, a dict of ``F_last`` per flow, and a dict of the tags of popped
 items (strong references; fine for tests). No flow garbage collection (the
 core's is unobservable: it only drops flows whose ``F_last <= V``).
+
+``virtual_clock``: ``"start"`` (ALGORITHMS.md: ``V = max(V, S)`` on pop) or
+``"finish"`` (self-clocked: ``V = max(V, F)`` on pop).
 """
 
 from __future__ import annotations
@@ -28,7 +31,10 @@ class Tags:
 class RefWFQ:
     """The obviously-correct model the Rust core is checked against."""
 
-    def __init__(self) -> None:
+    def __init__(self, virtual_clock: str = "start") -> None:
+        if virtual_clock not in ("start", "finish"):
+            raise ValueError(f"virtual_clock must be 'start' or 'finish', got {virtual_clock!r}")
+        self.clock = virtual_clock
         self.heap: list[tuple[float, float, float, int, int]] = []
         self.live: dict[int, tuple[Any, Tags]] = {}  # token -> (item, tags)
         self.V = 0.0
@@ -78,7 +84,7 @@ class RefWFQ:
             raise IndexError("pop from empty heap")
         tok = heapq.heappop(self.heap)[4]
         item, t = self.live.pop(tok)
-        self.V = max(self.V, t.start)
+        self.V = max(self.V, t.start if self.clock == "start" else t.finish)
         self.departed[id(item)] = (item, t)
         return item
 

@@ -117,11 +117,24 @@ class _DRRCore:
 
 # --- wfq (rust/python/wfq.rs) ----------------------------------------------
 from collections.abc import Iterator as _WfqIterator  # noqa: E402
+from typing import Literal as _WfqLiteral  # noqa: E402
+
+from typing_extensions import Self as _WfqSelf  # noqa: E402
+
+_WfqClock = _WfqLiteral["start", "finish"]
 
 class WFQQueue:
-    """Weighted Fair Queuing on per-flow virtual finish times (see ``fairq.wfq``)."""
+    """Weighted Fair Queuing on per-flow virtual finish times (see ``fairq.wfq``).
 
-    def __init__(self) -> None: ...
+    ``virtual_clock``: ``"start"`` (default; ``V = max(V, S)`` on pop) or
+    ``"finish"`` (``V = max(V, F)`` on pop: bounded waiting); other values
+    raise ``ValueError``.
+    """
+
+    def __new__(cls, *, virtual_clock: _WfqClock = "start") -> _WfqSelf: ...
+    def __init__(self, *, virtual_clock: _WfqClock = "start") -> None: ...
+    @property
+    def virtual_clock(self) -> _WfqClock: ...
     def add(
         self,
         item: Any,

@@ -10,12 +10,12 @@
 //!   `prepend(item)` can restore them after preemption without keeping
 //!   finished items alive.
 
-use pyo3::exceptions::{PyIndexError, PyKeyError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple, PyWeakrefMethods, PyWeakrefReference};
 
 use crate::heap::Handle;
-use crate::wfq::{FastMap, Tags, Wfq};
+use crate::wfq::{FastMap, Tags, VirtualClock, Wfq};
 
 /// Live handles of one item (an item may be queued more than once).
 enum Handles {
@@ -40,8 +40,11 @@ fn ident(obj: &Bound<'_, PyAny>) -> usize {
 /// ``add(item, tokens=..., flow=..., weight=..., arrival=...)`` computes
 /// ``S = max(V, F_last[flow])`` and ``F = S + tokens / weight``; ``pop()``
 /// returns the item with the smallest ``(F, S, arrival, insertion order)``
-/// and advances the virtual time ``V`` to ``max(V, S)``. Items are compared
-/// by identity. See ``fairq.wfq`` for the full description.
+/// and advances the virtual time ``V`` to ``max(V, S)``
+/// (``virtual_clock="start"``, the default) or ``max(V, F)``
+/// (``virtual_clock="finish"``: self-clocked, bounded waiting when items are
+/// their own flows). Items are compared by identity. See ``fairq.wfq`` for
+/// the full description.
 #[pyclass(module = "fairq._core", name = "WFQQueue", subclass)]
 pub struct PyWfqQueue {
     core: Wfq<u64, Py<PyAny>>,
@@ -216,10 +219,27 @@ impl PyWfqQueue {
 
 #[pymethods]
 impl PyWfqQueue {
+    /// ``virtual_clock``: ``"start"`` (default; ``None`` also means it) or
+    /// ``"finish"``; another ``str`` is a ``ValueError``, a non-``str`` a
+    /// ``TypeError``.
     #[new]
-    fn new(py: Python<'_>) -> Self {
-        PyWfqQueue {
-            core: Wfq::new(),
+    #[pyo3(signature = (*, virtual_clock = None), text_signature = "(*, virtual_clock=\"start\")")]
+    fn new(py: Python<'_>, virtual_clock: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let clock = match virtual_clock {
+            None => VirtualClock::Start,
+            Some(obj) => {
+                let Ok(s) = obj.downcast::<pyo3::types::PyString>() else {
+                    return Err(PyTypeError::new_err(format!(
+                        "virtual_clock must be \"start\" or \"finish\", got {} {}",
+                        obj.get_type().name()?,
+                        obj.repr()?
+                    )));
+                };
+                VirtualClock::parse(s.to_str()?)?
+            }
+        };
+        Ok(PyWfqQueue {
+            core: Wfq::with_clock(clock),
             ids: FastMap::default(),
             flow_ids: PyDict::new(py).unbind(),
             flow_keys: FastMap::default(),
@@ -227,7 +247,13 @@ impl PyWfqQueue {
             departed: FastMap::default(),
             sweep_at: SWEEP_MIN,
             no_weakref: FastMap::default(),
-        }
+        })
+    }
+
+    /// ``"start"`` or ``"finish"``: how ``pop()`` advances ``virtual_time``.
+    #[getter]
+    fn virtual_clock(&self) -> &'static str {
+        self.core.virtual_clock().as_str()
     }
 
     /// Queue ``item`` needing ``tokens`` tokens (prompt + max new tokens).
@@ -247,7 +273,9 @@ impl PyWfqQueue {
         self.fresh_add(item, tokens, flow, weight, arrival)
     }
 
-    /// Remove and return the item with the smallest virtual finish time.
+    /// Remove and return the item with the smallest virtual finish time;
+    /// ``virtual_time`` advances to its start (clock ``"start"``) or finish
+    /// (clock ``"finish"``) tag if that is larger.
     fn pop(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let h = self
             .core
@@ -414,10 +442,11 @@ impl PyWfqQueue {
 
     fn __repr__(&self) -> String {
         format!(
-            "WFQQueue(len={}, virtual_time={}, flows={})",
+            "WFQQueue(len={}, virtual_time={}, flows={}, virtual_clock={:?})",
             self.core.len(),
             self.core.virtual_time(),
-            self.core.flow_count()
+            self.core.flow_count(),
+            self.core.virtual_clock().as_str()
         )
     }
 }

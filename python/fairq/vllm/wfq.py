@@ -26,8 +26,13 @@ ignores absent ones. Adding a request that is already queued is a
 ``ValueError`` (as in fairq's ``PriorityRequestQueue``). Empty
 ``pop_request``/``peek_request``: ``IndexError``.
 
-Requests without a flow (no ``client_id``) are each their own flow and are
-served shortest-first (see the warning in :mod:`fairq.wfq`); set
+Requests without a flow (no ``client_id``) are each their own flow. With the
+default ``virtual_clock="start"`` (exactly ``ALGORITHMS.md`` section 3) they
+are served shortest-first and a long request can wait forever behind a steady
+stream of shorter ones (see the warning in :mod:`fairq.wfq`). Pass
+``virtual_clock="finish"`` (self-clocked fair queueing: ``V`` advances to the
+finish tag of each popped request) to bound every request's wait, e.g.
+``create_request_queue("wfq", virtual_clock="finish")``; and/or set
 ``client_id`` (or ``flow_key``) to get per-client fairness.
 """
 
@@ -35,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any
+from typing import Any, Literal
 
 from fairq._core import WFQQueue
 from fairq.vllm._base import RequestQueue
@@ -43,6 +48,7 @@ from fairq.vllm._base import RequestQueue
 __all__ = ["WFQRequestQueue", "request_tokens"]
 
 FlowKey = str | Callable[[Any], Hashable | None] | None
+VirtualClock = Literal["start", "finish"]
 
 _MISSING = object()
 
@@ -68,14 +74,30 @@ def request_tokens(request: Any) -> int:
 class WFQRequestQueue(WFQQueue, RequestQueue):
     """Weighted fair queue with vLLM's ``RequestQueue`` interface.
 
-    ``WFQRequestQueue(flow_key="client_id", default_weight=1.0)``; see the
-    module docstring for what is read from each request.
+    ``WFQRequestQueue(flow_key="client_id", default_weight=1.0,
+    *, virtual_clock="start")``; see the module docstring for what is read
+    from each request. ``virtual_clock``: ``"start"`` (``V = max(V, S)`` on
+    pop, ``ALGORITHMS.md`` section 3) or ``"finish"`` (``V = max(V, F)``:
+    bounded waiting for requests that are their own flow); anything else is a
+    ``ValueError``.
     """
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> WFQRequestQueue:
-        return super().__new__(cls)
+    def __new__(
+        cls,
+        flow_key: FlowKey = "client_id",
+        default_weight: float = 1.0,
+        *,
+        virtual_clock: VirtualClock = "start",
+    ) -> WFQRequestQueue:
+        return super().__new__(cls, virtual_clock=virtual_clock)
 
-    def __init__(self, flow_key: FlowKey = "client_id", default_weight: float = 1.0) -> None:
+    def __init__(
+        self,
+        flow_key: FlowKey = "client_id",
+        default_weight: float = 1.0,
+        *,
+        virtual_clock: VirtualClock = "start",
+    ) -> None:
         if not (isinstance(default_weight, int | float) and math.isfinite(default_weight)) or (
             default_weight <= 0
         ):
@@ -157,4 +179,7 @@ class WFQRequestQueue(WFQQueue, RequestQueue):
                 pass
 
     def __repr__(self) -> str:
-        return f"WFQRequestQueue(len={len(self)}, virtual_time={self.virtual_time})"
+        return (
+            f"WFQRequestQueue(len={len(self)}, virtual_time={self.virtual_time}, "
+            f"virtual_clock={self.virtual_clock!r})"
+        )
