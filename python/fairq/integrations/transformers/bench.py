@@ -63,8 +63,10 @@ def build_model(size: str = "tiny", seed: int = 0, device: str = "cpu", dtype: s
     if torch_dtype is None:
         raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {dtype!r}")
     torch.manual_seed(seed)
-    config = LlamaConfig(max_position_embeddings=4096, **MODEL_SIZES[size])
-    model = LlamaForCausalLM(config).to(device=device, dtype=torch_dtype).eval()
+    shape: dict[str, Any] = dict(MODEL_SIZES[size])
+    config = LlamaConfig(max_position_embeddings=4096, **shape)
+    model: Any = LlamaForCausalLM(config)
+    model = model.to(device=device, dtype=torch_dtype).eval()
     return model
 
 
@@ -130,8 +132,9 @@ def run_engine(
 
     check_scheduler_type(scheduler_type)
     expected = fs.SCHEDULER_MAPPING[scheduler_type]
+    page_kw: dict[str, Any] = {page_size_field(): page_size}
     cb_config = ContinuousBatchingConfig(
-        **{page_size_field(): page_size},
+        **page_kw,
         num_blocks=num_blocks,
         max_batch_tokens=max_batch_tokens,
         max_requests_per_batch=max_requests_per_batch,
