@@ -1009,7 +1009,13 @@ fn refill_steps(q: f64, quantum: f64, limit: u64) -> (u64, f64) {
     }
     // Smallest j >= 1 with x + j * quantum > 0 (the sum is monotone in j).
     const EXACT: f64 = 4_503_599_627_370_496.0; // 2^52: j + 1 is exact below
-    let up = |j: f64| if j < EXACT { j + 1.0 } else { j * (1.0 + f64::EPSILON) };
+    let up = |j: f64| {
+        if j < EXACT {
+            j + 1.0
+        } else {
+            j * (1.0 + f64::EPSILON)
+        }
+    };
     let mut j = (-x / quantum).ceil().max(1.0);
     while x + j * quantum <= 0.0 {
         j = up(j);
