@@ -231,7 +231,12 @@ def test_dlpm_is_work_conserving_with_a_tiny_quantum() -> None:
         per_step: list[int] = []
         orig = s.schedule
 
-        def rec(budget: int, max_requests: int | None = None, orig: Any = orig) -> Any:
+        def rec(
+            budget: int,
+            max_requests: int | None = None,
+            orig: Any = orig,
+            per_step: list[int] = per_step,
+        ) -> Any:
             out = orig(budget, max_requests=max_requests)
             per_step.append(len(out))
             return out
