@@ -20,6 +20,22 @@
 //!   has `q > 0`, every known client with `q <= 0` gets `+Q_u`); a request is
 //!   admitted if its client has `q > 0` and it fits (else skipped),
 //!   charging `w_e * extend_len / w_c`; output tokens charge `w_q / w_c`.
+//!   The walk is repeated (Algorithm 1's `while not Queue.empty()`) until a
+//!   whole walk admits nothing and refills nothing, so DLPM is
+//!   work-conserving: it only reorders. A refill check that fires applies at
+//!   once the `k` single refills after which some waiting client has `q > 0`
+//!   (`k` = min over waiting clients of the refills each needs; each known
+//!   client with `q <= 0` gets `Q_u` per refill until positive or `k` are
+//!   done; [`LocalScheduler::refills`] counts all `k`), computed in
+//!   O(#clients) by [`refill_steps`], never one quantum at a time. One case
+//!   is not work-conserving, on purpose: a waiting client with `q > 0` none of
+//!   whose requests fits blocks the refill that clients without credit need
+//!   (the paper's CheckRefill). Refilling past it would give the others
+//!   quanta it does not get, breaking Theorem 4.1 (its proof needs every
+//!   backlogged client refilled the same number of times) and letting small
+//!   requests starve its large one. Corollary: a request that can never fit
+//!   any budget the caller passes blocks refills while its client has credit;
+//!   remove such requests.
 //!
 //! Incremental matching (LPM, DLPM): every waiting request remembers where its
 //! match against the tree ended (deepest fully matched node + generation,
@@ -32,7 +48,10 @@
 //! a `BTreeSet` of `(extend_len, seq)` whose minimum ends the walk early once
 //! nothing left can fit. A step therefore costs O((admitted + skipped +
 //! re-matched) log n), independent of the number waiting when the cache
-//! changed little.
+//! changed little. DLPM's repeated walks stay within that: a request seen not
+//! to fit leaves its client's map for the rest of the call (the budget only
+//! shrinks), a walk is repeated only after a refill or admission, and a refill
+//! event needs an admission since the previous one.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
