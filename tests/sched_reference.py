@@ -2,7 +2,9 @@
 
 They re-match every waiting request against the tree on every step and sort
 (the "match all, then sort" design fairq replaces), and follow ALGORITHMS.md
-sections 5 and 6 literally. ``match`` is any ``(tokens, namespace) -> int``.
+sections 5 and 6 literally (DLPM: Algorithm 1's repeated walk; a refill check
+that fires does single refills one at a time until a waiting client has
+``q > 0``). ``match`` is any ``(tokens, namespace) -> int``.
 Also used as the pure-Python baseline in ``fairq.benchmarks.radix``.
 """
 
@@ -91,6 +93,10 @@ class RefSched:
         self.clients[r.client].waiting.remove(r)
         return r.item
 
+    def _credit_waiting(self) -> bool:
+        """Some client with waiting requests has deficit > 0 (DLPM)."""
+        return any(k.deficit > 0 for k in self.clients.values() if k.waiting)
+
     def _admit(self, r: RReq, cached: int) -> tuple[Any, str, Any, int, int, int]:
         del self.waiting[r.rid]
         c = self.clients[r.client]
@@ -133,29 +139,38 @@ class RefSched:
                 c.counter += self.wi * len(r.tokens) / c.weight
                 out.append(self._admit(r, cached))
         else:
+            # LPM / DLPM: walk in LPM order; DLPM repeats the walk (Algorithm 1's
+            # outer loop) until a whole walk admits nothing and refills nothing.
             matched = {r.rid: self.match(r.tokens, r.ns) for r in self.waiting.values()}
-            order = sorted(self.waiting.values(), key=lambda r: (-matched[r.rid], r.seq))
-            for r in order:
-                if len(out) >= maxr:
-                    break
-                c = self.clients[r.client]
-                if self.policy == "dlpm":
-                    if c.deficit <= 0 and not any(
-                        k.deficit > 0 for k in self.clients.values() if k.waiting
-                    ):
-                        self.refills += 1
-                        for k in self.clients.values():
-                            if k.deficit <= 0:
-                                k.deficit += self.quantum
-                    if c.deficit <= 0:
+            while len(out) < maxr:
+                progress = False
+                order = sorted(self.waiting.values(), key=lambda r: (-matched[r.rid], r.seq))
+                for r in order:
+                    if len(out) >= maxr:
+                        break
+                    c = self.clients[r.client]
+                    if self.policy == "dlpm":
+                        if c.deficit <= 0:
+                            # CheckRefill, repeated while it still fires: one
+                            # single refill at a time until a waiting client has q > 0
+                            while not self._credit_waiting():
+                                self.refills += 1
+                                progress = True
+                                for k in self.clients.values():
+                                    if k.deficit <= 0:
+                                        k.deficit += self.quantum
+                        if c.deficit <= 0:
+                            continue
+                    ext = len(r.tokens) - matched[r.rid]
+                    if ext > rem:
                         continue
-                ext = len(r.tokens) - matched[r.rid]
-                if ext > rem:
-                    continue
-                rem -= ext
-                if self.policy == "dlpm":
-                    c.deficit -= self.wi * ext / c.weight
-                out.append(self._admit(r, matched[r.rid]))
+                    rem -= ext
+                    if self.policy == "dlpm":
+                        c.deficit -= self.wi * ext / c.weight
+                    out.append(self._admit(r, matched[r.rid]))
+                    progress = True
+                if not progress or self.policy != "dlpm":
+                    break  # LPM: a second walk would admit nothing
         return out
 
     def charge_output(self, rid: Any, n: int = 1) -> None:

@@ -141,9 +141,45 @@ def test_dlpm_skips_clients_without_credit() -> None:
         s.add(f"a{i}", "a", [1] * 8 + [i] * 4)  # long match, extend 4
     s.add("b0", "b", [2] * 4)
     adm = s.schedule(100)
-    # a0 admitted (q 4 -> 0); a1, a2 skipped (b still has credit); b0 admitted
-    assert ids(adm) == ["a0", "b0"]
-    assert len(s) == 2
+    # walk 1: a0 admitted (q 4 -> 0); a1, a2 skipped (b still has credit); b0
+    # admitted (b: 0). Walk 2 (Algorithm 1 repeats the walk): a1 refills
+    # (a 4, b 4), admitted (a: 0); a2: no waiting client has credit (b waits
+    # for nothing), refill (a: 4), admitted.
+    assert ids(adm) == ["a0", "b0", "a1", "a2"]
+    assert len(s) == 0
+    assert s.deficit("a") == 0 and s.deficit("b") == 4 and s.refills == 3
+
+
+def test_dlpm_tiny_quantum_admits_like_lpm() -> None:
+    """Work-conserving: with Q_u far below a request's cost, DLPM still fills
+    the budget every step (refills are applied in bulk, walks repeated)."""
+    t = RadixTree()
+    d, lp = DLPM(t, quantum=1e-3), LPM(t)
+    for s in (d, lp):
+        for i in range(40):
+            s.add(i, "abcd"[i % 4], [1000 + i] * 10)
+    for _ in range(4):
+        got = d.schedule(95)
+        assert len(got) == len(lp.schedule(95)) == 9
+        d._check()
+    assert d.refills > 10_000  # virtual refills: ~10 / 1e-3 per refill event
+    rest = len(d)
+    assert len(d.schedule(10**6)) == rest == 4
+
+
+def test_dlpm_credit_client_that_does_not_fit_blocks_refills() -> None:
+    """The one non-work-conserving case, kept for Theorem 4.1: a waiting client
+    with q > 0 whose requests do not fit blocks the refill others need."""
+    t = RadixTree()
+    s = DLPM(t, quantum=5)
+    s.add("a0", "a", [1] * 4)
+    s.add("a1", "a", [2] * 4)
+    s.add("b0", "b", [3] * 50)
+    assert ids(s.schedule(10)) == ["a0", "a1"]  # a: 5 -> 1 -> -3; b: 5
+    s.add("a2", "a", [4] * 2)
+    assert s.schedule(10) == []  # a2 fits, but a has no credit and b blocks
+    assert s.refills == 1
+    assert ids(s.schedule(60)) == ["b0", "a2"]
 
 
 def test_huge_quantum_is_lpm() -> None:
@@ -353,7 +389,7 @@ def run_trace(policy: str, page: int, quantum: float, ops: list[tuple[Any, ...]]
 @settings(max_examples=80)
 @given(
     page=st.sampled_from([1, 2]),
-    quantum=st.sampled_from([0.5, 3.0, 10.0, 1e9]),
+    quantum=st.sampled_from([2.0**-4, 0.5, 3.0, 10.0, 1e9]),
     ops=st.lists(OPS, max_size=60),
 )
 def test_matches_reference(

@@ -214,3 +214,54 @@ def test_bound_is_not_vacuous_lpm_breaks_it() -> None:
         gaps[name] = (max_gap(hist, "a", "b"), 2 * (l_in + 2 * m + q))
     assert gaps["dlpm"][0] <= gaps["dlpm"][1]
     assert gaps["lpm"][0] > gaps["lpm"][1]
+
+
+def test_dlpm_is_work_conserving_with_a_tiny_quantum() -> None:
+    """Q_u = 1e-3, far below any request's cost: every step DLPM admits as many
+    requests as LPM (equal-cost requests, so the count is what fits)."""
+    specs = [
+        ClientSpec("a", 0, (40, 40), (5, 5), 20),
+        ClientSpec("b", 0, (40, 40), (5, 5), 20),
+        ClientSpec("c", 0, (40, 40), (5, 5), 20),
+    ]
+    counts = {}
+    for name, make in (("dlpm", lambda t: DLPM(t, quantum=1e-3)), ("lpm", LPM)):
+        tree = RadixTree()
+        s = make(tree)
+        per_step: list[int] = []
+        orig = s.schedule
+
+        def rec(
+            budget: int,
+            max_requests: int | None = None,
+            orig: Any = orig,
+            per_step: list[int] = per_step,
+        ) -> Any:
+            out = orig(budget, max_requests=max_requests)
+            per_step.append(len(out))
+            return out
+
+        class Wrap:
+            def __getattr__(self, k: str, s: Any = s, rec: Any = rec) -> Any:
+                return rec if k == "schedule" else getattr(s, k)
+
+        drive(Wrap(), tree, specs, steps=300, budget=200, slots=16, seed=2)
+        counts[name] = per_step
+    assert counts["dlpm"] == counts["lpm"]
+    assert sum(counts["dlpm"]) > 900  # 5 fit per step (was 3 in 300 steps)
+
+
+@pytest.mark.parametrize("quantum", [1e-3, 1.0])
+def test_small_quantum_keeps_the_vtc_like_bound(quantum: float) -> None:
+    """Q_u -> 0: DLPM behaves like VTC in fairness, the gap stays within 2U."""
+    specs = [
+        ClientSpec("a", 200, (1, 50), (2, 10), 20),
+        ClientSpec("b", 0, (50, 150), (2, 10), 17),
+        ClientSpec("c", 32, (20, 120), (1, 4), 18),
+    ]
+    tree = RadixTree()
+    s = DLPM(tree, quantum=quantum)
+    hist, l_in, m = drive(s, tree, specs, steps=200, budget=1500, slots=16, seed=4)
+    u = l_in + 2 * m
+    for f, g in (("a", "b"), ("a", "c"), ("b", "c")):
+        assert max_gap(hist, f, g) <= 2 * (u + quantum)

@@ -24,10 +24,14 @@ Policies (contract: ALGORITHMS.md sections 5 and 6):
   smallest counter among the other waiting clients.
 * ``DLPM(tree, quantum, w_e=1.0, w_q=2.0)``: LPM order; clients with deficit
   ``q <= 0`` are skipped unless no waiting client has ``q > 0``, in which case
-  every known client with ``q <= 0`` gets ``+quantum``; admission charges
-  ``w_e * extend_len / weight``, each output token ``w_q / weight``. One walk
-  per ``schedule`` call: choose ``quantum`` at least a typical request's
-  ``w_e * extend_len``, or clients regain credit only slowly.
+  every known client with ``q <= 0`` gets ``+quantum`` (applied in bulk: as
+  many refills as it takes for some waiting client to reach ``q > 0``;
+  ``refills`` counts them all); admission charges ``w_e * extend_len /
+  weight``, each output token ``w_q / weight``. The walk is repeated until it
+  admits and refills nothing, so DLPM is work-conserving for any ``quantum``
+  (paper Algorithm 1), with one deliberate exception kept for the fairness
+  bound: a waiting client with credit none of whose requests fits blocks the
+  refill the others need.
 
 ``extend_len = input_len - cached_len`` where ``cached_len`` is the match
 against the tree at scheduling time (it may be 0 extend tokens for a fully

@@ -331,7 +331,9 @@ sched_class!(
         fn deficit(&self, client: &str) -> f64 {
             self.core.deficit(client)
         }
-        /// How many refills happened so far.
+        /// Virtual refills so far: a refill check that fires applies in one
+        /// go the k single refills (+quantum each) the walk would do one at a
+        /// time; all k are counted.
         #[getter]
         fn refills(&self) -> u64 {
             self.core.refills()

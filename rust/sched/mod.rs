@@ -20,6 +20,22 @@
 //!   has `q > 0`, every known client with `q <= 0` gets `+Q_u`); a request is
 //!   admitted if its client has `q > 0` and it fits (else skipped),
 //!   charging `w_e * extend_len / w_c`; output tokens charge `w_q / w_c`.
+//!   The walk is repeated (Algorithm 1's `while not Queue.empty()`) until a
+//!   whole walk admits nothing and refills nothing, so DLPM is
+//!   work-conserving: it only reorders. A refill check that fires applies at
+//!   once the `k` single refills after which some waiting client has `q > 0`
+//!   (`k` = min over waiting clients of the refills each needs; each known
+//!   client with `q <= 0` gets `Q_u` per refill until positive or `k` are
+//!   done; [`LocalScheduler::refills`] counts all `k`), computed in
+//!   O(#clients) by [`refill_steps`], never one quantum at a time. One case
+//!   is not work-conserving, on purpose: a waiting client with `q > 0` none of
+//!   whose requests fits blocks the refill that clients without credit need
+//!   (the paper's CheckRefill). Refilling past it would give the others
+//!   quanta it does not get, breaking Theorem 4.1 (its proof needs every
+//!   backlogged client refilled the same number of times) and letting small
+//!   requests starve its large one. Corollary: a request that can never fit
+//!   any budget the caller passes blocks refills while its client has credit;
+//!   remove such requests.
 //!
 //! Incremental matching (LPM, DLPM): every waiting request remembers where its
 //! match against the tree ended (deepest fully matched node + generation,
@@ -32,7 +48,10 @@
 //! a `BTreeSet` of `(extend_len, seq)` whose minimum ends the walk early once
 //! nothing left can fit. A step therefore costs O((admitted + skipped +
 //! re-matched) log n), independent of the number waiting when the cache
-//! changed little.
+//! changed little. DLPM's repeated walks stay within that: a request seen not
+//! to fit leaves its client's map for the rest of the call (the budget only
+//! shrinks), a walk is repeated only after a refill or admission, and a refill
+//! event needs an admission since the previous one.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
@@ -312,16 +331,35 @@ impl<T> LocalScheduler<T> {
         }
     }
 
-    fn refill(&mut self, quantum: f64) {
-        self.refills += 1;
+    /// DLPM refill check fired (no waiting client has `q > 0`): apply in one
+    /// go the `k` consecutive single refills (`q += Q_u` for every known
+    /// client with `q <= 0`) after which some waiting client has `q > 0`,
+    /// i.e. `k = min` over waiting clients of the refills each needs. A
+    /// client with `q <= 0` gets `Q_u` per refill until it is positive or the
+    /// `k` refills are done. `refills` counts the `k` virtual refills.
+    /// O(#clients); never loops once per quantum.
+    fn bulk_refill(&mut self, quantum: f64) {
+        debug_assert_eq!(self.pos_waiting, 0);
+        let k = self
+            .clients
+            .iter()
+            .filter(|cl| cl.waiting > 0)
+            .map(|cl| refill_steps(cl.deficit, quantum, u64::MAX).0)
+            .min()
+            .unwrap_or(0);
+        if k == 0 {
+            return;
+        }
+        self.refills = self.refills.saturating_add(k);
         for cl in &mut self.clients {
             if cl.deficit <= 0.0 {
-                cl.deficit += quantum;
+                cl.deficit = refill_steps(cl.deficit, quantum, k).1;
             }
         }
         self.pos_waiting = (0..self.clients.len() as u32)
             .filter(|&c| self.dlpm_flag(c))
             .count();
+        debug_assert!(self.pos_waiting > 0);
     }
 
     // ----- VTC ordering -----------------------------------------------------
@@ -719,32 +757,32 @@ impl<T> LocalScheduler<T> {
                     Policy::Dlpm { quantum, w_e, .. } => Some((quantum, w_e)),
                     _ => None,
                 };
+                // Position of the current walk (None: before its first request).
                 let mut pos: Option<LpmKey> = None;
+                // DLPM repeats the walk (Algorithm 1's `while not
+                // Queue.empty()`) until a whole walk admits nothing and
+                // refills nothing; LPM needs one walk.
+                let mut progress = false;
                 let mut merge: BinaryHeap<Reverse<(LpmKey, u32)>> = BinaryHeap::new();
                 let mut merge_valid = false;
+                // DLPM: requests seen not to fit cannot fit again in this call
+                // (the budget only shrinks), so later walks must not step over
+                // them again: they leave their client's LPM map (used by the
+                // merge) until the end of the call. The global order keeps
+                // them: they still trigger refill checks.
+                let mut dead: Vec<(u32, LpmKey, u32)> = Vec::new();
                 while out.len() < max_req {
                     match self.ext.iter().next() {
                         Some(&(e, _)) if (e as usize) <= rem => {}
                         _ => {
-                            // Nothing left fits: the rest of the walk would
-                            // admit nothing, but under DLPM its requests would
-                            // still run the refill check. While no waiting
-                            // client has credit, each next request refills.
+                            // Nothing left fits: no walk admits anything any
+                            // more, but under DLPM the next request visited
+                            // (in this walk or the next) still runs the
+                            // refill check. If no waiting client has credit
+                            // it fires (in bulk) and then never again.
                             if let Some((quantum, _)) = dlpm {
-                                while self.pos_waiting == 0 {
-                                    let next = match pos {
-                                        None => self.lpm.keys().next(),
-                                        Some(k) => self
-                                            .lpm
-                                            .range((Excluded(k), Unbounded))
-                                            .next()
-                                            .map(|x| x.0),
-                                    };
-                                    let Some(&k) = next else {
-                                        break;
-                                    };
-                                    pos = Some(k);
-                                    self.refill(quantum);
+                                if self.pos_waiting == 0 && self.n_waiting > 0 {
+                                    self.bulk_refill(quantum);
                                 }
                             }
                             break;
@@ -785,7 +823,14 @@ impl<T> LocalScheduler<T> {
                         n.map(|(&k, &r)| (k, r))
                     };
                     let Some((k, r)) = next else {
-                        break;
+                        // End of a walk.
+                        if dlpm.is_none() || !progress {
+                            break;
+                        }
+                        progress = false;
+                        pos = None;
+                        merge_valid = false;
+                        continue;
                     };
                     pos = Some(k);
                     let (c, input_len, mlen) = {
@@ -794,7 +839,8 @@ impl<T> LocalScheduler<T> {
                     };
                     if let Some((quantum, _)) = dlpm {
                         if self.clients[c as usize].deficit <= 0.0 && self.pos_waiting == 0 {
-                            self.refill(quantum);
+                            self.bulk_refill(quantum);
+                            progress = true;
                             merge_valid = false;
                         }
                         if self.clients[c as usize].deficit <= 0.0 {
@@ -803,6 +849,9 @@ impl<T> LocalScheduler<T> {
                     }
                     let ext = input_len - mlen;
                     if ext > rem {
+                        if dlpm.is_some() && self.clients[c as usize].lpm.remove(&k).is_some() {
+                            dead.push((c, k, r));
+                        }
                         continue;
                     }
                     rem -= ext;
@@ -811,6 +860,10 @@ impl<T> LocalScheduler<T> {
                         self.add_deficit(c, -(w_e * ext as f64 / w));
                     }
                     out.push(self.admit(r, mlen));
+                    progress = true;
+                }
+                for (c, k, r) in dead {
+                    self.clients[c as usize].lpm.insert(k, r);
                 }
             }
         }
@@ -947,6 +1000,57 @@ impl<T> LocalScheduler<T> {
     }
 }
 
+/// Single refills done one at a time before switching to the closed form.
+const NATIVE_REFILLS: u64 = 64;
+
+/// Apply up to `limit` single DLPM refills (`q += quantum`, each only while
+/// `q <= 0`) to one deficit: returns (refills applied, new deficit). Stops as
+/// soon as the deficit is positive, so with `limit = u64::MAX` the count is
+/// the number of refills that make it positive (`u64::MAX` means no limit;
+/// a count beyond `u64::MAX` saturates).
+///
+/// The first [`NATIVE_REFILLS`] additions are done one by one (bit-identical
+/// to the literal algorithm); beyond that the rest is `x + j * quantum` with
+/// the smallest such `j`, computed in O(1). That equals `j` sequential
+/// additions whenever these are exact (e.g. `quantum` a multiple of the ulp
+/// of `x`, such as any integer or dyadic quantum with moderate deficits);
+/// otherwise it is the more accurate of the two. Where sequential additions
+/// would stall (`x + quantum == x`), the closed form still terminates.
+fn refill_steps(q: f64, quantum: f64, limit: u64) -> (u64, f64) {
+    let mut x = q;
+    let mut n = 0u64;
+    while x <= 0.0 && n < limit && n < NATIVE_REFILLS {
+        x += quantum;
+        n += 1;
+    }
+    if x > 0.0 || n == limit {
+        return (n, x);
+    }
+    // Smallest j >= 1 with x + j * quantum > 0 (the sum is monotone in j).
+    const EXACT: f64 = 4_503_599_627_370_496.0; // 2^52: j + 1 is exact below
+    let up = |j: f64| {
+        if j < EXACT {
+            j + 1.0
+        } else {
+            j * (1.0 + f64::EPSILON)
+        }
+    };
+    let mut j = (-x / quantum).ceil().max(1.0);
+    while x + j * quantum <= 0.0 {
+        j = up(j);
+    }
+    while j > 1.0 && j < EXACT && x + (j - 1.0) * quantum > 0.0 {
+        j -= 1.0;
+    }
+    let left = limit - n;
+    // `limit == u64::MAX` is unlimited (a count past u64 saturates).
+    if limit == u64::MAX || j <= left as f64 {
+        (n.saturating_add(j as u64), x + j * quantum)
+    } else {
+        (limit, x + left as f64 * quantum)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1073,6 +1177,116 @@ mod tests {
         assert_eq!(d.deficit("a"), -3.0);
         assert_eq!(d.deficit("b"), 1.0);
         assert_eq!(d.refills(), 1);
+        d.check_invariants(Some(&t));
+    }
+
+    /// One refill at a time, as the literal algorithm does it.
+    fn native_steps(q: f64, quantum: f64, limit: u64) -> (u64, f64) {
+        let (mut x, mut n) = (q, 0);
+        while x <= 0.0 && n < limit {
+            x += quantum;
+            n += 1;
+        }
+        (n, x)
+    }
+
+    #[test]
+    fn refill_steps_equal_single_refills() {
+        let mut rng = 7u64;
+        let mut next = || {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            rng >> 33
+        };
+        // Dyadic / integer quanta: every addition is exact, so the closed
+        // form must equal the sequential sums bit for bit.
+        for _ in 0..3000 {
+            let quantum = [1.0 / 1024.0, 0.25, 0.5, 3.0, 10.0][(next() % 5) as usize];
+            let q = -((next() % 100_000) as f64) / [1.0, 2.0, 8.0][(next() % 3) as usize];
+            let limit = [1, 5, 64, 65, 300, u64::MAX][(next() % 6) as usize];
+            assert_eq!(
+                refill_steps(q, quantum, limit),
+                native_steps(q, quantum, limit),
+                "q={q} quantum={quantum} limit={limit}"
+            );
+        }
+        // Non-dyadic: the count still agrees and the value is within rounding.
+        for q in [-0.3, -1.0 / 3.0, -100.0, -7.7] {
+            let (n1, x1) = refill_steps(q, 1e-3, u64::MAX);
+            let (n2, x2) = native_steps(q, 1e-3, u64::MAX);
+            assert!(n1.abs_diff(n2) <= 1, "{q}: {n1} vs {n2}");
+            assert!((x1 - x2).abs() < 1e-9);
+            assert!(x1 > 0.0 && x1 <= 1e-3 + 1e-12);
+        }
+        // Sequential refills would stall here; the closed form terminates.
+        let (n, x) = refill_steps(-1e20, 1e-3, u64::MAX);
+        assert!(x > 0.0 && n > 1u64 << 60);
+        assert_eq!(refill_steps(0.0, 2.0, u64::MAX), (1, 2.0));
+        assert_eq!(refill_steps(-0.0, 2.0, 0), (0, -0.0));
+    }
+
+    fn dlpm(quantum: f64) -> LocalScheduler<()> {
+        LocalScheduler::new(Policy::Dlpm {
+            quantum,
+            w_e: 1.0,
+            w_q: 2.0,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn dlpm_small_quantum_is_work_conserving() {
+        let ns = Namespace::Default;
+        let mut t = RadixTree::new(None, 1).unwrap();
+        let mut d = dlpm(1e-3);
+        let mut l: LocalScheduler<()> = LocalScheduler::new(Policy::Lpm).unwrap();
+        for i in 0..30 {
+            let toks: Vec<u32> = (0..10).map(|j| (i * 100 + j) as u32).collect();
+            let c = ["a", "b", "c"][i % 3];
+            d.add(Some(&mut t), int(i as i64), c, toks.clone(), (), ns.clone())
+                .unwrap();
+            l.add(Some(&mut t), int(i as i64), c, toks, (), ns.clone())
+                .unwrap();
+        }
+        for _ in 0..3 {
+            let a = d.schedule(Some(&t), 95, None).unwrap();
+            let b = l.schedule(Some(&t), 95, None).unwrap();
+            assert_eq!(a.len(), 9);
+            assert_eq!(a.len(), b.len());
+            d.check_invariants(Some(&t));
+        }
+        // Each refill event makes exactly one more waiting client positive,
+        // after ~10 / 1e-3 virtual refills.
+        assert!(d.refills() > 10_000, "{}", d.refills());
+        assert_eq!(d.schedule(Some(&t), 1000, None).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn dlpm_credit_client_that_does_not_fit_blocks_refills() {
+        // Theorem 4.1 needs refills only when every waiting client has
+        // q <= 0: a client with credit whose requests do not fit blocks them.
+        let ns = Namespace::Default;
+        let mut t = RadixTree::new(None, 1).unwrap();
+        let mut d = dlpm(5.0);
+        d.add(Some(&mut t), int(0), "a", vec![1; 4], (), ns.clone())
+            .unwrap();
+        d.add(Some(&mut t), int(1), "a", vec![2; 4], (), ns.clone())
+            .unwrap();
+        d.add(Some(&mut t), int(2), "b", vec![3; 50], (), ns.clone())
+            .unwrap();
+        // refill (+5 each); a0 admitted (a: 1); a1 admitted (a: -3);
+        // b2 does not fit; b keeps q = 5 and no refill is allowed
+        let adm = d.schedule(Some(&t), 10, None).unwrap();
+        assert_eq!(ids(&adm), vec![int(0), int(1)]);
+        d.add(Some(&mut t), int(3), "a", vec![4; 2], (), ns.clone())
+            .unwrap();
+        // a3 fits but a has no credit and b (credit) does not fit: nothing
+        assert!(d.schedule(Some(&t), 10, None).unwrap().is_empty());
+        assert_eq!(d.refills(), 1);
+        // once b's request fits, it goes first, then a is refilled
+        let adm = d.schedule(Some(&t), 60, None).unwrap();
+        assert_eq!(ids(&adm), vec![int(2), int(3)]);
         d.check_invariants(Some(&t));
     }
 }

@@ -111,28 +111,37 @@ class PyMatchAllScheduler:
 
     def schedule(self, budget: int, max_requests: int) -> list[int]:
         m = {rid: self.tree.match(t) for rid, (_, t, _) in self.waiting.items()}
-        order = sorted(self.waiting, key=lambda r: (-m[r], self.waiting[r][2]))
         out: list[int] = []
         q = self.deficit
-        for rid in order:
-            if len(out) >= max_requests:
-                break
-            c, toks, _ = self.waiting[rid]
-            if self.quantum is not None:
-                if q[c] <= 0 and not any(q[k] > 0 for k in {v[0] for v in self.waiting.values()}):
-                    for k in q:
-                        if q[k] <= 0:
-                            q[k] += self.quantum
-                if q[c] <= 0:
+        progress = True
+        while progress and len(out) < max_requests:  # DLPM repeats the walk
+            progress = False
+            order = sorted(self.waiting, key=lambda r: (-m[r], self.waiting[r][2]))
+            for rid in order:
+                if len(out) >= max_requests:
+                    break
+                c, toks, _ = self.waiting[rid]
+                if self.quantum is not None:
+                    if q[c] <= 0:
+                        active = {v[0] for v in self.waiting.values()}
+                        while not any(q[k] > 0 for k in active):
+                            progress = True
+                            for k in q:
+                                if q[k] <= 0:
+                                    q[k] += self.quantum
+                    if q[c] <= 0:
+                        continue
+                ext = len(toks) - m[rid]
+                if ext > budget:
                     continue
-            ext = len(toks) - m[rid]
-            if ext > budget:
-                continue
-            budget -= ext
-            if self.quantum is not None:
-                q[c] -= ext
-            out.append(rid)
-            del self.waiting[rid]
+                budget -= ext
+                if self.quantum is not None:
+                    q[c] -= ext
+                out.append(rid)
+                del self.waiting[rid]
+                progress = True
+            if self.quantum is None:
+                break  # LPM: a second walk would admit nothing
         return out
 
 
