@@ -179,17 +179,27 @@ def test_lpm_unfair_under_s1(qa_one_worker: dict[str, dict]) -> None:
 
 def test_d2lpm_service_bound_on_random_traces() -> None:
     """Theorem 5.1: two backlogged clients' costs differ by at most
-    2 |W| (U + Q_u) over any window, U = w_e * L_input + w_q * M. We take M as
-    the largest output of one request (the theorem allows a whole batch's
-    tokens), a stricter check than the theorem asks for."""
+    2 |W| (U + Q_u) over any window, U = w_e * L_input + w_q * M, with M the
+    most tokens a worker's running batch can hold (its KV capacity here).
+
+    That bound is loose at this scale, so the test also checks what makes it
+    meaningful: D2LPM's largest gap is well below locality-only routing's
+    (round-robin + LPM) on the same trace, and stays near the much stricter
+    bound that takes M as one request's output (measured: 0.87-1.12x of it
+    on these seeds; the theorem does not promise that one)."""
     for seed in range(3):
         wl = make_workload(
             "qa", misbehave="S1", seed=seed, scale=0.1, rate=16.0, duration=8.0, docs_per_client=16
         )
         cfg = SimConfig(workers=4, policy="dlpm", dispatcher="d2lpm", model=A10G)
         m = summarize(simulate(wl, cfg))
-        u = max(r.input_len for r in wl.requests) + 2 * max(r.output_len for r in wl.requests)
+        l_in = max(r.input_len for r in wl.requests)
+        u = l_in + 2 * A10G.kv_capacity
         assert m["max_gap_actual"] <= 2 * 4 * (u + cfg.user_quantum)
+        strict_u = l_in + 2 * max(r.output_len for r in wl.requests)
+        assert m["max_gap_actual"] <= 1.25 * 2 * 4 * (strict_u + cfg.user_quantum)
+        rr = summarize(simulate(wl, replace(cfg, policy="lpm", dispatcher="rr")))
+        assert m["max_gap_actual"] < 0.75 * rr["max_gap_actual"]
 
 
 def test_d2lpm_beats_client_rr_vtc_throughput() -> None:

@@ -130,7 +130,6 @@ class Worker:
             cfg.policy, self.tree, quantum=cfg.user_quantum, w_e=cfg.w_e, w_q=cfg.w_q
         )
         self.lazy_charge = cfg.policy.lower() in ("vtc", "dlpm")
-        self.retry_empty = cfg.policy.lower() == "dlpm"
         self.runs: dict[int, _Run] = {}
         self.prefill_q: deque[_Run] = deque()
         self.decoding: dict[int, _Run] = {}
@@ -226,17 +225,12 @@ class Worker:
         if not adm and not self.prefill_q and mem > 0:
             # Nothing fits this step's prefill budget: admit the policy's
             # first request whole and prefill it in chunks over several steps.
-            # DLPM refills at most one quantum per call, so a worker that
-            # would otherwise go idle asks again until it gets work (the
-            # steps in between would be empty).
-            tries = 1 if self.decoding else 1_000_000
-            for _ in range(tries):
-                adm = sched.schedule(mem, 1)
-                if adm:
-                    break
+            # (Every local scheduler is work-conserving within one call, DLPM
+            # included: it repeats its walk and bulk-refills, so one call
+            # admits whatever the policy would admit.)
+            adm = sched.schedule(mem, 1)
         if not adm:
-            # DLPM's counters moved (a refill), so its next call may admit.
-            self.dirty = self.retry_empty
+            self.dirty = False
             return
         sim = self.sim
         lock = self.tree.lock
