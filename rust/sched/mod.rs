@@ -1364,8 +1364,15 @@ mod tests {
             t.insert(&ns, &[1, 2, 3, 4]);
             let mut s = LocalScheduler::new(policy).unwrap();
             s.set_weight("a", 2.0).unwrap();
-            s.add(Some(&mut t), int(0), "a", vec![1, 2, 3, 4, 5, 6], (), ns.clone())
-                .unwrap();
+            s.add(
+                Some(&mut t),
+                int(0),
+                "a",
+                vec![1, 2, 3, 4, 5, 6],
+                (),
+                ns.clone(),
+            )
+            .unwrap();
             s.add(Some(&mut t), int(1), "a", vec![9; 3], (), ns.clone())
                 .unwrap();
             let adm = s.schedule(Some(&t), 100, Some(1)).unwrap();
