@@ -62,6 +62,8 @@ class RefSched:
         self.clients: dict[str, RClient] = {}
         self.waiting: dict[Any, RReq] = {}
         self.running: dict[Any, str] = {}
+        # running rid -> [extend charged, input_len, client weight at admission]
+        self.charged: dict[Any, list[Any]] = {}
         self.seq = 0
         self.refills = 0
 
@@ -104,6 +106,7 @@ class RefSched:
         self.running[r.rid] = r.client
         ext = len(r.tokens) - cached
         c.service += self.wi * ext
+        self.charged[r.rid] = [ext, len(r.tokens), c.weight]
         return (r.rid, r.client, r.item, len(r.tokens), cached, ext)
 
     def schedule(
@@ -181,8 +184,24 @@ class RefSched:
         elif self.policy == "dlpm":
             c.deficit -= self.wo * n / c.weight
 
+    def recharge_extend(self, rid: Any, ext: int) -> int:
+        """Replace the extend tokens charged at admission (VTC's counter charges
+        the input length, so only service moves; DLPM's deficit moves with the
+        weight the client had at admission)."""
+        client = self.running[rid]
+        old, n, w = self.charged[rid]
+        if not 0 <= ext <= n:
+            raise ValueError(f"extend_len = {ext} outside [0, {n}]")
+        c = self.clients[client]
+        c.service += self.wi * (ext - old)
+        if self.policy == "dlpm":
+            c.deficit += self.wi * old / w - self.wi * ext / w
+        self.charged[rid][0] = ext
+        return int(old)
+
     def finish(self, rid: Any) -> None:
         del self.running[rid]
+        del self.charged[rid]
 
     def set_weight(self, client: str, w: float) -> None:
         self._client(client).weight = w

@@ -45,6 +45,7 @@ class _ContractFake:
         self.running: dict[Any, str] = {}
         self.served: dict[str, float] = {}
         self.weights: dict[str, float] = {}
+        self.extend: dict[Any, int] = {}
         self.seq = itertools.count()
 
     def add(
@@ -92,6 +93,7 @@ class _ContractFake:
             self.running[rid] = client
             w = self.weights.get(client, 1.0)
             self.served[client] += self.w_e * (len(tokens) - cached) / w
+            self.extend[rid] = len(tokens) - cached
             out.append(Admission(rid, client, None, len(tokens), cached, len(tokens) - cached))
         return out
 
@@ -99,8 +101,17 @@ class _ContractFake:
         client = self.running[rid]
         self.served[client] += self.w_q * n / self.weights.get(client, 1.0)
 
+    def recharge_extend(self, rid: Any, extend_len: int) -> int:
+        client = self.running[rid]
+        old = self.extend[rid]
+        w = self.weights.get(client, 1.0)
+        self.served[client] += self.w_e * (extend_len - old) / w
+        self.extend[rid] = extend_len
+        return old
+
     def finish(self, rid: Any) -> None:
         del self.running[rid]
+        del self.extend[rid]
 
     def service(self, client: str) -> float:
         return self.served.get(client, 0.0)
@@ -165,6 +176,44 @@ def fifo_run(model: Any) -> bench.EngineRun:
     return _run(model, "fifo-observed", _workload())
 
 
+@pytest.fixture
+def engine_matches(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """The engine's own prefix match per request id: what its
+    ``PagedAttentionCache.search_prefix_match`` returned (a request is matched
+    while pending, so the last value is the match it was placed with). The
+    engine always computes at least the last prompt token: 5.18+ never match
+    it, 5.17 matches it and skips one token less (see :func:`_engine_skipped`)."""
+    from transformers.generation.continuous_batching.cache import PagedAttentionCache
+
+    matches: dict[str, int] = {}
+    original = PagedAttentionCache.search_prefix_match
+
+    def recording(self: Any, request_id: str, prompt_ids: list[int]) -> int:
+        n = int(original(self, request_id, prompt_ids))
+        matches[request_id] = n
+        return n
+
+    monkeypatch.setattr(PagedAttentionCache, "search_prefix_match", recording)
+    return matches
+
+
+def _engine_skipped(matches: dict[str, int], rid: str, prompt_len: int) -> int:
+    """Prompt tokens the engine served from its cache for ``rid``."""
+    return min(matches.get(rid, 0), prompt_len - 1)
+
+
+def _engine_service(outputs: dict[str, Any], matches: dict[str, int], client_of: Any,
+                    w_e: float = 1.0, w_q: float = 2.0) -> dict[str, float]:
+    """Per-client w_e * (prompt - engine match) + w_q * generated, from the
+    engine's own outputs and prefix matches."""
+    out: dict[str, float] = {}
+    for rid, o in outputs.items():
+        extend = len(o.prompt_ids) - _engine_skipped(matches, rid, len(o.prompt_ids))
+        c = client_of(rid)
+        out[c] = out.get(c, 0.0) + w_e * extend + w_q * len(o.generated_tokens)
+    return out
+
+
 def _check_against_fifo(run: bench.EngineRun, fifo: bench.EngineRun, cls: type) -> None:
     assert isinstance(run.scheduler, cls), type(run.scheduler)
     assert type(run.scheduler).__name__ != "FIFOScheduler"
@@ -217,13 +266,21 @@ def test_integration_with_contract_fake(
 @pytest.mark.skipif(not POLICIES, reason="fairq's local schedulers are not built yet")
 @pytest.mark.parametrize("policy", POLICIES or ["none"])
 def test_real_policy_runs_and_matches_fifo(
-    model: Any, fifo_run: bench.EngineRun, policy: str
+    model: Any, fifo_run: bench.EngineRun, policy: str, engine_matches: dict[str, int]
 ) -> None:
     fs.register(options={"dlpm": {"quantum": 32.0}})
     run = _run(model, fs.scheduler_type(policy), _workload())
     _check_against_fifo(run, fifo_run, fs.SCHEDULER_MAPPING[f"fairq-{policy}"])
-    assert type(run.scheduler.fq).__name__ == policy.upper()
-    assert len(run.scheduler.fq) == 0 and run.scheduler.fq.num_running == 0
+    sched = run.scheduler
+    assert type(sched.fq).__name__ == policy.upper()
+    assert len(sched.fq) == 0 and sched.fq.num_running == 0
+    # service is charged from the engine's real prefix match and outputs
+    assert sum(engine_matches.values()) > 0  # the workload shares prefixes
+    want = _engine_service(run.outputs, engine_matches, type(sched).client_of)
+    assert {c: sched.service(c) for c in sched.fq.clients()} == pytest.approx(want)
+    for rid, rec in sched.stats.requests.items():
+        assert rec.engine_cached == _engine_skipped(engine_matches, rid, rec.prompt_len), rid
+        assert rec.charged_extend == rec.prompt_len - rec.engine_cached, rid
     summary = bench.summarize(run, _workload())
     assert set(summary["clients"]) == {"flood", "c1", "c2"}
     if policy in ("vtc", "dlpm"):
@@ -323,6 +380,58 @@ def test_cancel_mapping_and_weights(model: Any) -> None:
     # service is raw tokens: input 20 + w_out 2 * 4 outputs
     assert sched.service("vip") == pytest.approx(20 + 2 * 4)
     fs.register()  # restore defaults for later tests
+
+
+@pytest.mark.skipif(not _REAL["DLPM"], reason="fairq's DLPM is not built yet")
+def test_charges_follow_the_engine_prefix_match_not_the_mirror(
+    model: Any, engine_matches: dict[str, int]
+) -> None:
+    """The mirror predicts a repeated 32-token prompt fully cached (2 whole
+    pages, extend 0); the engine always computes the last prompt token (5.18+:
+    it matches one page and computes 16 tokens; 5.17: it matches both pages
+    and recomputes 1 token). fairq charges what the engine computes (service
+    and DLPM deficit), and the mirror's error stays visible as a diagnostic."""
+    from transformers import ContinuousBatchingConfig, GenerationConfig
+
+    fs.register(options={"dlpm": {"quantum": 1000.0}})
+    cfg = ContinuousBatchingConfig(**{bench.page_size_field(): 16}, num_blocks=64,
+                                   max_batch_tokens=64, max_requests_per_batch=2,
+                                   scheduler_type=fs.scheduler_type("dlpm"))
+    gen = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0, max_new_tokens=3)
+    manager = model.init_continuous_batching(generation_config=gen,
+                                             continuous_batching_config=cfg)
+    prompt = [(7 * i) % 200 + 3 for i in range(32)]
+    outputs: dict[str, Any] = {}
+    manager.start()
+    try:
+        for rid in ("a/1", "a/2", "b/1"):
+            manager.add_request(prompt if rid.startswith("a") else prompt[:16] + [9] * 4,
+                                request_id=rid, max_new_tokens=3)
+            out = manager.get_result(timeout=60)
+            assert out is not None and out.request_id == rid
+            outputs[rid] = out
+        sched = fs.running_scheduler(manager)
+    finally:
+        manager.stop(block=True)
+    sched.flush()
+    assert type(sched) is fs.SCHEDULER_MAPPING["fairq-dlpm"]
+    assert len(sched.fq) == 0 and sched.fq.num_running == 0
+    assert engine_matches["a/1"] == 0 and engine_matches["b/1"] == 16
+    assert engine_matches["a/2"] in (16, 32)  # 5.18+ / 5.17
+    extend_a2 = 32 - _engine_skipped(engine_matches, "a/2", 32)  # 16 / 1
+    recs = sched.stats.requests
+    assert recs["a/2"].predicted_cached == 32 and recs["a/2"].engine_cached == 32 - extend_a2
+    assert recs["a/2"].charged_extend == extend_a2 > 0  # the mirror predicted 0
+    assert sched.stats.mirror_error_tokens() >= extend_a2
+    want = _engine_service(outputs, engine_matches, type(sched).client_of)
+    assert want == {"a": 32 + extend_a2 + 2 * 6, "b": 4 + 2 * 3}
+    assert sched.service("a") == pytest.approx(want["a"])
+    assert sched.service("b") == pytest.approx(want["b"])
+    # DLPM's deficit was charged the same tokens (each client was refilled once)
+    assert sched.fq.refills == 2
+    assert sched.fq.deficit("a") == pytest.approx(1000.0 - want["a"])
+    assert sched.fq.deficit("b") == pytest.approx(1000.0 - want["b"])
+    fs.register()
 
 
 def test_engine_page_size() -> None:

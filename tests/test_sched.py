@@ -238,6 +238,62 @@ def test_errors_leave_state_unchanged(make: Any) -> None:
     s._check()
 
 
+@pytest.mark.parametrize(
+    "make", [FCFS, lambda: LPM(RadixTree()), VTC, lambda: DLPM(RadixTree(), 10)]
+)
+def test_recharge_extend_errors_leave_state_unchanged(make: Any) -> None:
+    s = make()
+    s.add("r", "a", [1, 2, 3], item="payload")
+    s.add("w", "a", [4])
+    assert ids(s.schedule(3)) == ["r"]
+    before = (s.service("a"), getattr(s, "deficit", s.service)("a"), s.charged_extend("r"))
+    with pytest.raises(KeyError):
+        s.recharge_extend("w", 0)  # waiting, not running
+    with pytest.raises(KeyError):
+        s.recharge_extend("nope", 0)
+    with pytest.raises(KeyError):
+        s.charged_extend("w")
+    with pytest.raises(ValueError, match="extend_len"):
+        s.recharge_extend("r", -1)
+    with pytest.raises(ValueError, match="extend_len = 4"):
+        s.recharge_extend("r", 4)  # input_len is 3
+    with pytest.raises(TypeError, match="request_id"):
+        s.recharge_extend(1.5, 1)
+    assert before == (s.service("a"), getattr(s, "deficit", s.service)("a"), s.charged_extend("r"))
+    assert len(s) == 1 and s.num_running == 1
+    s._check()
+    s.finish("r")
+    with pytest.raises(KeyError):
+        s.recharge_extend("r", 1)  # finished
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "lpm", "vtc", "dlpm"])
+def test_recharge_extend_replaces_the_admission_charge(policy: str) -> None:
+    t = RadixTree()
+    t.insert([1, 2, 3, 4])
+    s, _ = make_pair(policy, t, quantum=100.0)
+    s.set_weight("a", 2.0)
+    s.add("r", "a", [1, 2, 3, 4, 5, 6])
+    (a,) = s.schedule(100)
+    assert (a.cached_len, a.extend_len) == (4, 2) and s.charged_extend("r") == 2
+    counter = s.counter("a") if isinstance(s, VTC) else 0.0
+    deficit = s.deficit("a") if isinstance(s, DLPM) else 0.0
+    # the engine matched only 1 token (evicted pages): 5 extend tokens, not 2
+    assert s.recharge_extend("r", 5) == 2
+    assert s.charged_extend("r") == 5
+    assert s.service("a") == 5.0  # w_e (w_in) = 1
+    if isinstance(s, VTC):
+        assert s.counter("a") == counter  # VTC charges input_len regardless
+    if isinstance(s, DLPM):
+        assert s.deficit("a") == deficit - 3 / 2.0  # w_e * delta / weight
+    assert s.recharge_extend("r", 0) == 5  # fully cached after all
+    assert s.service("a") == 0.0
+    s.charge_output("r", 3)
+    assert s.service("a") == 6.0
+    s.finish("r")
+    s._check()
+
+
 def test_bad_constructor_args() -> None:
     with pytest.raises(ValueError, match="quantum"):
         DLPM(RadixTree(), quantum=0)
@@ -294,6 +350,7 @@ OPS = st.one_of(
     st.tuples(st.just("schedule"), st.integers(0, 25), st.none(), st.none(), st.none()),
     st.tuples(st.just("charge"), st.integers(0, 50), st.integers(0, 4), st.none(), st.none()),
     st.tuples(st.just("finish"), st.integers(0, 50), st.none(), st.none(), st.none()),
+    st.tuples(st.just("recharge"), st.integers(0, 50), st.integers(0, 12), st.none(), st.none()),
     st.tuples(st.just("remove"), st.integers(0, 50), st.none(), st.none(), st.none()),
     st.tuples(
         st.just("weight"),
@@ -361,6 +418,12 @@ def run_trace(policy: str, page: int, quantum: float, ops: list[tuple[Any, ...]]
                 s.finish(rid)
                 ref.finish(rid)
                 done.add(rid)
+        elif kind == "recharge" and ref.running:
+            # the engine's real prefix match differs from the tree's prediction
+            rid = sorted(ref.running, key=str)[op[1] % len(ref.running)]
+            ext = op[2] % (ref.charged[rid][1] + 1)
+            assert s.charged_extend(rid) == ref.charged[rid][0]
+            assert s.recharge_extend(rid, ext) == ref.recharge_extend(rid, ext)
         elif kind == "remove" and ref.waiting:
             rid = sorted(ref.waiting, key=str)[op[1] % len(ref.waiting)]
             assert s.remove(rid) == ref.remove(rid)

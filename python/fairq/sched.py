@@ -37,6 +37,18 @@ Policies (contract: ALGORITHMS.md sections 5 and 6):
 against the tree at scheduling time (it may be 0 extend tokens for a fully
 cached prompt). The scheduler never inserts into the tree; it notices the
 engine's inserts and evictions through the tree's change log.
+
+``recharge_extend(request_id, extend_len)`` corrects a running request's extend
+charge once the engine knows its real prefix match (the tree the scheduler read
+is only a prediction): it replaces the extend tokens charged at admission and
+returns the previous value. ``service(client)`` moves by ``w_e * delta`` (VTC:
+``w_in``; FCFS/LPM: 1) and DLPM's deficit by ``-w_e * delta / weight`` (the
+weight the client had at admission), so the request ends up charged exactly as
+if it had been admitted with ``extend_len``. VTC's counter does not move: it
+charges ``w_in * input_len`` whatever was cached. ``charged_extend(request_id)``
+reads the current value. Not running -> ``KeyError``; ``extend_len`` < 0 or >
+the prompt length -> ``ValueError`` (nothing changes on error).
+
 ``service(client)`` is the raw ``w_in/w_e * extend + w_out/w_q * output``
 tokens served (weights not divided by the client weight); unknown clients
 have service, counter and deficit 0.

@@ -181,6 +181,30 @@ macro_rules! sched_class {
                 Ok(self.core.charge_output(&id, n)?)
             }
 
+            /// Replace the extend tokens charged at a running request's
+            /// admission by `extend_len` (the engine's real prefix match is
+            /// known); returns the value charged before. `service(client)`
+            /// moves by the difference (DLPM: the deficit too, with the
+            /// client's weight at admission; VTC's counter charges the input
+            /// length and does not move). Not running -> KeyError;
+            /// `extend_len` < 0 or > input_len -> ValueError.
+            fn recharge_extend(
+                &mut self,
+                request_id: &Bound<'_, PyAny>,
+                extend_len: i64,
+            ) -> PyResult<usize> {
+                let id = extract_id(request_id)?;
+                let n = check_count("extend_len", extend_len)?;
+                Ok(self.core.recharge_extend(&id, n)?)
+            }
+
+            /// Extend tokens charged for a running request (admission or the
+            /// last `recharge_extend`); not running -> KeyError.
+            fn charged_extend(&self, request_id: &Bound<'_, PyAny>) -> PyResult<usize> {
+                let id = extract_id(request_id)?;
+                Ok(self.core.charged_extend(&id)?)
+            }
+
             /// A running request finished (unknown -> KeyError).
             fn finish(&mut self, request_id: &Bound<'_, PyAny>) -> PyResult<()> {
                 let id = extract_id(request_id)?;

@@ -156,6 +156,12 @@ struct Req<T> {
     item: Option<T>,
     seq: u64,
     running: bool,
+    /// Running: extend tokens charged (admission, or the last
+    /// [`LocalScheduler::recharge_extend`]).
+    extend: usize,
+    /// Running: the client's weight when it was admitted (DLPM divides the
+    /// extend charge by it; a recharge replaces that charge exactly).
+    adm_weight: f64,
     mnode: u32,
     mgen: u32,
     mlen: u32,
@@ -579,6 +585,8 @@ impl<T> LocalScheduler<T> {
             item: Some(item),
             seq,
             running: false,
+            extend: 0,
+            adm_weight: 1.0,
             mnode: mp.map_or(root, |m| m.node),
             mgen: mp.map_or(0, |m| m.gen),
             mlen: mp.map_or(0, |m| m.len as u32),
@@ -683,6 +691,8 @@ impl<T> LocalScheduler<T> {
         let input_len = q.input_len;
         let id = q.id.clone();
         let extend = input_len - cached;
+        q.extend = extend;
+        q.adm_weight = self.clients[c as usize].weight;
         let (we, _) = self.policy.service_weights();
         let cl = &mut self.clients[c as usize];
         cl.running += 1;
@@ -915,6 +925,50 @@ impl<T> LocalScheduler<T> {
             _ => {}
         }
         Ok(())
+    }
+
+    /// Replace the extend tokens charged at a running request's admission by
+    /// `extend_len` (e.g. once the engine knows its real prefix match) and
+    /// return the value charged before. Everything admission charged for
+    /// extend tokens moves by the difference: `service(client)` by
+    /// `w_e * delta` (VTC: `w_in`; FCFS/LPM: 1) and, under DLPM, the deficit
+    /// by `-w_e * delta / w_c` with the weight `w_c` the client had at
+    /// admission, so the request ends up charged exactly as if it had been
+    /// admitted with `extend_len`. VTC's counter is unchanged: it charges
+    /// `w_in * input_len / w_c` whatever the cache holds (ALGORITHMS.md §5).
+    /// May be called again (each call replaces the previous value).
+    ///
+    /// Errors (nothing changes): unknown or waiting id -> `Key`;
+    /// `extend_len > input_len` -> `Value`.
+    pub fn recharge_extend(&mut self, id: &RequestId, extend_len: usize) -> Result<usize> {
+        let (r, c) = self.running_client(id)?;
+        let (old, input_len, w) = {
+            let q = self.req(r);
+            (q.extend, q.input_len, q.adm_weight)
+        };
+        if extend_len > input_len {
+            return Err(Error::value(format!(
+                "extend_len = {extend_len} exceeds the input_len ({input_len}) of request_id {id}"
+            )));
+        }
+        if extend_len == old {
+            return Ok(old);
+        }
+        let (we, _) = self.policy.service_weights();
+        let delta = extend_len as f64 - old as f64;
+        self.clients[c as usize].service += we * delta;
+        if let Policy::Dlpm { w_e, .. } = self.policy {
+            self.add_deficit(c, w_e * old as f64 / w - w_e * extend_len as f64 / w);
+        }
+        self.req_mut(r).extend = extend_len;
+        Ok(old)
+    }
+
+    /// Extend tokens currently charged for a running request (`Key` error if
+    /// it is not running).
+    pub fn charged_extend(&self, id: &RequestId) -> Result<usize> {
+        let (r, _) = self.running_client(id)?;
+        Ok(self.req(r).extend)
     }
 
     /// A running request is done.
@@ -1287,6 +1341,113 @@ mod tests {
         // once b's request fits, it goes first, then a is refilled
         let adm = d.schedule(Some(&t), 60, None).unwrap();
         assert_eq!(ids(&adm), vec![int(2), int(3)]);
+        d.check_invariants(Some(&t));
+    }
+
+    #[test]
+    fn recharge_extend_replaces_the_admission_charge() {
+        let ns = Namespace::Default;
+        for policy in [
+            Policy::Fcfs,
+            Policy::Lpm,
+            Policy::Vtc {
+                w_in: 1.5,
+                w_out: 2.0,
+            },
+            Policy::Dlpm {
+                quantum: 100.0,
+                w_e: 1.5,
+                w_q: 2.0,
+            },
+        ] {
+            let mut t = RadixTree::new(None, 1).unwrap();
+            t.insert(&ns, &[1, 2, 3, 4]);
+            let mut s = LocalScheduler::new(policy).unwrap();
+            s.set_weight("a", 2.0).unwrap();
+            s.add(
+                Some(&mut t),
+                int(0),
+                "a",
+                vec![1, 2, 3, 4, 5, 6],
+                (),
+                ns.clone(),
+            )
+            .unwrap();
+            s.add(Some(&mut t), int(1), "a", vec![9; 3], (), ns.clone())
+                .unwrap();
+            let adm = s.schedule(Some(&t), 100, Some(1)).unwrap();
+            assert_eq!(ids(&adm), vec![int(0)]);
+            assert_eq!(adm[0].extend_len, 2);
+            let (we, _) = policy.service_weights();
+            assert_eq!(s.service("a"), we * 2.0);
+            let (counter, deficit) = (s.counter("a"), s.deficit("a"));
+            // the weight changes after admission: the recharge uses the old one
+            s.set_weight("a", 4.0).unwrap();
+            assert_eq!(s.charged_extend(&int(0)).unwrap(), 2);
+            assert_eq!(s.recharge_extend(&int(0), 5).unwrap(), 2);
+            assert_eq!(s.charged_extend(&int(0)).unwrap(), 5);
+            assert_eq!(s.service("a"), we * 5.0);
+            assert_eq!(s.counter("a"), counter); // VTC charges input_len
+            if let Policy::Dlpm { w_e, .. } = policy {
+                assert_eq!(s.deficit("a"), deficit - w_e * 3.0 / 2.0);
+            } else {
+                assert_eq!(s.deficit("a"), deficit);
+            }
+            // back down, then equal (no-op), then to 0
+            assert_eq!(s.recharge_extend(&int(0), 1).unwrap(), 5);
+            assert_eq!(s.recharge_extend(&int(0), 1).unwrap(), 1);
+            assert_eq!(s.service("a"), we * 1.0);
+            assert_eq!(s.recharge_extend(&int(0), 0).unwrap(), 1);
+            assert_eq!(s.service("a"), 0.0);
+            if let Policy::Dlpm { w_e, .. } = policy {
+                assert_eq!(s.deficit("a"), deficit + w_e * 2.0 / 2.0);
+            }
+            // errors change nothing
+            let before = (s.service("a"), s.counter("a"), s.deficit("a"));
+            assert!(matches!(
+                s.recharge_extend(&int(0), 7),
+                Err(Error::Value(_))
+            ));
+            assert!(matches!(s.recharge_extend(&int(1), 1), Err(Error::Key(_))));
+            assert!(matches!(s.recharge_extend(&int(9), 1), Err(Error::Key(_))));
+            assert!(matches!(s.charged_extend(&int(1)), Err(Error::Key(_))));
+            assert_eq!(before, (s.service("a"), s.counter("a"), s.deficit("a")));
+            assert_eq!(s.charged_extend(&int(0)).unwrap(), 0);
+            s.recharge_extend(&int(0), 6).unwrap();
+            s.charge_output(&int(0), 3).unwrap();
+            s.finish(&int(0)).unwrap();
+            assert!(matches!(s.recharge_extend(&int(0), 1), Err(Error::Key(_))));
+            let (_, wq) = policy.service_weights();
+            assert_eq!(s.service("a"), we * 6.0 + wq * 3.0);
+            s.check_invariants(Some(&t));
+        }
+    }
+
+    #[test]
+    fn dlpm_recharge_moves_the_positive_waiting_count() {
+        // A recharge can give a backlogged client credit back (or take it).
+        let ns = Namespace::Default;
+        let mut t = RadixTree::new(None, 1).unwrap();
+        let mut d = dlpm(4.0);
+        d.add(Some(&mut t), int(0), "a", vec![1; 4], (), ns.clone())
+            .unwrap();
+        d.add(Some(&mut t), int(1), "a", vec![2; 4], (), ns.clone())
+            .unwrap();
+        d.add(Some(&mut t), int(2), "b", vec![3; 4], (), ns.clone())
+            .unwrap();
+        let adm = d.schedule(Some(&t), 4, None).unwrap();
+        assert_eq!(ids(&adm), vec![int(0)]);
+        assert_eq!(d.deficit("a"), 0.0);
+        d.check_invariants(Some(&t));
+        d.recharge_extend(&int(0), 1).unwrap(); // a: q = 3 > 0
+        assert_eq!(d.deficit("a"), 3.0);
+        d.check_invariants(Some(&t));
+        // a has credit again, so a1 goes before any refill
+        let adm = d.schedule(Some(&t), 4, None).unwrap();
+        assert_eq!(ids(&adm), vec![int(1)]);
+        d.recharge_extend(&int(1), 0).unwrap(); // a: q = 3 again
+        d.recharge_extend(&int(0), 4).unwrap(); // a: q = 0
+        assert_eq!(d.deficit("a"), 0.0);
         d.check_invariants(Some(&t));
     }
 }

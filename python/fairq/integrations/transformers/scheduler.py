@@ -19,16 +19,22 @@ which waiting requests enter the batch and in what order.
 * The engine's ``_process_candidates`` (shared by all its schedulers) still
   decides what fits the token, KV-read and cache budgets, splits long prompts
   into chunks, and performs the prefix match on the engine's page hashes.
-* Service is charged from the engine's progress: fairq charges the extend
-  tokens of a request at admission (prompt minus the prefix found in the
-  integration's ``fairq.RadixTree`` mirror of the engine's page cache), and
-  output tokens are charged with ``charge_output`` as the engine generates
-  them (read from ``state.generated_tokens`` at every step and at finish).
+* Service is charged from the engine's real progress. At admission fairq
+  charges the extend tokens it predicts from the integration's
+  ``fairq.RadixTree`` mirror of the engine's page cache (the policies need
+  match lengths before the engine sees the request). In the same
+  ``schedule_batch`` call the engine does its own prefix match on its page
+  hashes when it places the request; the scheduler reads the match (the
+  position offset it gave the request) and replaces the charge with
+  ``recharge_extend(prompt - engine match)``, so service, DLPM deficits and
+  the next admissions follow what the engine really computes. Output tokens
+  are charged with ``charge_output`` as the engine generates them (read from
+  ``state.generated_tokens`` at every step and at finish).
 * The mirror tree gets a request's prompt inserted and locked when its prefill
   completes and its full sequence inserted and unlocked when it finishes. The
-  engine's real match (the position offset its prefix match gave the request)
-  is recorded per request; if it is shorter than the mirror predicted, the
-  engine evicted cached pages and the mirror drops its unlocked entries too.
+  prediction error is kept as a diagnostic (``stats.mirror_error_tokens()``);
+  if the engine matched less than the mirror predicted, the engine evicted
+  cached pages and the mirror drops its unlocked entries too.
 
 Requests the engine offloads (``finish_request`` then ``add_waiting_request``
 with the same id) stay admitted in fairq and are re-placed before anything else.
@@ -101,6 +107,10 @@ class RequestRecord:
             cache when the request was first placed (None until placed).
         predicted_cached: the mirror tree's prediction at admission (fairq
             policies only; None for the FIFO observer).
+        charged_extend: extend tokens fairq charges for the request: the
+            prediction ``prompt_len - predicted_cached`` until the engine
+            places it, then ``prompt_len - engine_cached`` (fairq policies
+            only; None for the FIFO observer).
         output_tokens: tokens generated so far (charged to fairq).
         placed_step: step index at which the engine first placed it.
     """
@@ -110,6 +120,7 @@ class RequestRecord:
     prompt_len: int
     engine_cached: int | None = None
     predicted_cached: int | None = None
+    charged_extend: int | None = None
     output_tokens: int = 0
     placed_step: int | None = None
 
@@ -127,7 +138,9 @@ class EngineStats:
 
     def mirror_error_tokens(self) -> int:
         """Sum over placed requests of |mirror-predicted - engine-matched| cached
-        tokens: how far the extend tokens charged at admission were off."""
+        tokens: how far the mirror's predictions (used for the admission order
+        and the provisional charge) were off. The charges themselves are
+        corrected to the engine's match (``recharge_extend``)."""
         return sum(
             abs(r.predicted_cached - r.engine_cached)
             for r in self.requests.values()
@@ -412,6 +425,7 @@ class FairqScheduler(_Observer, Scheduler):
             if rec.placed_step == self.stats.n_steps and not getattr(
                 state, "is_cpu_offloaded", False
             ):
+                self._recharge(rid, rec)
                 self._check_mirror(rec)
         self._cleanup_waiting_queue(to_remove)
 
@@ -437,7 +451,9 @@ class FairqScheduler(_Observer, Scheduler):
             rid = adm.request_id
             entry = self._entries[rid]
             entry.admitted = True
-            self.stats.requests[rid].predicted_cached = int(adm.cached_len)
+            rec = self.stats.requests[rid]
+            rec.predicted_cached = int(adm.cached_len)
+            rec.charged_extend = int(adm.extend_len)
             self._held.append(rid)
 
     def _charge_state(self, rid: str, entry: _Entry, state: Any) -> None:
@@ -482,6 +498,17 @@ class FairqScheduler(_Observer, Scheduler):
         if entry.locked is not None:
             self.tree.unlock(entry.locked)
             entry.locked = None
+
+    def _recharge(self, rid: str, rec: RequestRecord) -> None:
+        """The engine just placed an admitted request for the first time and did
+        its prefix match: charge the extend tokens it really computes."""
+        entry = self._entries.get(rid)
+        if entry is None or not entry.admitted or rec.engine_cached is None:
+            return
+        extend = len(entry.prompt) - min(rec.engine_cached, len(entry.prompt))
+        if extend != rec.charged_extend:
+            self.fq.recharge_extend(rid, extend)
+            rec.charged_extend = extend
 
     def _check_mirror(self, rec: RequestRecord) -> None:
         predicted = rec.predicted_cached
