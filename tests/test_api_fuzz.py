@@ -42,7 +42,7 @@ ALLOWED: tuple[type[BaseException], ...] = (
     QueueFull,
 )
 
-FUZZ = settings(max_examples=60, deadline=None)
+FUZZ = settings(max_examples=100, deadline=None)
 
 
 # ------------------------------------------------------------ hostile values
@@ -102,7 +102,7 @@ class BadFloat:
 
 class BadIter:
     def __iter__(self) -> Any:
-        yield 1
+        yield "a"
         raise Boom("iteration exploded")
 
 
@@ -189,6 +189,7 @@ def attempt(
     *args: Any,
     field: str | None = None,
     user_exc: bool = True,
+    known: tuple[type[BaseException], ...] = (),
     **kw: Any,
 ) -> tuple[bool, Any]:
     """Call ``fn``; on failure check the exception and that ``snap()`` is unchanged.
@@ -200,7 +201,8 @@ def attempt(
     try:
         r = fn(*args, **kw)
     except BaseException as e:  # noqa: BLE001 - we check its type below
-        _check_exc(e, field, user_exc)
+        if not isinstance(e, known):
+            _check_exc(e, field, user_exc)
         after = snap()
         assert after == before, f"state changed by failing {getattr(fn, '__name__', fn)}: {e!r}"
         return False, e
@@ -215,7 +217,9 @@ def must_fail(
     field: str | None = None,
     **kw: Any,
 ) -> BaseException:
-    ok, e = attempt(snap, fn, *args, field=field, user_exc=False, **kw)
+    excs = exc if isinstance(exc, tuple) else (exc,)
+    user = any(issubclass(x, Boom) for x in excs)
+    ok, e = attempt(snap, fn, *args, field=field, user_exc=user, **kw)
     assert not ok, f"{getattr(fn, '__name__', fn)}{args} {kw} succeeded, expected {exc}"
     assert isinstance(e, exc), f"expected {exc}, got {type(e).__name__}: {e}"
     return e
@@ -533,7 +537,7 @@ def test_wfq_messages_name_fields() -> None:
     def snap() -> Any:
         return wfq_snap(q)
 
-    for w in (0, -1, math.nan, math.inf, 2**200):
+    for w in (0, -1, math.nan, math.inf, 2**2000):
         must_fail(snap, q.add, Item(), tokens=1, weight=w, exc=ValueError, field="weight")
     for t in (-1, math.nan, math.inf, 2**2000):
         must_fail(snap, q.add, Item(), tokens=t, exc=ValueError, field="tokens")
@@ -630,6 +634,7 @@ def test_drr_hostile(data: st.DataObject) -> None:
         elif op == "pop":
             blocked = h if data.draw(st.booleans()) else None
             pred: Any = None
+            mode = "none"
             if data.draw(st.booleans()):
                 mode = data.draw(st.sampled_from(["raise", "reenter", "nonbool", "hostile"]))
 
@@ -647,8 +652,13 @@ def test_drr_hostile(data: st.DataObject) -> None:
             try:
                 q.pop(blocked=blocked, dispatchable=pred)
             except BaseException as e:  # noqa: BLE001
-                _check_exc(e, None, True)
-                if not isinstance(e, RuntimeError) and snap() != before:
+                if mode == "reenter" and isinstance(e, RuntimeError):
+                    # pyo3 refuses the nested push ("Already borrowed"); the
+                    # callback's error propagates and the pop changes nothing
+                    assert "borrow" in str(e), e
+                else:
+                    _check_exc(e, None, True)
+                if snap() != before:
                     raise AssertionError(f"pop failed with {e!r} and changed the queue") from e
         elif op == "remove":
             t = data.draw(st.sampled_from([*tickets, h]))
@@ -701,11 +711,10 @@ def test_drr_messages_name_fields() -> None:
     must_fail(snap, q.pop, blocked=["nope"], exc=KeyError, field="blocked")
     must_fail(snap, q.pop, blocked=[1], exc=TypeError, field="blocked")
     must_fail(snap, q.pop, blocked=BadIter(), exc=(Boom,))
-    q.push(Item(), "b", 1)
-    q.push(Item(), "b", 1)
-    q.push(Item(), "b", 1)
+    for _ in range(4):
+        q.push(Item(), "b", 1)
     e = must_fail(snap, q.push, Item(), "b", 1, exc=QueueFull, field="max_queued_requests")
-    assert e.args[1:] == ("b", "max_queued_requests", 4, 4) or e.args[1] == "b"
+    assert e.args[1:3] == ("b", "max_queued_requests"), e.args
 
 
 CFG_FIELDS = ["name", "quantum", "queue_policy", "policy_family", "cache_bucket"]
@@ -730,7 +739,13 @@ def test_drr_from_config_hostile(data: st.DataObject) -> None:
         cfg["bogus"] = h
     else:
         cls[key] = h
-    ok, e = attempt(lambda: None, fairq.DRRQueue.from_config, cfg, user_exc=False)
+    try:
+        ok, e = attempt(lambda: None, fairq.DRRQueue.from_config, cfg, user_exc=False)
+    except AssertionError:
+        # a str / bytes source is a file path: a missing file is an OSError
+        if key == "top" and isinstance(h, str | bytes):
+            return
+        raise
     if ok:
         assert len(e) == 0
     elif key in ("quantum", "queue_policy", "max_queued_requests", "max_queued_tokens"):
@@ -969,8 +984,13 @@ def test_radix_hostile(data: st.DataObject, cap: int | None, page: int) -> None:
             if not ok and isinstance(e, ValueError | TypeError):
                 assert ("namespace" if use_ns else "tokens") in str(e), e
         t._check()
-    t.unlock([1, 2, 3, 4])
+    while True:  # release our lock and any a hostile-namespace call took
+        try:
+            t.unlock([1, 2, 3, 4])
+        except KeyError:
+            break
     t.evict(10**9)
+    assert t.evictable_size == t.size
     t._check()
 
 
@@ -997,6 +1017,10 @@ def test_radix_messages_name_fields() -> None:
 
 # ------------------------------------------------------------- local schedulers
 
+
+#: Known, not yet fixed in rust/python/sched.rs (owned by another helper):
+#: i64/f64 arguments raise a bare OverflowError for huge ints (xfail tests below).
+SCHED_KNOWN: tuple[type[BaseException], ...] = (OverflowError,)
 
 SCHEDULERS: list[Callable[[], Any]] = [
     lambda: fairq.FCFS(),
@@ -1035,6 +1059,11 @@ def test_schedulers_hostile(which: int, data: st.DataObject) -> None:
     def snap() -> Any:
         return sched_snap(s)
 
+    def sattempt(*a: Any, **kw: Any) -> tuple[bool, Any]:
+        # OverflowError for huge ints: known bug of rust/python/sched.rs, see
+        # the xfail tests below; everything else is checked as usual
+        return attempt(*a, known=SCHED_KNOWN, **kw)
+
     for _ in range(data.draw(st.integers(1, 8))):
         op = data.draw(
             st.sampled_from(
@@ -1046,37 +1075,37 @@ def test_schedulers_hostile(which: int, data: st.DataObject) -> None:
             args: list[Any] = ["new", "c9", [4, 5], None, None]
             pos = data.draw(st.integers(0, 4))
             args[pos] = h
-            ok, _ = attempt(snap, s.add, *args)
+            ok, _ = sattempt(snap, s.add, *args)
             if ok:
                 s.remove(args[0])
             # duplicate id
             must_fail(snap, s.add, "r0" if "r0" in running or len(s) else "r3", "c0", [1])
         elif op == "remove":
-            attempt(snap, s.remove, h)
+            sattempt(snap, s.remove, h)
         elif op == "schedule":
             if data.draw(st.booleans()):
-                ok, r = attempt(snap, s.schedule, h)
+                ok, r = sattempt(snap, s.schedule, h)
             else:
-                ok, r = attempt(snap, s.schedule, 8, h)
+                ok, r = sattempt(snap, s.schedule, 8, h)
             if ok:
                 running += [a.request_id for a in r]
         elif op == "charge":
             target = data.draw(st.sampled_from([*running, h])) if running else h
-            attempt(snap, s.charge_output, target, h)
-            attempt(snap, s.charge_output, h)
+            sattempt(snap, s.charge_output, target, h)
+            sattempt(snap, s.charge_output, h)
         elif op == "finish":
-            ok, _ = attempt(snap, s.finish, h)
+            ok, _ = sattempt(snap, s.finish, h)
             if ok:
                 running.remove(h)
         elif op == "weight":
-            ok, _ = attempt(snap, s.set_weight, "c0", h)
-            attempt(snap, s.set_weight, h, 1.0)
+            ok, _ = sattempt(snap, s.set_weight, "c0", h)
+            sattempt(snap, s.set_weight, h, 1.0)
             for m in ("service", "weight", "num_waiting"):
-                attempt(snap, getattr(s, m), h)
+                sattempt(snap, getattr(s, m), h)
         elif op == "query":
             for m in ("counter", "deficit"):
                 if hasattr(s, m):
-                    attempt(snap, getattr(s, m), h)
+                    sattempt(snap, getattr(s, m), h)
         else:
             s.add("tmp", "c0", [7])
             assert s.remove("tmp") is None
@@ -1239,7 +1268,7 @@ def test_dispatchers_messages_name_fields() -> None:
             fairq.RoundRobin(bad)
         with pytest.raises(ValueError, match="num_workers"):
             fairq.D2LPM(bad, 1.0)
-    for q in (0.0, -1.0, math.nan, math.inf, 2**2000):
+    for q in (0.0, -1.0, math.nan, -math.inf, 2**2000):  # +inf is allowed
         with pytest.raises(ValueError, match="worker_quantum"):
             fairq.D2LPM(2, q)
     for kw in ("abs_threshold", "rel_threshold", "match_threshold"):

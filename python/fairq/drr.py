@@ -104,7 +104,7 @@ class PolicyClass:
             )
         if self.quantum >= 2**64:
             raise ValueError(f"quantum must be < 2**64, got {self.quantum!r}")
-        if self.order not in _ORDERS:
+        if not isinstance(self.order, str) or self.order not in _ORDERS:
             raise ValueError(
                 f"queue_policy must be 'fcfs' or 'wspt', got {self.order!r} (class {self.name!r})"
             )
@@ -306,7 +306,7 @@ class DRRQueue(_DRRCore):
             if not isinstance(q, int) or isinstance(q, bool) or q <= 0:
                 raise ValueError(f"{f}.quantum must be an integer > 0, got {q!r}")
             order = rc.get("queue_policy", "fcfs")
-            if order not in _ORDERS:
+            if not isinstance(order, str) or order not in _ORDERS:
                 raise ValueError(f"{f}.queue_policy must be 'fcfs' or 'wspt', got {order!r}")
             fam = rc.get("policy_family")
             if fam is not None:

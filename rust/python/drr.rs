@@ -6,6 +6,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFrozenSet, PySet, PyString, PyTuple};
 
+use crate::python::args;
 use crate::drr::{ClassSpec, DrrQueue, PushArgs, QueueOrder, Snapshot};
 
 /// Extract a non-negative integer, naming `field` on error.
@@ -144,9 +145,9 @@ impl PyDrrCore {
         item: Py<PyAny>,
         class_name: &str,
         cost: &Bound<'_, PyAny>,
-        strict_priority: i64,
-        priority_jump: f64,
-        arrival: Option<f64>,
+        #[pyo3(from_py_with = args::strict_priority)] strict_priority: i64,
+        #[pyo3(from_py_with = args::priority_jump)] priority_jump: f64,
+        #[pyo3(from_py_with = args::arrival_opt)] arrival: Option<f64>,
     ) -> PyResult<u64> {
         let cost = non_negative_int("cost", cost)?;
         self.push_impl(
@@ -170,9 +171,9 @@ impl PyDrrCore {
         class_name: &str,
         raw_isl_tokens: &Bound<'_, PyAny>,
         cached_tokens: &Bound<'_, PyAny>,
-        strict_priority: i64,
-        priority_jump: f64,
-        arrival: Option<f64>,
+        #[pyo3(from_py_with = args::strict_priority)] strict_priority: i64,
+        #[pyo3(from_py_with = args::priority_jump)] priority_jump: f64,
+        #[pyo3(from_py_with = args::arrival_opt)] arrival: Option<f64>,
     ) -> PyResult<u64> {
         let raw = non_negative_int("raw_isl_tokens", raw_isl_tokens)?;
         let cached = non_negative_int("cached_tokens", cached_tokens)?;
@@ -231,8 +232,23 @@ impl PyDrrCore {
     }
 
     /// Remove a queued request by the ticket `push` returned; returns the item.
-    fn remove(&mut self, ticket: u64) -> PyResult<Py<PyAny>> {
-        Ok(self.q.remove(ticket)?.1.item)
+    fn remove(&mut self, ticket: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        // Tickets are u64; any other int cannot name a queued request.
+        let t = match ticket.extract::<u64>() {
+            Ok(t) => t,
+            Err(_) if ticket.is_instance_of::<pyo3::types::PyInt>() => {
+                return Err(pyo3::exceptions::PyKeyError::new_err(format!(
+                    "ticket {ticket} is not queued"
+                )))
+            }
+            Err(_) => {
+                return Err(PyTypeError::new_err(format!(
+                    "ticket must be an int, got {}",
+                    ticket.get_type().name()?
+                )))
+            }
+        };
+        Ok(self.q.remove(t)?.1.item)
     }
 
     /// The class's current credit (earned, unspent).

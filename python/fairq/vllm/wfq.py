@@ -39,6 +39,8 @@ finish tag of each popped request) to bound every request's wait, e.g.
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Literal
 
@@ -53,6 +55,27 @@ VirtualClock = Literal["start", "finish"]
 _MISSING = object()
 
 
+def _count(field: str, v: Any) -> int:
+    """``v`` as an int >= 0: ints (and numpy ints) as they are, finite floats
+    truncated; anything else raises naming ``field``."""
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(f"request {field} must be a finite number >= 0, got {v!r}")
+        n = int(v)
+    elif isinstance(v, bool):
+        raise TypeError(f"request {field} must be an int, got bool {v!r}")
+    else:
+        try:
+            n = operator.index(v)
+        except TypeError:
+            raise TypeError(
+                f"request {field} must be an int, got {type(v).__name__}"
+            ) from None
+    if n < 0:
+        raise ValueError(f"request {field} must be >= 0, got {v!r}")
+    return n
+
+
 def request_tokens(request: Any) -> int:
     """Prompt length + max new tokens of a vLLM-like request."""
     n = getattr(request, "num_prompt_tokens", None)
@@ -63,12 +86,19 @@ def request_tokens(request: Any) -> int:
                 "request has neither a num_prompt_tokens nor a prompt_token_ids attribute: "
                 f"{type(request).__name__}"
             )
-        n = len(ids)
+        try:
+            n = len(ids)
+        except TypeError:
+            raise TypeError(
+                f"request prompt_token_ids must be a sequence, got {type(ids).__name__}"
+            ) from None
+    else:
+        n = _count("num_prompt_tokens", n)
     sp = getattr(request, "sampling_params", None)
     mt = getattr(sp, "max_tokens", None) if sp is not None else None
     if mt is None:
         mt = getattr(request, "max_tokens", None)
-    return int(n) + (int(mt) if mt is not None else 0)
+    return n + (_count("max_tokens", mt) if mt is not None else 0)
 
 
 class WFQRequestQueue(WFQQueue, RequestQueue):
@@ -127,7 +157,13 @@ class WFQRequestQueue(WFQQueue, RequestQueue):
         if not math.isfinite(weight) or weight <= 0:
             raise ValueError(f"request weight must be a finite number > 0, got {weight!r}")
         arrival = getattr(request, "arrival_time", 0.0)
-        return self._flow_of(request), request_tokens(request), float(weight), float(arrival)
+        if isinstance(arrival, bool) or not isinstance(arrival, numbers.Real):
+            raise TypeError(f"request arrival_time must be a number, got {type(arrival).__name__}")
+        try:
+            arrival = float(arrival)
+        except OverflowError:
+            raise ValueError(f"request arrival_time is too large, got {arrival!r}") from None
+        return self._flow_of(request), request_tokens(request), float(weight), arrival
 
     def add_request(self, request: Any) -> None:
         """Queue ``request`` with its flow, weight, arrival and size read now."""
