@@ -1289,3 +1289,101 @@ def test_dispatch_unknown_worker_and_client() -> None:
     must_fail(snap, d.deficit, "alice", 5, exc=IndexError, field="worker")
     ok, v = attempt(snap, d.deficit, "nobody", 0)
     assert not ok or v == 0.0
+
+
+# ------------------------------------------------------------- reentrancy and odd strings
+
+
+def test_wfq_request_queue_reentrant_flow_key() -> None:
+    """Regression: a flow_key callback that queues the request itself made
+    add_request queue it twice (the duplicate check ran before the callback)."""
+    calls = []
+
+    def flow_key(r: Any) -> str:
+        if not calls:
+            calls.append(r)
+            q.add_request(r)
+        return "c"
+
+    q = WFQRequestQueue(flow_key=flow_key)
+    r = Req(1)
+
+    # the callback's own add_request succeeds; the outer one is the duplicate
+    with pytest.raises(ValueError, match="already"):
+        q.add_request(r)
+    assert list(q) == [r]
+    assert q.pop_request() is r and not q
+
+
+def test_reentrant_attribute_reads() -> None:
+    """A request whose attribute read mutates the queue: pyo3 refuses the
+    nested call ("Already borrowed"), which propagates; nothing changes."""
+
+    class Sneaky:
+        request_id = 1
+        arrival_time = 0.0
+        num_prompt_tokens = 3
+
+        @property
+        def priority(self) -> int:
+            pq.pop_request()
+            return 0
+
+    pq = PriorityRequestQueue()
+    first = Req(0)
+    pq.add_request(first)
+    before = vllm_snap(pq)
+    with pytest.raises(RuntimeError, match="borrow"):
+        pq.add_request(Sneaky())
+    assert vllm_snap(pq) == before and pq.pop_request() is first
+
+
+def test_reentrant_hash_dualphase() -> None:
+    q = fairq.DualPhaseQueue()
+    q.add("a")
+
+    class Reenter:
+        def __hash__(self) -> int:
+            q.remove("a")
+            return 1
+
+    before = dp_snap(q)
+    ok, e = attempt(lambda: dp_snap(q), q.add, Reenter(), known=(RuntimeError,))
+    assert not ok and "borrow" in str(e)
+    assert dp_snap(q) == before
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: fairq.DualPhaseQueue().add("r", None, "\ud800"),
+        lambda: fairq.DualPhaseQueue().ids("\ud800"),
+        lambda: fairq.DualPhaseQueue().len("\ud800"),
+        lambda: fairq.DRRQueue().push(1, "\ud800", 1),
+        lambda: fairq.DRRQueue().deficit("\ud800"),
+        lambda: fairq.D2LPM(2, 1.0).dispatch(1, "\ud800", [1]),
+        lambda: fairq.D2LPM(2, 1.0).deficit("\ud800", 0),
+        lambda: fairq.RadixTree().match([1], "\ud800"),
+    ],
+)
+def test_lone_surrogate_strings_name_the_field(call: Callable[[], Any]) -> None:
+    with pytest.raises(ValueError) as ei:
+        call()
+    msg = str(ei.value)
+    assert any(f in msg for f in ("phase", "class_name", "client", "namespace")), msg
+
+
+@pytest.mark.parametrize("fail_on", [1, 2, 3])
+def test_wfq_flaky_hash_flow(fail_on: int) -> None:
+    q = fairq.WFQQueue()
+    q.add(Item(), tokens=2, flow="x")
+
+    def snap() -> Any:
+        return wfq_snap(q)
+
+    f = FlakyHash(fail_on)
+    f.armed = True
+    ok, _ = attempt(snap, q.add, Item(), tokens=3, flow=f)
+    f.armed = False
+    n = len(q)
+    assert [q.pop() for _ in range(n)] and not q

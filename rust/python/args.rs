@@ -11,6 +11,7 @@
 
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyString;
 
 fn type_name(v: &Bound<'_, PyAny>) -> String {
     v.get_type()
@@ -65,7 +66,21 @@ pub fn float_arg(field: &str, v: &Bound<'_, PyAny>) -> PyResult<f64> {
     })
 }
 
-/// Named `i64` / `f64` extractors for `#[pyo3(from_py_with = ...)]`.
+/// `v` as a `String`; not a str: `TypeError`, a str that is not valid
+/// Unicode (lone surrogates): `ValueError`; both name `field` (pyo3's `&str`
+/// extraction raises a bare `UnicodeEncodeError` for the latter).
+pub fn str_arg(field: &str, v: &Bound<'_, PyAny>) -> PyResult<String> {
+    let s = v.downcast::<PyString>().map_err(|_| {
+        PyTypeError::new_err(format!("{field} must be a str, got {}", type_name(v)))
+    })?;
+    s.to_str().map(str::to_owned).map_err(|_| {
+        PyValueError::new_err(format!(
+            "{field} must be a valid str, got one with lone surrogates"
+        ))
+    })
+}
+
+/// Named `i64` / `f64` / `String` extractors for `#[pyo3(from_py_with = ...)]`.
 macro_rules! named {
     ($($name:ident: $f:ident($field:literal) -> $t:ty;)*) => {$(
         pub fn $name(v: &Bound<'_, PyAny>) -> PyResult<$t> {
@@ -97,6 +112,9 @@ named! {
     weight: float_arg("weight") -> f64;
     arrival: float_arg("arrival") -> f64;
     remaining: float_arg("remaining") -> f64;
+    client: str_arg("client") -> String;
+    class_name: str_arg("class_name") -> String;
+    phase: str_arg("phase") -> String;
 }
 
 /// `capacity`: `None` or an int (see [`int_arg`]).
@@ -114,6 +132,15 @@ pub fn arrival_opt(v: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
         Ok(None)
     } else {
         float_arg("arrival", v).map(Some)
+    }
+}
+
+/// `phase`: `None` or a str (see [`str_arg`]).
+pub fn phase_opt(v: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    if v.is_none() {
+        Ok(None)
+    } else {
+        str_arg("phase", v).map(Some)
     }
 }
 

@@ -58,12 +58,12 @@ impl PyDispatcher {
     fn dispatch(
         &mut self,
         request_id: &Bound<'_, PyAny>,
-        client: &str,
+        #[pyo3(from_py_with = args::client)] client: String,
         tokens: &Bound<'_, PyAny>,
     ) -> PyResult<usize> {
         let id = self::request_id(request_id)?;
         let toks = extract_tokens(tokens, "tokens")?;
-        Ok(self.inner.dispatch(id, client, &toks)?)
+        Ok(self.inner.dispatch(id, &client, &toks)?)
     }
 
     /// Report that an in-flight request finished with `output_tokens`
@@ -112,7 +112,8 @@ impl PyDispatcher {
     fn held_len(
         &self,
         #[pyo3(from_py_with = args::worker)] worker: i64,
-        tokens: &Bound<'_, PyAny>) -> PyResult<usize> {
+        tokens: &Bound<'_, PyAny>,
+    ) -> PyResult<usize> {
         let w = worker_index("worker", worker)?;
         let toks = extract_tokens(tokens, "tokens")?;
         Ok(self.inner.held_len(&toks, w)?)
@@ -207,11 +208,11 @@ impl PyD2LPM {
     /// Deficit `q[client][worker]` (0 for a client never seen).
     fn deficit(
         slf: PyRef<'_, Self>,
-        client: &str,
+        #[pyo3(from_py_with = args::client)] client: String,
         #[pyo3(from_py_with = args::worker)] worker: i64,
     ) -> PyResult<f64> {
         let w = worker_index("worker", worker)?;
-        Ok(slf.as_super().inner.deficit(client, w)?)
+        Ok(slf.as_super().inner.deficit(&client, w)?)
     }
 
     /// `Q_w`.
@@ -247,7 +248,9 @@ pub struct PyRoundRobin;
 #[pymethods]
 impl PyRoundRobin {
     #[new]
-    fn new(#[pyo3(from_py_with = args::num_workers)] num_workers: i64) -> PyResult<(Self, PyDispatcher)> {
+    fn new(
+        #[pyo3(from_py_with = args::num_workers)] num_workers: i64,
+    ) -> PyResult<(Self, PyDispatcher)> {
         Ok((
             PyRoundRobin,
             base(Dispatcher::round_robin(self::num_workers(num_workers)?))?,
@@ -262,7 +265,9 @@ pub struct PyLeastLoaded;
 #[pymethods]
 impl PyLeastLoaded {
     #[new]
-    fn new(#[pyo3(from_py_with = args::num_workers)] num_workers: i64) -> PyResult<(Self, PyDispatcher)> {
+    fn new(
+        #[pyo3(from_py_with = args::num_workers)] num_workers: i64,
+    ) -> PyResult<(Self, PyDispatcher)> {
         Ok((
             PyLeastLoaded,
             base(Dispatcher::least_loaded(self::num_workers(num_workers)?))?,
@@ -278,7 +283,9 @@ pub struct PyClientRoundRobin;
 #[pymethods]
 impl PyClientRoundRobin {
     #[new]
-    fn new(#[pyo3(from_py_with = args::num_workers)] num_workers: i64) -> PyResult<(Self, PyDispatcher)> {
+    fn new(
+        #[pyo3(from_py_with = args::num_workers)] num_workers: i64,
+    ) -> PyResult<(Self, PyDispatcher)> {
         Ok((
             PyClientRoundRobin,
             base(Dispatcher::client_round_robin(self::num_workers(

@@ -74,15 +74,15 @@ impl PyDualPhase {
     }
 
     /// Queue ``request_id`` (any hashable, unique) at the back of ``phase``.
-    #[pyo3(signature = (request_id, item = None, phase = "think"))]
+    #[pyo3(signature = (request_id, item = None, phase = String::from("think")))]
     fn add(
         &mut self,
         py: Python<'_>,
         request_id: &Bound<'_, PyAny>,
         item: Option<Py<PyAny>>,
-        phase: &str,
+        #[pyo3(from_py_with = args::phase)] phase: String,
     ) -> PyResult<()> {
-        let phase = Phase::parse(phase)?;
+        let phase = Phase::parse(&phase)?;
         let keys = self.keys.bind(py);
         let k = self.next_key;
         // One dict operation (one hash of `request_id`): if it raises, nothing
@@ -98,10 +98,7 @@ impl PyDualPhase {
             )));
         }
         let item = item.unwrap_or_else(|| py.None());
-        if let Err(e) = self
-            .core
-            .add(k, (request_id.clone().unbind(), item), phase)
-        {
+        if let Err(e) = self.core.add(k, (request_id.clone().unbind(), item), phase) {
             keys.del_item(request_id)?;
             return Err(e.into());
         }
@@ -174,8 +171,12 @@ impl PyDualPhase {
 
     /// Request ids of ``phase`` in queue order.
     #[pyo3(signature = (phase))]
-    fn ids<'py>(&self, py: Python<'py>, phase: &str) -> PyResult<Bound<'py, PyList>> {
-        let phase = Phase::parse(phase)?;
+    fn ids<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = args::phase)] phase: String,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let phase = Phase::parse(&phase)?;
         let v: Vec<_> = self
             .core
             .iter_phase(phase)
@@ -189,10 +190,13 @@ impl PyDualPhase {
 
     /// Queue length of one phase (``None``: both).
     #[pyo3(signature = (phase = None))]
-    fn len(&self, phase: Option<&str>) -> PyResult<usize> {
+    fn len(
+        &self,
+        #[pyo3(from_py_with = args::phase_opt)] phase: Option<String>,
+    ) -> PyResult<usize> {
         Ok(match phase {
             None => self.core.len(),
-            Some(p) => self.core.len_phase(Phase::parse(p)?),
+            Some(p) => self.core.len_phase(Phase::parse(&p)?),
         })
     }
 

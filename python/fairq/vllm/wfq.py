@@ -167,9 +167,11 @@ class WFQRequestQueue(WFQQueue, RequestQueue):
 
     def add_request(self, request: Any) -> None:
         """Queue ``request`` with its flow, weight, arrival and size read now."""
+        # Read first: a flow_key callback runs user code that may itself queue
+        # this request, so the duplicate check must come after it.
+        flow, tokens, weight, arrival = self._read(request)
         if request in self:
             raise ValueError("request is already in the queue")
-        flow, tokens, weight, arrival = self._read(request)
         self.add(request, tokens=tokens, flow=flow, weight=weight, arrival=arrival)
 
     def pop_request(self) -> Any:
