@@ -963,6 +963,7 @@ def test_radix_hostile(data: st.DataObject, cap: int | None, page: int) -> None:
     t.insert([1, 2, 3, 4])
     t.insert([5, 6, 7, 8], namespace="ns")
     t.lock([1, 2, 3, 4])
+    locks: list[tuple[str, tuple[Any, ...]]] = [("lock", ((1, 2, 3, 4), None))]
 
     def snap() -> Any:
         return tree_snap(t)
@@ -981,14 +982,21 @@ def test_radix_hostile(data: st.DataObject, cap: int | None, page: int) -> None:
             assert t.match([9, 9, 9, 9]) in (0, 2, 4)
         else:
             ok, e = attempt(snap, getattr(t, op), *args)
+            if ok and op in ("lock", "unlock"):
+                ns = args[1] if len(args) > 1 else None
+                locks.append((op, (tuple(as_tokens(args[0])), ns)))
             if not ok and isinstance(e, ValueError | TypeError):
                 assert ("namespace" if use_ns else "tokens") in str(e), e
         t._check()
-    while True:  # release our lock and any a hostile-namespace call took
-        try:
-            t.unlock([1, 2, 3, 4])
-        except KeyError:
-            break
+    # release every lock still held (an unlock releases the latest matching lock)
+    held: list[tuple[Any, ...]] = []
+    for op, args in locks:
+        if op == "lock":
+            held.append(args)
+        else:
+            held.remove(next(a for a in reversed(held) if a == args))
+    for toks, ns in held:
+        t.unlock(list(toks), ns)
     t.evict(10**9)
     assert t.evictable_size == t.size
     t._check()
