@@ -1437,3 +1437,25 @@ def test_drr_dispatchable_raising_mid_ring(n_false: int) -> None:
 
     attempt(snap, q.pop, dispatchable=raising)
     assert q.pop() is not None
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        Req(2, num_prompt_tokens=10**400),
+        Req(2, num_prompt_tokens=10**300, weight=5e-324),
+        Req(2, num_prompt_tokens=10**300, client_id="c", weight=1e-10),
+    ],
+)
+def test_wfq_request_queue_prepend_requests_all_or_nothing(bad: Req) -> None:
+    """Regression: a batch whose later request failed in the core (tokens too
+    large for a float, or an overflowing finish time) kept the earlier ones."""
+    q = WFQRequestQueue()
+    q.add_request(Req(0, client_id="c"))
+
+    def snap() -> Any:
+        return (vllm_snap(q), q.virtual_time, q.flow_count)
+
+    must_fail(snap, q.prepend_requests, [Req(1, client_id="c"), bad], exc=ValueError)
+    must_fail(snap, q.add_request, bad, exc=ValueError)
+    assert len(q) == 1

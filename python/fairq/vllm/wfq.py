@@ -198,6 +198,7 @@ class WFQRequestQueue(WFQQueue, RequestQueue):
             if id(r) in fresh and (r in self or id(r) in seen):
                 raise ValueError("request is already in the queue")
             seen.add(id(r))
+        self._check_fresh([fresh[id(r)] for r in rs if id(r) in fresh])
         for r in rs:
             args = fresh.get(id(r))
             if args is None:
@@ -205,6 +206,35 @@ class WFQRequestQueue(WFQQueue, RequestQueue):
             else:
                 flow, tokens, weight, arrival = args
                 self.add(r, tokens=tokens, flow=flow, weight=weight, arrival=arrival)
+
+    def _check_fresh(self, batch: list[tuple[Hashable | None, int, float, float]]) -> None:
+        """Raise what ``add`` would raise for any of ``batch`` (added in order),
+        before anything is added: the virtual finish time ``F = max(V,
+        F_last[flow]) + tokens / weight`` must be finite, chaining per flow."""
+        v = self.virtual_time
+        last: dict[Hashable, float] = {}
+        for flow, tokens, weight, _ in batch:
+            try:
+                t = float(tokens)
+            except OverflowError:
+                raise ValueError(
+                    "request tokens must be a finite number, got an int too large for a "
+                    f"float ({len(str(tokens))} digits)"
+                ) from None
+            start = v
+            if flow is not None:
+                prev = last.get(flow)
+                if prev is None:
+                    prev = self.flow_last_finish(flow)
+                if prev is not None:
+                    start = max(v, prev)
+            finish = start + t / weight
+            if not math.isfinite(finish):
+                raise ValueError(
+                    f"virtual finish time overflows: start {start} + tokens {t} / weight {weight}"
+                )
+            if flow is not None:
+                last[flow] = finish
 
     def remove_request(self, request: Any) -> None:
         """Remove ``request`` (by identity) in O(log n); ``ValueError`` if absent."""
