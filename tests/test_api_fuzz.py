@@ -1459,3 +1459,63 @@ def test_wfq_request_queue_prepend_requests_all_or_nothing(bad: Req) -> None:
     must_fail(snap, q.prepend_requests, [Req(1, client_id="c"), bad], exc=ValueError)
     must_fail(snap, q.add_request, bad, exc=ValueError)
     assert len(q) == 1
+
+
+def make_bucketed_drr() -> Any:
+    return fairq.DRRQueue.from_config(
+        {
+            "default_family": "std",
+            "cache_buckets": [
+                {"name": "hot", "min_tokens": 0},
+                {"name": "cold", "min_tokens": 100},
+            ],
+            "policy_classes": [
+                {"name": "h", "quantum": 4, "policy_family": "std", "cache_bucket": "hot"},
+                {
+                    "name": "c",
+                    "quantum": 8,
+                    "policy_family": "std",
+                    "cache_bucket": "cold",
+                    "queue_policy": "wspt",
+                    "max_queued_tokens": 1000,
+                },
+            ],
+        }
+    )
+
+
+@FUZZ
+@given(data=st.data())
+def test_drr_push_request_and_classify_hostile(data: st.DataObject) -> None:
+    q = make_bucketed_drr()
+    q.push_request(Item(), "std", 50, 10)
+    q.push_request(Item(), None, 500, 0)
+
+    def snap() -> Any:
+        return drr_snap(q)
+
+    for _ in range(data.draw(st.integers(1, 6))):
+        h = data.draw(hostile)
+        args: dict[str, Any] = {
+            "policy_family": "std",
+            "raw_isl_tokens": 120,
+            "cached_tokens": 10,
+            "strict_priority": 0,
+            "priority_jump": 0.0,
+            "arrival": 1.0,
+        }
+        field = data.draw(st.sampled_from(list(args)))
+        args[field] = h
+        ok, e = attempt(snap, q.push_request, Item(), **args)
+        if not ok and isinstance(e, ValueError | TypeError) and not isinstance(e, QueueFull):
+            assert field in str(e) or "uncached_tokens" in str(e) or "policy_family" in str(e), e
+        for cargs in ((h, 5), ("std", h)):
+            ok, r = attempt(snap, q.classify, *cargs)
+            if ok:
+                assert r in ("h", "c")
+            else:
+                pos = "policy_family" if cargs[0] is h else "uncached_tokens"
+                assert pos in str(r) or isinstance(r, Boom), r
+    assert q.classify("std", 99) == "h" and q.classify(None, 100) == "c"
+    n = len(q)
+    assert sum(1 for _ in iter(q.pop, None)) == n

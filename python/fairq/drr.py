@@ -334,6 +334,14 @@ class DRRQueue(_DRRCore):
     def classify(self, policy_family: str | None, uncached_tokens: int) -> str:
         """Class name for a request of ``policy_family`` with exact
         ``uncached_tokens`` (highest bucket floor <= uncached)."""
+        if policy_family is not None and not isinstance(policy_family, str):
+            raise TypeError(
+                f"policy_family must be a str or None, got {type(policy_family).__name__}"
+            )
+        if not _is_int(uncached_tokens):
+            raise TypeError(f"uncached_tokens must be an int, got {uncached_tokens!r}")
+        if uncached_tokens < 0:
+            raise ValueError(f"uncached_tokens must be an integer >= 0, got {uncached_tokens!r}")
         fam = policy_family if policy_family is not None else self._default_family
         if fam is None:
             if "default" in self.class_names and not self._routes:
