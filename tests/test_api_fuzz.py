@@ -1179,6 +1179,8 @@ def test_schedulers_huge_float_names_field() -> None:
 
 DISPATCHERS: list[Callable[[], Any]] = [
     lambda: fairq.D2LPM(3, worker_quantum=16.0),
+    lambda: fairq.D2LPM(3, worker_quantum=5e-324, w_e=1e308, w_q=1e308),
+    lambda: fairq.D2LPM(3, worker_quantum=math.inf, w_e=1e308, w_q=1e308),
     lambda: fairq.RoundRobin(3),
     lambda: fairq.LeastLoaded(3),
     lambda: fairq.ClientRoundRobin(3),
@@ -1519,3 +1521,16 @@ def test_drr_push_request_and_classify_hostile(data: st.DataObject) -> None:
     assert q.classify("std", 99) == "h" and q.classify(None, 100) == "c"
     n = len(q)
     assert sum(1 for _ in iter(q.pop, None)) == n
+
+
+@pytest.mark.parametrize("qw", [5e-324, 1.0, 1e300, math.inf])
+def test_d2lpm_extreme_weights_no_panic(qw: float) -> None:
+    """Regression: with w_e * tokens overflowing to inf a deficit became -inf,
+    the refill turned it into NaN, no worker was eligible and argmin panicked
+    (PanicException); also the refill count overflowed (debug builds)."""
+    d = fairq.D2LPM(3, qw, w_e=1e308, w_q=1e308)
+    for i in range(30):
+        assert 0 <= d.dispatch(i, "a", [1, 2, 3, i]) < 3
+        if i % 3 == 0:
+            d.on_finish(i, 2**63)
+    assert not any(math.isnan(d.deficit("a", w)) for w in range(3))
