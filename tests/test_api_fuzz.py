@@ -1532,5 +1532,5 @@ def test_d2lpm_extreme_weights_no_panic(qw: float) -> None:
     for i in range(30):
         assert 0 <= d.dispatch(i, "a", [1, 2, 3, i]) < 3
         if i % 3 == 0:
-            d.on_finish(i, 2**63)
+            d.on_finish(i, 2**62)
     assert not any(math.isnan(d.deficit("a", w)) for w in range(3))
