@@ -1534,3 +1534,26 @@ def test_d2lpm_extreme_weights_no_panic(qw: float) -> None:
         if i % 3 == 0:
             d.on_finish(i, 2**62)
     assert not any(math.isnan(d.deficit("a", w)) for w in range(3))
+
+
+def test_d2lpm_tiny_quantum_is_not_infinite_credit() -> None:
+    """Regression: with worker_quantum=5e-324 a refill computed k = inf rounds
+    and every deficit became +inf (unbounded affinity, deficits meaningless)."""
+    d = fairq.D2LPM(2, 5e-324)
+    for i in range(6):
+        d.dispatch(i, "a", [1, 2, 3])
+    assert all(math.isfinite(d.deficit("a", w)) for w in range(2))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="rust/sched (DLPM): a charge w_e * extend_len overflowing to -inf is "
+    "refilled to NaN (and a tiny quantum refills to +inf); same fix as D2LPM needed",
+)
+def test_dlpm_extreme_weights_deficit_stays_finite() -> None:
+    s = fairq.DLPM(fairq.RadixTree(), 1.0, w_e=1e308, w_q=1e308)
+    s.add("a", "x", [1] * 10)
+    s.schedule(100)
+    s.add("b", "x", [2] * 3)
+    s.schedule(100)
+    assert math.isfinite(s.deficit("x"))

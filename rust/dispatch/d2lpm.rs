@@ -85,13 +85,18 @@ impl State {
             self.refills = self.refills.saturating_add(1);
             return;
         }
-        // Rounds for w: smallest k with q + k*Q > 0, i.e. floor(-q/Q) + 1.
-        let k = row
-            .iter()
-            .map(|&x| (-x / qw).floor() + 1.0)
-            .fold(f64::INFINITY, f64::min)
-            .max(1.0);
-        row.iter_mut().for_each(|x| *x += k * qw);
+        // Rounds for w: smallest k with q + k*Q > 0, i.e. floor(-q/Q) + 1;
+        // the fewest rounds are those of the largest counter.
+        let best = row.iter().copied().fold(f64::MIN, f64::max);
+        let k = ((-best / qw).floor() + 1.0).max(1.0);
+        if k.is_finite() {
+            // fused: no overflow of k*Q on the way to a finite result
+            row.iter_mut().for_each(|x| *x = k.mul_add(qw, *x));
+        } else {
+            // -best/Q overflows (Q tiny next to the debt): k*Q is -best plus
+            // at most Q. `+= inf` would hand out infinite credit.
+            row.iter_mut().for_each(|x| *x = (*x - best) + qw);
+        }
         self.refills = self.refills.saturating_add(k as u64);
         // Guard against rounding leaving every counter at exactly 0 (more
         // rounds, as the while loop would do). Bounded: when the debt is
@@ -181,6 +186,11 @@ mod tests {
                 assert!(!d.deficit("a", w).unwrap().is_nan());
             }
         }
+        // a tiny quantum must not turn into infinite credit
+        let mut st = State::new(D2lpmConfig::new(5e-324));
+        st.q = vec![vec![-10.0, -20.0]];
+        st.refill(0);
+        assert!(st.q[0][0] > 0.0 && st.q[0][0].is_finite() && st.q[0][1] < 0.0);
         // a debt beyond float precision: adding Q changes nothing
         let mut st = State::new(D2lpmConfig::new(1.0));
         st.q = vec![vec![-1e300, -2e300]];
