@@ -1557,3 +1557,18 @@ def test_dlpm_extreme_weights_deficit_stays_finite() -> None:
     s.add("b", "x", [2] * 3)
     s.schedule(100)
     assert math.isfinite(s.deficit("x"))
+
+
+@FUZZ
+@given(
+    policy=hostile,
+    opt=st.sampled_from(["default_weight", "flow_key", "virtual_clock", "x"]),
+    v=hostile,
+)
+def test_create_request_queue_hostile(policy: Any, opt: str, v: Any) -> None:
+    attempt(lambda: None, create_request_queue, policy)  # getattr may raise Boom
+    for name in ("fcfs", "priority", "wfq"):
+        ok, q = attempt(lambda: None, create_request_queue, name, **{opt: v}, user_exc=False)
+        if ok:
+            added, _ = attempt(lambda q=q: vllm_snap(q), q.add_request, Req(1), user_exc=False)
+            assert len(q) == int(added)
