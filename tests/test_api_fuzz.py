@@ -1374,6 +1374,8 @@ def test_reentrant_hash_dualphase() -> None:
         lambda: fairq.DRRQueue().deficit("\ud800"),
         lambda: fairq.D2LPM(2, 1.0).dispatch(1, "\ud800", [1]),
         lambda: fairq.D2LPM(2, 1.0).deficit("\ud800", 0),
+        lambda: fairq.RoundRobin(2).dispatch("\ud800", "c", [1]),
+        lambda: fairq.RoundRobin(2).worker_of("\ud800"),
         lambda: fairq.RadixTree().match([1], "\ud800"),
     ],
 )
@@ -1381,7 +1383,7 @@ def test_lone_surrogate_strings_name_the_field(call: Callable[[], Any]) -> None:
     with pytest.raises(ValueError) as ei:
         call()
     msg = str(ei.value)
-    assert any(f in msg for f in ("phase", "class_name", "client", "namespace")), msg
+    assert any(f in msg for f in ("phase", "class_name", "client", "namespace", "request_id")), msg
 
 
 @pytest.mark.parametrize("fail_on", [1, 2, 3])

@@ -13,7 +13,10 @@ use crate::dispatch::{AffinityConfig, D2lpmConfig, Dispatcher, Policy, RequestId
 
 fn request_id(obj: &Bound<'_, PyAny>) -> PyResult<RequestId> {
     if let Ok(s) = obj.downcast::<PyString>() {
-        return Ok(RequestId::Str(s.to_str()?.to_string()));
+        let s = s.to_str().map_err(|_| {
+            PyValueError::new_err("request_id must be a valid str, got one with lone surrogates")
+        })?;
+        return Ok(RequestId::Str(s.to_string()));
     }
     if obj.downcast::<PyInt>().is_ok() {
         return obj.extract::<i64>().map(RequestId::Int).map_err(|_| {
