@@ -1574,3 +1574,15 @@ def test_create_request_queue_hostile(policy: Any, opt: str, v: Any) -> None:
         if ok:
             added, _ = attempt(lambda q=q: vllm_snap(q), q.add_request, Req(1), user_exc=False)
             assert len(q) == int(added)
+
+
+@FUZZ
+@given(name=hostile, n=hostile)
+def test_make_dispatcher_hostile(name: Any, n: Any) -> None:
+    """Regression: a non-str name raised AttributeError (``name.lower()``)."""
+    ok, e = attempt(lambda: None, fairq.dispatch.make_dispatcher, name, 2, user_exc=False)
+    if not ok and not isinstance(name, str):
+        assert isinstance(e, TypeError) and "name" in str(e), e
+    ok, e = attempt(lambda: None, fairq.dispatch.make_dispatcher, "d2lpm", n)
+    if not ok and not isinstance(e, Boom):
+        assert "num_workers" in str(e), e
