@@ -1586,3 +1586,33 @@ def test_make_dispatcher_hostile(name: Any, n: Any) -> None:
     ok, e = attempt(lambda: None, fairq.dispatch.make_dispatcher, "d2lpm", n)
     if not ok and not isinstance(e, Boom):
         assert "num_workers" in str(e), e
+
+
+@FUZZ
+@given(
+    where=st.sampled_from(["classes", "class_item", "buckets", "bucket_item", "default_family"]),
+    v=hostile,
+)
+def test_drr_constructor_hostile(where: str, v: Any) -> None:
+    """Regression: a cache_buckets entry that is not a CacheBucket raised
+    AttributeError ('int' object has no attribute 'name')."""
+    from fairq.drr import CacheBucket
+
+    classes: Any = [fairq.PolicyClass("a", 2, policy_family="f", cache_bucket="b0")]
+    kw: dict[str, Any] = {"cache_buckets": [CacheBucket("b0", 0)]}
+    if where == "classes":
+        classes = v
+    elif where == "class_item":
+        classes = [*classes, v]
+    elif where == "buckets":
+        kw["cache_buckets"] = v
+    elif where == "bucket_item":
+        kw["cache_buckets"] = [CacheBucket("b0", 0), v]
+    else:
+        kw["default_family"] = v
+    ok, e = attempt(lambda: None, fairq.DRRQueue, classes, **kw)
+    if not ok and where in ("bucket_item", "class_item", "default_family"):
+        field = {"bucket_item": "cache_buckets[1]", "class_item": "policy_classes[1]"}.get(
+            where, where
+        )
+        assert field in str(e) or isinstance(e, Boom), e

@@ -137,6 +137,8 @@ def _validate_routing(
 ) -> dict[str, dict[str | None, str]]:
     """family -> bucket (None when no buckets) -> class name; raises ValueError."""
     for i, b in enumerate(buckets):
+        if not isinstance(b, CacheBucket):
+            raise TypeError(f"cache_buckets[{i}] must be a CacheBucket, got {type(b).__name__}")
         _check_name(f"cache_buckets[{i}].name", b.name)
         if not _is_int(b.min_tokens):
             raise ValueError(
