@@ -1616,3 +1616,23 @@ def test_drr_constructor_hostile(where: str, v: Any) -> None:
             where, where
         )
         assert field in str(e) or isinstance(e, Boom), e
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="rust/python/sched.rs extracts request_id/client as &str: a str with lone "
+    "surrogates raises a bare UnicodeEncodeError that names no field (sched helper's file)",
+)
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.add("\ud800", "c", [1]),
+        lambda s: s.add("a", "\ud800", [1]),
+        lambda s: s.set_weight("\ud800", 1.0),
+    ],
+)
+def test_schedulers_lone_surrogates_name_field(call: Callable[[Any], Any]) -> None:
+    s = fairq.FCFS()
+    with pytest.raises(ValueError) as ei:
+        call(s)
+    assert "request_id" in str(ei.value) or "client" in str(ei.value)
