@@ -74,7 +74,10 @@ impl PyDualPhase {
     }
 
     /// Queue ``request_id`` (any hashable, unique) at the back of ``phase``.
-    #[pyo3(signature = (request_id, item = None, phase = String::from("think")))]
+    #[pyo3(
+        signature = (request_id, item = None, phase = String::from("think")),
+        text_signature = "($self, request_id, item=None, phase='think')"
+    )]
     fn add(
         &mut self,
         py: Python<'_>,
