@@ -70,6 +70,8 @@ def make_dispatcher(
     >>> make_dispatcher("d2lpm", 4, worker_quantum=1000).policy
     'D2LPM'
     """
+    if not isinstance(name, str):
+        raise TypeError(f"dispatcher name must be a str, got {type(name).__name__}")
     key = name.lower()
     if key in ("rr", "roundrobin", "round-robin"):
         return RoundRobin(num_workers)

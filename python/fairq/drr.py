@@ -104,7 +104,7 @@ class PolicyClass:
             )
         if self.quantum >= 2**64:
             raise ValueError(f"quantum must be < 2**64, got {self.quantum!r}")
-        if self.order not in _ORDERS:
+        if not isinstance(self.order, str) or self.order not in _ORDERS:
             raise ValueError(
                 f"queue_policy must be 'fcfs' or 'wspt', got {self.order!r} (class {self.name!r})"
             )
@@ -137,6 +137,8 @@ def _validate_routing(
 ) -> dict[str, dict[str | None, str]]:
     """family -> bucket (None when no buckets) -> class name; raises ValueError."""
     for i, b in enumerate(buckets):
+        if not isinstance(b, CacheBucket):
+            raise TypeError(f"cache_buckets[{i}] must be a CacheBucket, got {type(b).__name__}")
         _check_name(f"cache_buckets[{i}].name", b.name)
         if not _is_int(b.min_tokens):
             raise ValueError(
@@ -306,7 +308,7 @@ class DRRQueue(_DRRCore):
             if not isinstance(q, int) or isinstance(q, bool) or q <= 0:
                 raise ValueError(f"{f}.quantum must be an integer > 0, got {q!r}")
             order = rc.get("queue_policy", "fcfs")
-            if order not in _ORDERS:
+            if not isinstance(order, str) or order not in _ORDERS:
                 raise ValueError(f"{f}.queue_policy must be 'fcfs' or 'wspt', got {order!r}")
             fam = rc.get("policy_family")
             if fam is not None:
@@ -334,6 +336,14 @@ class DRRQueue(_DRRCore):
     def classify(self, policy_family: str | None, uncached_tokens: int) -> str:
         """Class name for a request of ``policy_family`` with exact
         ``uncached_tokens`` (highest bucket floor <= uncached)."""
+        if policy_family is not None and not isinstance(policy_family, str):
+            raise TypeError(
+                f"policy_family must be a str or None, got {type(policy_family).__name__}"
+            )
+        if not _is_int(uncached_tokens):
+            raise TypeError(f"uncached_tokens must be an int, got {uncached_tokens!r}")
+        if uncached_tokens < 0:
+            raise ValueError(f"uncached_tokens must be an integer >= 0, got {uncached_tokens!r}")
         fam = policy_family if policy_family is not None else self._default_family
         if fam is None:
             if "default" in self.class_names and not self._routes:

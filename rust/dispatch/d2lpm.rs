@@ -82,22 +82,44 @@ impl State {
         let row = &mut self.q[c];
         if qw.is_infinite() {
             row.iter_mut().for_each(|x| *x = f64::INFINITY);
-            self.refills += 1;
+            self.refills = self.refills.saturating_add(1);
             return;
         }
-        // Rounds for w: smallest k with q + k*Q > 0, i.e. floor(-q/Q) + 1.
-        let k = row
-            .iter()
-            .map(|&x| (-x / qw).floor() + 1.0)
-            .fold(f64::INFINITY, f64::min)
-            .max(1.0);
-        row.iter_mut().for_each(|x| *x += k * qw);
-        self.refills += k as u64;
-        // Guard against rounding leaving every counter at exactly 0.
-        while row.iter().all(|&x| x <= 0.0) {
-            row.iter_mut().for_each(|x| *x += qw);
-            self.refills += 1;
+        // Rounds for w: smallest k with q + k*Q > 0, i.e. floor(-q/Q) + 1;
+        // the fewest rounds are those of the largest counter.
+        let best = row.iter().copied().fold(f64::MIN, f64::max);
+        let k = ((-best / qw).floor() + 1.0).max(1.0);
+        if k.is_finite() {
+            // fused: no overflow of k*Q on the way to a finite result
+            row.iter_mut().for_each(|x| *x = k.mul_add(qw, *x));
+        } else {
+            // -best/Q overflows (Q tiny next to the debt): k*Q is -best plus
+            // at most Q. `+= inf` would hand out infinite credit.
+            row.iter_mut().for_each(|x| *x = (*x - best) + qw);
         }
+        self.refills = self.refills.saturating_add(k as u64);
+        // Guard against rounding leaving every counter at exactly 0 (more
+        // rounds, as the while loop would do). Bounded: when the debt is
+        // beyond float precision adding `Q` changes nothing, and an unbounded
+        // loop would spin forever; then the least-indebted worker(s) get `Q`.
+        for _ in 0..64 {
+            if row.iter().any(|&x| x > 0.0) {
+                return;
+            }
+            row.iter_mut().for_each(|x| *x += qw);
+            self.refills = self.refills.saturating_add(1);
+        }
+        if row.iter().all(|&x| x <= 0.0) {
+            let best = row.iter().copied().fold(f64::MIN, f64::max);
+            row.iter_mut().filter(|x| **x == best).for_each(|x| *x = qw);
+        }
+    }
+
+    /// Charge `cost` to `q[c][w]`, saturating at `f64::MIN`: an overflowing
+    /// charge (`w_e * tokens` beyond `f64::MAX`) must not leave `-inf`,
+    /// which a refill would turn into NaN and no worker would be eligible.
+    fn charge(x: &mut f64, cost: f64) {
+        *x = (*x - cost).max(f64::MIN);
     }
 
     /// Algorithm 2's SelectWorker plus the dispatch-time charge.
@@ -115,13 +137,13 @@ impl State {
             let best = argmin_opt(load, cand);
             best.unwrap_or_else(|| argmin(load, (0..n).filter(|&w| row[w] > 0.0)))
         };
-        self.q[c][w] -= self.cfg.w_e * input_len as f64;
+        Self::charge(&mut self.q[c][w], self.cfg.w_e * input_len as f64);
         w
     }
 
     pub fn on_finish(&mut self, c: usize, w: usize, output_tokens: u64) {
         if let Some(row) = self.q.get_mut(c) {
-            row[w] -= self.cfg.w_q * output_tokens as f64;
+            Self::charge(&mut row[w], self.cfg.w_q * output_tokens as f64);
         }
     }
 }
@@ -140,6 +162,41 @@ fn argmin_opt(load: &[u64], it: impl Iterator<Item = usize>) -> Option<usize> {
 mod tests {
     use super::super::{Dispatcher, RequestId};
     use super::*;
+
+    #[test]
+    fn extreme_weights_never_leave_no_eligible_worker() {
+        // w_e * tokens overflows to inf: the charge saturates at f64::MIN
+        // (a -inf deficit refilled to NaN made every worker ineligible and
+        // argmin panicked).
+        for qw in [5e-324, 1.0, 1e300, f64::INFINITY] {
+            let cfg = D2lpmConfig {
+                worker_quantum: qw,
+                w_e: 1e308,
+                w_q: 1e308,
+            };
+            let mut d = Dispatcher::d2lpm(3, cfg).unwrap();
+            for i in 0..20 {
+                let w = d.dispatch(RequestId::Int(i), "a", &[1, 2, 3]).unwrap();
+                assert!(w < 3);
+                if i % 3 == 0 {
+                    d.on_finish(&RequestId::Int(i), u64::MAX).unwrap();
+                }
+            }
+            for w in 0..3 {
+                assert!(!d.deficit("a", w).unwrap().is_nan());
+            }
+        }
+        // a tiny quantum must not turn into infinite credit
+        let mut st = State::new(D2lpmConfig::new(5e-324));
+        st.q = vec![vec![-10.0, -20.0]];
+        st.refill(0);
+        assert!(st.q[0][0] > 0.0 && st.q[0][0].is_finite() && st.q[0][1] < 0.0);
+        // a debt beyond float precision: adding Q changes nothing
+        let mut st = State::new(D2lpmConfig::new(1.0));
+        st.q = vec![vec![-1e300, -2e300]];
+        st.refill(0);
+        assert!(st.q[0].iter().any(|&x| x > 0.0));
+    }
 
     #[test]
     fn refill_is_the_while_loop() {

@@ -7,12 +7,16 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyString};
 
+use super::args;
 use super::tokens::extract_tokens;
 use crate::dispatch::{AffinityConfig, D2lpmConfig, Dispatcher, Policy, RequestId};
 
 fn request_id(obj: &Bound<'_, PyAny>) -> PyResult<RequestId> {
     if let Ok(s) = obj.downcast::<PyString>() {
-        return Ok(RequestId::Str(s.to_str()?.to_string()));
+        let s = s.to_str().map_err(|_| {
+            PyValueError::new_err("request_id must be a valid str, got one with lone surrogates")
+        })?;
+        return Ok(RequestId::Str(s.to_string()));
     }
     if obj.downcast::<PyInt>().is_ok() {
         return obj.extract::<i64>().map(RequestId::Int).map_err(|_| {
@@ -57,17 +61,21 @@ impl PyDispatcher {
     fn dispatch(
         &mut self,
         request_id: &Bound<'_, PyAny>,
-        client: &str,
+        #[pyo3(from_py_with = args::client)] client: String,
         tokens: &Bound<'_, PyAny>,
     ) -> PyResult<usize> {
         let id = self::request_id(request_id)?;
         let toks = extract_tokens(tokens, "tokens")?;
-        Ok(self.inner.dispatch(id, client, &toks)?)
+        Ok(self.inner.dispatch(id, &client, &toks)?)
     }
 
     /// Report that an in-flight request finished with `output_tokens`
     /// output tokens; returns its worker. Unknown id: KeyError.
-    fn on_finish(&mut self, request_id: &Bound<'_, PyAny>, output_tokens: i64) -> PyResult<usize> {
+    fn on_finish(
+        &mut self,
+        request_id: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = args::output_tokens)] output_tokens: i64,
+    ) -> PyResult<usize> {
         let id = self::request_id(request_id)?;
         let n = count("output_tokens", output_tokens)?;
         Ok(self.inner.on_finish(&id, n)?)
@@ -78,7 +86,12 @@ impl PyDispatcher {
     /// `tokens[:kept]` (default 0: none of it). Returns the number of tree
     /// nodes the worker was removed from (0 for dispatchers without a tree).
     #[pyo3(signature = (worker, tokens, kept = 0))]
-    fn on_evict(&mut self, worker: i64, tokens: &Bound<'_, PyAny>, kept: i64) -> PyResult<usize> {
+    fn on_evict(
+        &mut self,
+        #[pyo3(from_py_with = args::worker)] worker: i64,
+        tokens: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = args::kept)] kept: i64,
+    ) -> PyResult<usize> {
         let w = worker_index("worker", worker)?;
         let kept = worker_index("kept", kept)?;
         let toks = extract_tokens(tokens, "tokens")?;
@@ -99,7 +112,11 @@ impl PyDispatcher {
     }
 
     /// Length of the prefix of `tokens` that `worker` is believed to hold.
-    fn held_len(&self, worker: i64, tokens: &Bound<'_, PyAny>) -> PyResult<usize> {
+    fn held_len(
+        &self,
+        #[pyo3(from_py_with = args::worker)] worker: i64,
+        tokens: &Bound<'_, PyAny>,
+    ) -> PyResult<usize> {
         let w = worker_index("worker", worker)?;
         let toks = extract_tokens(tokens, "tokens")?;
         Ok(self.inner.held_len(&toks, w)?)
@@ -175,10 +192,10 @@ impl PyD2LPM {
     #[new]
     #[pyo3(signature = (num_workers, worker_quantum, w_e = 1.0, w_q = 2.0))]
     fn new(
-        num_workers: i64,
-        worker_quantum: f64,
-        w_e: f64,
-        w_q: f64,
+        #[pyo3(from_py_with = args::num_workers)] num_workers: i64,
+        #[pyo3(from_py_with = args::worker_quantum)] worker_quantum: f64,
+        #[pyo3(from_py_with = args::w_e)] w_e: f64,
+        #[pyo3(from_py_with = args::w_q)] w_q: f64,
     ) -> PyResult<(Self, PyDispatcher)> {
         let cfg = D2lpmConfig {
             worker_quantum,
@@ -192,9 +209,13 @@ impl PyD2LPM {
     }
 
     /// Deficit `q[client][worker]` (0 for a client never seen).
-    fn deficit(slf: PyRef<'_, Self>, client: &str, worker: i64) -> PyResult<f64> {
+    fn deficit(
+        slf: PyRef<'_, Self>,
+        #[pyo3(from_py_with = args::client)] client: String,
+        #[pyo3(from_py_with = args::worker)] worker: i64,
+    ) -> PyResult<f64> {
         let w = worker_index("worker", worker)?;
-        Ok(slf.as_super().inner.deficit(client, w)?)
+        Ok(slf.as_super().inner.deficit(&client, w)?)
     }
 
     /// `Q_w`.
@@ -230,7 +251,9 @@ pub struct PyRoundRobin;
 #[pymethods]
 impl PyRoundRobin {
     #[new]
-    fn new(num_workers: i64) -> PyResult<(Self, PyDispatcher)> {
+    fn new(
+        #[pyo3(from_py_with = args::num_workers)] num_workers: i64,
+    ) -> PyResult<(Self, PyDispatcher)> {
         Ok((
             PyRoundRobin,
             base(Dispatcher::round_robin(self::num_workers(num_workers)?))?,
@@ -245,7 +268,9 @@ pub struct PyLeastLoaded;
 #[pymethods]
 impl PyLeastLoaded {
     #[new]
-    fn new(num_workers: i64) -> PyResult<(Self, PyDispatcher)> {
+    fn new(
+        #[pyo3(from_py_with = args::num_workers)] num_workers: i64,
+    ) -> PyResult<(Self, PyDispatcher)> {
         Ok((
             PyLeastLoaded,
             base(Dispatcher::least_loaded(self::num_workers(num_workers)?))?,
@@ -261,7 +286,9 @@ pub struct PyClientRoundRobin;
 #[pymethods]
 impl PyClientRoundRobin {
     #[new]
-    fn new(num_workers: i64) -> PyResult<(Self, PyDispatcher)> {
+    fn new(
+        #[pyo3(from_py_with = args::num_workers)] num_workers: i64,
+    ) -> PyResult<(Self, PyDispatcher)> {
         Ok((
             PyClientRoundRobin,
             base(Dispatcher::client_round_robin(self::num_workers(
@@ -283,10 +310,10 @@ impl PyPrefixAffinity {
     #[new]
     #[pyo3(signature = (num_workers, abs_threshold = 32.0, rel_threshold = 1.5, match_threshold = 0.5))]
     fn new(
-        num_workers: i64,
-        abs_threshold: f64,
-        rel_threshold: f64,
-        match_threshold: f64,
+        #[pyo3(from_py_with = args::num_workers)] num_workers: i64,
+        #[pyo3(from_py_with = args::abs_threshold)] abs_threshold: f64,
+        #[pyo3(from_py_with = args::rel_threshold)] rel_threshold: f64,
+        #[pyo3(from_py_with = args::match_threshold)] match_threshold: f64,
     ) -> PyResult<(Self, PyDispatcher)> {
         let cfg = AffinityConfig {
             abs_threshold,

@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFrozenSet, PySet, PyString, PyTuple};
 
 use crate::drr::{ClassSpec, DrrQueue, PushArgs, QueueOrder, Snapshot};
+use crate::python::args;
 
 /// Extract a non-negative integer, naming `field` on error.
 fn non_negative_int(field: &str, v: &Bound<'_, PyAny>) -> PyResult<u64> {
@@ -142,17 +143,17 @@ impl PyDrrCore {
         &mut self,
         py: Python<'_>,
         item: Py<PyAny>,
-        class_name: &str,
+        #[pyo3(from_py_with = args::class_name)] class_name: String,
         cost: &Bound<'_, PyAny>,
-        strict_priority: i64,
-        priority_jump: f64,
-        arrival: Option<f64>,
+        #[pyo3(from_py_with = args::strict_priority)] strict_priority: i64,
+        #[pyo3(from_py_with = args::priority_jump)] priority_jump: f64,
+        #[pyo3(from_py_with = args::arrival_opt)] arrival: Option<f64>,
     ) -> PyResult<u64> {
         let cost = non_negative_int("cost", cost)?;
         self.push_impl(
             py,
             item,
-            class_name,
+            &class_name,
             Snapshot::from_cost(cost),
             strict_priority,
             priority_jump,
@@ -167,12 +168,12 @@ impl PyDrrCore {
         &mut self,
         py: Python<'_>,
         item: Py<PyAny>,
-        class_name: &str,
+        #[pyo3(from_py_with = args::class_name)] class_name: String,
         raw_isl_tokens: &Bound<'_, PyAny>,
         cached_tokens: &Bound<'_, PyAny>,
-        strict_priority: i64,
-        priority_jump: f64,
-        arrival: Option<f64>,
+        #[pyo3(from_py_with = args::strict_priority)] strict_priority: i64,
+        #[pyo3(from_py_with = args::priority_jump)] priority_jump: f64,
+        #[pyo3(from_py_with = args::arrival_opt)] arrival: Option<f64>,
     ) -> PyResult<u64> {
         let raw = non_negative_int("raw_isl_tokens", raw_isl_tokens)?;
         let cached = non_negative_int("cached_tokens", cached_tokens)?;
@@ -180,7 +181,7 @@ impl PyDrrCore {
         self.push_impl(
             py,
             item,
-            class_name,
+            &class_name,
             snap,
             strict_priority,
             priority_jump,
@@ -231,31 +232,59 @@ impl PyDrrCore {
     }
 
     /// Remove a queued request by the ticket `push` returned; returns the item.
-    fn remove(&mut self, ticket: u64) -> PyResult<Py<PyAny>> {
-        Ok(self.q.remove(ticket)?.1.item)
+    fn remove(&mut self, ticket: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        // Tickets are u64; any other int cannot name a queued request.
+        let t = match ticket.extract::<u64>() {
+            Ok(t) => t,
+            Err(_) if ticket.is_instance_of::<pyo3::types::PyInt>() => {
+                return Err(pyo3::exceptions::PyKeyError::new_err(format!(
+                    "ticket {ticket} is not queued"
+                )))
+            }
+            Err(_) => {
+                return Err(PyTypeError::new_err(format!(
+                    "ticket must be an int, got {}",
+                    ticket.get_type().name()?
+                )))
+            }
+        };
+        Ok(self.q.remove(t)?.1.item)
     }
 
     /// The class's current credit (earned, unspent).
-    fn deficit(&self, class_name: &str) -> PyResult<u128> {
-        Ok(self.q.deficit(self.idx(class_name)?))
+    fn deficit(
+        &self,
+        #[pyo3(from_py_with = args::class_name)] class_name: String,
+    ) -> PyResult<u128> {
+        Ok(self.q.deficit(self.idx(&class_name)?))
     }
 
     /// Number of queued requests in the class.
-    fn depth(&self, class_name: &str) -> PyResult<usize> {
-        Ok(self.q.depth(self.idx(class_name)?))
+    fn depth(
+        &self,
+        #[pyo3(from_py_with = args::class_name)] class_name: String,
+    ) -> PyResult<usize> {
+        Ok(self.q.depth(self.idx(&class_name)?))
     }
 
     /// The class head (the request arbitration would consider), or None.
-    fn head(&self, py: Python<'_>, class_name: &str) -> PyResult<Option<Py<PyAny>>> {
+    fn head(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::class_name)] class_name: String,
+    ) -> PyResult<Option<Py<PyAny>>> {
         Ok(self
             .q
-            .head(self.idx(class_name)?)
+            .head(self.idx(&class_name)?)
             .map(|e| e.item.clone_ref(py)))
     }
 
     /// Scheduling cost of the class head, or None when empty.
-    fn head_cost(&self, class_name: &str) -> PyResult<Option<u64>> {
-        Ok(self.q.head(self.idx(class_name)?).map(|e| e.snapshot.cost))
+    fn head_cost(
+        &self,
+        #[pyo3(from_py_with = args::class_name)] class_name: String,
+    ) -> PyResult<Option<u64>> {
+        Ok(self.q.head(self.idx(&class_name)?).map(|e| e.snapshot.cost))
     }
 
     /// Name of the class the next pop starts its scan from.

@@ -4,10 +4,12 @@
 //! through a dict and stores `(request_id, item)` as the core payload.
 
 use pyo3::exceptions::{PyKeyError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::dualphase::{DualPhase, Phase};
+use crate::python::args;
 
 type Slots<'py> = Vec<Bound<'py, PyTuple>>;
 
@@ -50,8 +52,8 @@ impl PyDualPhase {
     #[pyo3(signature = (think_batch_multiplier = 2.5, min_think_reservation = 1))]
     fn new(
         py: Python<'_>,
-        think_batch_multiplier: f64,
-        min_think_reservation: i64,
+        #[pyo3(from_py_with = args::think_batch_multiplier)] think_batch_multiplier: f64,
+        #[pyo3(from_py_with = args::min_think_reservation)] min_think_reservation: i64,
     ) -> PyResult<Self> {
         let r = count("min_think_reservation", min_think_reservation)?;
         Ok(PyDualPhase {
@@ -72,37 +74,58 @@ impl PyDualPhase {
     }
 
     /// Queue ``request_id`` (any hashable, unique) at the back of ``phase``.
-    #[pyo3(signature = (request_id, item = None, phase = "think"))]
+    #[pyo3(
+        signature = (request_id, item = None, phase = String::from("think")),
+        text_signature = "($self, request_id, item=None, phase='think')"
+    )]
     fn add(
         &mut self,
         py: Python<'_>,
         request_id: &Bound<'_, PyAny>,
         item: Option<Py<PyAny>>,
-        phase: &str,
+        #[pyo3(from_py_with = args::phase)] phase: String,
     ) -> PyResult<()> {
-        let phase = Phase::parse(phase)?;
+        let phase = Phase::parse(&phase)?;
         let keys = self.keys.bind(py);
-        if keys.get_item(request_id)?.is_some() {
+        let k = self.next_key;
+        // One dict operation (one hash of `request_id`): if it raises, nothing
+        // changed; a get-then-set pair could fail half way (a `__hash__` that
+        // raises on its second call) and leave the core and the dict apart.
+        let got: u64 = keys
+            .call_method1(intern!(py, "setdefault"), (request_id, k))?
+            .extract()?;
+        if got != k {
             return Err(PyValueError::new_err(format!(
                 "request_id {} is already queued",
                 request_id.repr()?
             )));
         }
-        let k = self.next_key;
         let item = item.unwrap_or_else(|| py.None());
-        self.core
-            .add(k, (request_id.clone().unbind(), item), phase)?;
-        keys.set_item(request_id, k)?;
+        if let Err(e) = self.core.add(k, (request_id.clone().unbind(), item), phase) {
+            keys.del_item(request_id)?;
+            return Err(e.into());
+        }
         self.next_key += 1;
         Ok(())
     }
 
     /// Remove a request; returns its item. ``KeyError`` if not queued.
     fn remove(&mut self, request_id: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        let k = self.key_of(request_id)?;
-        let (_, (_, item)) = self.core.remove(&k)?;
-        self.keys.bind(request_id.py()).del_item(request_id)?;
-        Ok(item)
+        // Forget the id first, in one dict operation (KeyError if absent):
+        // removing from the core first and then failing to forget the id (a
+        // raising `__hash__`) left a stale key that made `phase_of` panic.
+        let py = request_id.py();
+        let keys = self.keys.bind(py);
+        let k: u64 = keys
+            .call_method1(intern!(py, "pop"), (request_id,))?
+            .extract()?;
+        match self.core.remove(&k) {
+            Ok((_, (_, item))) => Ok(item),
+            Err(e) => {
+                keys.set_item(request_id, k)?;
+                Err(e.into())
+            }
+        }
     }
 
     /// End of think: move the request to the front of ``output`` before the
@@ -124,8 +147,8 @@ impl PyDualPhase {
     fn schedule_phases<'py>(
         &mut self,
         py: Python<'py>,
-        output_budget: i64,
-        available_blocks: i64,
+        #[pyo3(from_py_with = args::output_budget)] output_budget: i64,
+        #[pyo3(from_py_with = args::available_blocks)] available_blocks: i64,
     ) -> PyResult<(Slots<'py>, Slots<'py>)> {
         let b = count("output_budget", output_budget)?;
         let a = count("available_blocks", available_blocks)?;
@@ -141,8 +164,8 @@ impl PyDualPhase {
     fn schedule<'py>(
         &mut self,
         py: Python<'py>,
-        output_budget: i64,
-        available_blocks: i64,
+        #[pyo3(from_py_with = args::output_budget)] output_budget: i64,
+        #[pyo3(from_py_with = args::available_blocks)] available_blocks: i64,
     ) -> PyResult<Bound<'py, PyList>> {
         let (mut out, think) = self.schedule_phases(py, output_budget, available_blocks)?;
         out.extend(think);
@@ -151,8 +174,12 @@ impl PyDualPhase {
 
     /// Request ids of ``phase`` in queue order.
     #[pyo3(signature = (phase))]
-    fn ids<'py>(&self, py: Python<'py>, phase: &str) -> PyResult<Bound<'py, PyList>> {
-        let phase = Phase::parse(phase)?;
+    fn ids<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = args::phase)] phase: String,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let phase = Phase::parse(&phase)?;
         let v: Vec<_> = self
             .core
             .iter_phase(phase)
@@ -166,10 +193,13 @@ impl PyDualPhase {
 
     /// Queue length of one phase (``None``: both).
     #[pyo3(signature = (phase = None))]
-    fn len(&self, phase: Option<&str>) -> PyResult<usize> {
+    fn len(
+        &self,
+        #[pyo3(from_py_with = args::phase_opt)] phase: Option<String>,
+    ) -> PyResult<usize> {
         Ok(match phase {
             None => self.core.len(),
-            Some(p) => self.core.len_phase(Phase::parse(p)?),
+            Some(p) => self.core.len_phase(Phase::parse(&p)?),
         })
     }
 

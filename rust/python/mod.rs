@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 
 use crate::error::Error;
 
+pub mod args;
 pub mod dispatch;
 pub mod drr;
 pub mod dualphase;

@@ -4,6 +4,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyString};
 
+use crate::python::args;
 use crate::python::tokens::extract_tokens;
 use crate::radix::{Namespace, RadixTree};
 
@@ -16,7 +17,12 @@ pub fn extract_namespace(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Namespace> 
         return Ok(Namespace::Default);
     }
     if let Ok(s) = o.downcast::<PyString>() {
-        return Ok(Namespace::Str(s.to_str()?.to_owned()));
+        return match s.to_str() {
+            Ok(s) => Ok(Namespace::Str(s.to_owned())),
+            Err(_) => Err(PyValueError::new_err(
+                "namespace must be a valid str, got one with lone surrogates",
+            )),
+        };
     }
     if o.is_instance_of::<PyInt>() && !o.is_instance_of::<PyBool>() {
         return o.extract::<i64>().map(Namespace::Int).map_err(|_| {
@@ -39,7 +45,10 @@ pub struct PyRadixTree {
 impl PyRadixTree {
     #[new]
     #[pyo3(signature = (capacity = None, page_size = 1))]
-    fn new(capacity: Option<i64>, page_size: i64) -> PyResult<Self> {
+    fn new(
+        #[pyo3(from_py_with = args::capacity)] capacity: Option<i64>,
+        #[pyo3(from_py_with = args::page_size)] page_size: i64,
+    ) -> PyResult<Self> {
         let cap = match capacity {
             None => None,
             Some(c) if c >= 0 => Some(c as usize),
@@ -108,7 +117,7 @@ impl PyRadixTree {
     }
 
     /// Free LRU unlocked leaves until `n_tokens` are freed; returns tokens freed.
-    fn evict(&mut self, n_tokens: i64) -> PyResult<usize> {
+    fn evict(&mut self, #[pyo3(from_py_with = args::n_tokens)] n_tokens: i64) -> PyResult<usize> {
         if n_tokens < 0 {
             return Err(PyValueError::new_err(format!(
                 "n_tokens must be an int >= 0, got {n_tokens}"

@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple, PyWeakrefMethods, PyWeakrefReference};
 
 use crate::heap::Handle;
+use crate::python::args;
 use crate::wfq::{FastMap, Tags, VirtualClock, Wfq};
 
 /// Live handles of one item (an item may be queued more than once).
@@ -265,10 +266,10 @@ impl PyWfqQueue {
     fn add(
         &mut self,
         item: &Bound<'_, PyAny>,
-        tokens: f64,
+        #[pyo3(from_py_with = args::tokens)] tokens: f64,
         flow: Option<&Bound<'_, PyAny>>,
-        weight: f64,
-        arrival: f64,
+        #[pyo3(from_py_with = args::weight)] weight: f64,
+        #[pyo3(from_py_with = args::arrival)] arrival: f64,
     ) -> PyResult<()> {
         self.fresh_add(item, tokens, flow, weight, arrival)
     }
@@ -330,10 +331,10 @@ impl PyWfqQueue {
     fn prepend(
         &mut self,
         item: &Bound<'_, PyAny>,
-        tokens: Option<f64>,
+        #[pyo3(from_py_with = args::tokens_opt)] tokens: Option<f64>,
         flow: Option<&Bound<'_, PyAny>>,
-        weight: f64,
-        arrival: f64,
+        #[pyo3(from_py_with = args::weight)] weight: f64,
+        #[pyo3(from_py_with = args::arrival)] arrival: f64,
     ) -> PyResult<()> {
         let py = item.py();
         if let Some(d) = self.departed_of(item) {
@@ -371,7 +372,11 @@ impl PyWfqQueue {
     /// Partial prefill: ``remaining`` tokens are still needed, so
     /// ``F = S + remaining / weight`` and the order is restored. Returns the
     /// new ``F``. ``KeyError`` if ``item`` is not queued.
-    fn update_remaining(&mut self, item: &Bound<'_, PyAny>, remaining: f64) -> PyResult<f64> {
+    fn update_remaining(
+        &mut self,
+        item: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = args::remaining)] remaining: f64,
+    ) -> PyResult<f64> {
         let h = self
             .first_handle(item)
             .ok_or_else(|| PyKeyError::new_err("update_remaining(item): item not in queue"))?;

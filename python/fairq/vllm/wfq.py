@@ -39,6 +39,8 @@ finish tag of each popped request) to bound every request's wait, e.g.
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Literal
 
@@ -53,6 +55,27 @@ VirtualClock = Literal["start", "finish"]
 _MISSING = object()
 
 
+def _count(field: str, v: Any) -> int:
+    """``v`` as an int >= 0: ints (and numpy ints) as they are, finite floats
+    truncated; anything else raises naming ``field``."""
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(f"request {field} must be a finite number >= 0, got {v!r}")
+        n = int(v)
+    elif isinstance(v, bool):
+        raise TypeError(f"request {field} must be an int, got bool {v!r}")
+    else:
+        try:
+            n = operator.index(v)
+        except TypeError:
+            raise TypeError(
+                f"request {field} must be an int, got {type(v).__name__}"
+            ) from None
+    if n < 0:
+        raise ValueError(f"request {field} must be >= 0, got {v!r}")
+    return n
+
+
 def request_tokens(request: Any) -> int:
     """Prompt length + max new tokens of a vLLM-like request."""
     n = getattr(request, "num_prompt_tokens", None)
@@ -63,12 +86,19 @@ def request_tokens(request: Any) -> int:
                 "request has neither a num_prompt_tokens nor a prompt_token_ids attribute: "
                 f"{type(request).__name__}"
             )
-        n = len(ids)
+        try:
+            n = len(ids)
+        except TypeError:
+            raise TypeError(
+                f"request prompt_token_ids must be a sequence, got {type(ids).__name__}"
+            ) from None
+    else:
+        n = _count("num_prompt_tokens", n)
     sp = getattr(request, "sampling_params", None)
     mt = getattr(sp, "max_tokens", None) if sp is not None else None
     if mt is None:
         mt = getattr(request, "max_tokens", None)
-    return int(n) + (int(mt) if mt is not None else 0)
+    return n + (_count("max_tokens", mt) if mt is not None else 0)
 
 
 class WFQRequestQueue(WFQQueue, RequestQueue):
@@ -127,13 +157,21 @@ class WFQRequestQueue(WFQQueue, RequestQueue):
         if not math.isfinite(weight) or weight <= 0:
             raise ValueError(f"request weight must be a finite number > 0, got {weight!r}")
         arrival = getattr(request, "arrival_time", 0.0)
-        return self._flow_of(request), request_tokens(request), float(weight), float(arrival)
+        if isinstance(arrival, bool) or not isinstance(arrival, numbers.Real):
+            raise TypeError(f"request arrival_time must be a number, got {type(arrival).__name__}")
+        try:
+            arrival = float(arrival)
+        except OverflowError:
+            raise ValueError(f"request arrival_time is too large, got {arrival!r}") from None
+        return self._flow_of(request), request_tokens(request), float(weight), arrival
 
     def add_request(self, request: Any) -> None:
         """Queue ``request`` with its flow, weight, arrival and size read now."""
+        # Read first: a flow_key callback runs user code that may itself queue
+        # this request, so the duplicate check must come after it.
+        flow, tokens, weight, arrival = self._read(request)
         if request in self:
             raise ValueError("request is already in the queue")
-        flow, tokens, weight, arrival = self._read(request)
         self.add(request, tokens=tokens, flow=flow, weight=weight, arrival=arrival)
 
     def pop_request(self) -> Any:
@@ -160,6 +198,7 @@ class WFQRequestQueue(WFQQueue, RequestQueue):
             if id(r) in fresh and (r in self or id(r) in seen):
                 raise ValueError("request is already in the queue")
             seen.add(id(r))
+        self._check_fresh([fresh[id(r)] for r in rs if id(r) in fresh])
         for r in rs:
             args = fresh.get(id(r))
             if args is None:
@@ -167,6 +206,35 @@ class WFQRequestQueue(WFQQueue, RequestQueue):
             else:
                 flow, tokens, weight, arrival = args
                 self.add(r, tokens=tokens, flow=flow, weight=weight, arrival=arrival)
+
+    def _check_fresh(self, batch: list[tuple[Hashable | None, int, float, float]]) -> None:
+        """Raise what ``add`` would raise for any of ``batch`` (added in order),
+        before anything is added: the virtual finish time ``F = max(V,
+        F_last[flow]) + tokens / weight`` must be finite, chaining per flow."""
+        v = self.virtual_time
+        last: dict[Hashable, float] = {}
+        for flow, tokens, weight, _ in batch:
+            try:
+                t = float(tokens)
+            except OverflowError:
+                raise ValueError(
+                    "request tokens must be a finite number, got an int too large for a "
+                    f"float ({len(str(tokens))} digits)"
+                ) from None
+            start = v
+            if flow is not None:
+                prev = last.get(flow)
+                if prev is None:
+                    prev = self.flow_last_finish(flow)
+                if prev is not None:
+                    start = max(v, prev)
+            finish = start + t / weight
+            if not math.isfinite(finish):
+                raise ValueError(
+                    f"virtual finish time overflows: start {start} + tokens {t} / weight {weight}"
+                )
+            if flow is not None:
+                last[flow] = finish
 
     def remove_request(self, request: Any) -> None:
         """Remove ``request`` (by identity) in O(log n); ``ValueError`` if absent."""

@@ -1,0 +1,154 @@
+//! Argument conversions that name the field on every failure.
+//!
+//! pyo3's own `i64` / `f64` extraction raises `OverflowError` ("Python int
+//! too large to convert to C long", "int too large to convert to float") for
+//! huge ints without saying which argument was wrong. These helpers turn that
+//! into a `ValueError` naming the field and the value, and a wrong type into
+//! a `TypeError` naming the field; any other exception (one raised by a
+//! user's `__index__` / `__float__`) propagates unchanged. Use them through
+//! `#[pyo3(from_py_with = ...)]` with the small named extractors below, so
+//! signatures keep their plain Rust types and defaults.
+
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+
+fn type_name(v: &Bound<'_, PyAny>) -> String {
+    v.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".to_owned())
+}
+
+/// `str(v)`, shortened when long (a 2**2000 would fill a screen).
+fn shown(v: &Bound<'_, PyAny>) -> String {
+    let s = v.to_string();
+    let n = s.chars().count();
+    if n <= 40 {
+        s
+    } else {
+        format!("{}... ({n} digits)", s.chars().take(20).collect::<String>())
+    }
+}
+
+/// `v` as an `i64`; out of range: `ValueError`, not an int: `TypeError`.
+pub fn int_arg(field: &str, v: &Bound<'_, PyAny>) -> PyResult<i64> {
+    v.extract::<i64>().map_err(|e| {
+        let py = v.py();
+        if e.is_instance_of::<PyOverflowError>(py) {
+            PyValueError::new_err(format!(
+                "{field} = {} is out of range (must fit in a signed 64-bit integer)",
+                shown(v)
+            ))
+        } else if e.is_instance_of::<PyTypeError>(py) {
+            PyTypeError::new_err(format!("{field} must be an int, got {}", type_name(v)))
+        } else {
+            e
+        }
+    })
+}
+
+/// `v` as an `f64`; an int too large for a float: `ValueError`, not a
+/// number: `TypeError`. (NaN and infinities pass; callers validate them.)
+pub fn float_arg(field: &str, v: &Bound<'_, PyAny>) -> PyResult<f64> {
+    v.extract::<f64>().map_err(|e| {
+        let py = v.py();
+        if e.is_instance_of::<PyOverflowError>(py) {
+            PyValueError::new_err(format!(
+                "{field} must be a finite number, got an int too large for a float: {}",
+                shown(v)
+            ))
+        } else if e.is_instance_of::<PyTypeError>(py) {
+            PyTypeError::new_err(format!("{field} must be a number, got {}", type_name(v)))
+        } else {
+            e
+        }
+    })
+}
+
+/// `v` as a `String`; not a str: `TypeError`, a str that is not valid
+/// Unicode (lone surrogates): `ValueError`; both name `field` (pyo3's `&str`
+/// extraction raises a bare `UnicodeEncodeError` for the latter).
+pub fn str_arg(field: &str, v: &Bound<'_, PyAny>) -> PyResult<String> {
+    let s = v.downcast::<PyString>().map_err(|_| {
+        PyTypeError::new_err(format!("{field} must be a str, got {}", type_name(v)))
+    })?;
+    s.to_str().map(str::to_owned).map_err(|_| {
+        PyValueError::new_err(format!(
+            "{field} must be a valid str, got one with lone surrogates"
+        ))
+    })
+}
+
+/// Named `i64` / `f64` / `String` extractors for `#[pyo3(from_py_with = ...)]`.
+macro_rules! named {
+    ($($name:ident: $f:ident($field:literal) -> $t:ty;)*) => {$(
+        pub fn $name(v: &Bound<'_, PyAny>) -> PyResult<$t> {
+            $f($field, v)
+        }
+    )*};
+}
+
+named! {
+    num_workers: int_arg("num_workers") -> i64;
+    output_tokens: int_arg("output_tokens") -> i64;
+    worker: int_arg("worker") -> i64;
+    kept: int_arg("kept") -> i64;
+    worker_quantum: float_arg("worker_quantum") -> f64;
+    w_e: float_arg("w_e") -> f64;
+    w_q: float_arg("w_q") -> f64;
+    abs_threshold: float_arg("abs_threshold") -> f64;
+    rel_threshold: float_arg("rel_threshold") -> f64;
+    match_threshold: float_arg("match_threshold") -> f64;
+    page_size: int_arg("page_size") -> i64;
+    n_tokens: int_arg("n_tokens") -> i64;
+    output_budget: int_arg("output_budget") -> i64;
+    available_blocks: int_arg("available_blocks") -> i64;
+    min_think_reservation: int_arg("min_think_reservation") -> i64;
+    think_batch_multiplier: float_arg("think_batch_multiplier") -> f64;
+    strict_priority: int_arg("strict_priority") -> i64;
+    priority_jump: float_arg("priority_jump") -> f64;
+    tokens: float_arg("tokens") -> f64;
+    weight: float_arg("weight") -> f64;
+    arrival: float_arg("arrival") -> f64;
+    remaining: float_arg("remaining") -> f64;
+    client: str_arg("client") -> String;
+    class_name: str_arg("class_name") -> String;
+    phase: str_arg("phase") -> String;
+}
+
+/// `capacity`: `None` or an int (see [`int_arg`]).
+pub fn capacity(v: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+    if v.is_none() {
+        Ok(None)
+    } else {
+        int_arg("capacity", v).map(Some)
+    }
+}
+
+/// `arrival`: `None` or a number (see [`float_arg`]).
+pub fn arrival_opt(v: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
+    if v.is_none() {
+        Ok(None)
+    } else {
+        float_arg("arrival", v).map(Some)
+    }
+}
+
+/// `phase`: `None` or a str (see [`str_arg`]).
+pub fn phase_opt(v: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    if v.is_none() {
+        Ok(None)
+    } else {
+        str_arg("phase", v).map(Some)
+    }
+}
+
+/// `tokens`: `None` or a number (see [`float_arg`]).
+pub fn tokens_opt(v: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
+    if v.is_none() {
+        Ok(None)
+    } else {
+        float_arg("tokens", v).map(Some)
+    }
+}
