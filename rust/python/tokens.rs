@@ -13,7 +13,7 @@
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
-use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyList, PyString, PyTuple, PyType};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyList, PyString, PyTuple, PyType};
 
 fn from_ne_bytes(bytes: &[u8], field: &str) -> PyResult<Vec<u32>> {
     if bytes.len() % 4 != 0 {
@@ -56,14 +56,13 @@ fn bad_item(it: &Bound<'_, PyAny>, i: usize, field: &str) -> PyErr {
     PyTypeError::new_err(format!("{field}[{i}] must be an int token id, got {ty}"))
 }
 
-/// One item: exact ints take the direct path; subclasses of int other than
-/// bool and int-likes (`__index__`, e.g. numpy integers) are extracted too.
+/// One item: an int or an int-like (`__index__`, e.g. numpy integers), not
+/// a bool. A bool extracts as 0 or 1, so only those values pay the type
+/// check.
 #[inline]
 fn item(it: &Bound<'_, PyAny>, i: usize, field: &str) -> PyResult<u32> {
-    if !it.is_exact_instance_of::<PyInt>() && it.is_instance_of::<PyBool>() {
-        return Err(bad_item(it, i, field));
-    }
     match it.extract::<i64>() {
+        Ok(0 | 1) if it.is_instance_of::<PyBool>() => Err(bad_item(it, i, field)),
         Ok(v) => check_id(v, i, field),
         Err(_) => Err(bad_item(it, i, field)),
     }
@@ -80,12 +79,23 @@ fn from_iter<'py>(
     Ok(out)
 }
 
-fn from_list(l: &Bound<'_, PyList>, field: &str) -> PyResult<Vec<u32>> {
-    let mut out = Vec::with_capacity(l.len());
-    for (i, it) in l.iter().enumerate() {
+/// A tuple's items are read as borrowed references (no refcount traffic per
+/// item): a tuple cannot change while we hold it, even if an item's
+/// `__index__` runs Python code.
+fn from_tuple(t: &Bound<'_, PyTuple>, field: &str) -> PyResult<Vec<u32>> {
+    let mut out = Vec::with_capacity(t.len());
+    for (i, it) in t.iter_borrowed().enumerate() {
         out.push(item(&it, i, field)?);
     }
     Ok(out)
+}
+
+/// A list is first copied to a tuple (one C-level pass), then read like a
+/// tuple: cheaper than fetching each item through the list API with its
+/// reference count, and immune to the list being mutated by an item's
+/// `__index__` while we read it.
+fn from_list(l: &Bound<'_, PyList>, field: &str) -> PyResult<Vec<u32>> {
+    from_tuple(&l.to_tuple(), field)
 }
 
 mod num_big {
@@ -107,7 +117,7 @@ pub fn extract_tokens(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Vec<u32>>
         return from_list(l, field);
     }
     if let Ok(t) = obj.downcast::<PyTuple>() {
-        return from_iter(t.iter(), field);
+        return from_tuple(t, field);
     }
     if let Ok(b) = obj.downcast::<PyBytes>() {
         return from_ne_bytes(b.as_bytes(), field);
