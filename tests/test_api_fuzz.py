@@ -1033,6 +1033,7 @@ SCHEDULERS: list[Callable[[], Any]] = [
     lambda: fairq.LPM(fairq.RadixTree()),
     lambda: fairq.VTC(fairq.RadixTree(), w_in=1.0, w_out=2.0),
     lambda: fairq.DLPM(fairq.RadixTree(), quantum=8.0),
+    lambda: fairq.DLPM(fairq.RadixTree(), quantum=5e-324, w_e=1e308, w_q=1e308),
 ]
 
 
@@ -1556,6 +1557,22 @@ def test_dlpm_extreme_weights_deficit_stays_finite() -> None:
     s.add("b", "x", [2] * 3)
     s.schedule(100)
     assert math.isfinite(s.deficit("x"))
+    s.charge_output("a", 10**6)
+    s.recharge_extend("a", 0)
+    s.recharge_extend("a", 10)
+    assert math.isfinite(s.deficit("x"))
+    s._check()
+
+
+def test_dlpm_tiny_quantum_is_not_infinite_credit() -> None:
+    s = fairq.DLPM(fairq.RadixTree(), 5e-324)
+    for i in range(6):
+        s.add(i, "a", [1, 2, 3])
+        s.add(10 + i, "b", [4, 5])
+    got = s.schedule(100)
+    assert len(got) == 12
+    assert all(math.isfinite(s.deficit(c)) for c in ("a", "b"))
+    s._check()
 
 
 @FUZZ
