@@ -1083,6 +1083,11 @@ const NATIVE_REFILLS: u64 = 64;
 /// of `x`, such as any integer or dyadic quantum with moderate deficits);
 /// otherwise it is the more accurate of the two. Where sequential additions
 /// would stall (`x + quantum == x`), the closed form still terminates.
+/// `x + j * quantum` is fused (one rounding, no overflow of `j * quantum`).
+/// When the count itself is beyond `f64` (a denormal `quantum` against a
+/// normal debt, or a debt saturated at `f64::MIN`, see `add_deficit`), the
+/// count saturates and the deficit becomes `quantum`, the top of the
+/// `(0, quantum]` interval the exact result lies in: never `+inf` credit.
 fn refill_steps(q: f64, quantum: f64, limit: u64) -> (u64, f64) {
     let mut x = q;
     let mut n = 0u64;
