@@ -1027,16 +1027,13 @@ def test_radix_messages_name_fields() -> None:
 # ------------------------------------------------------------- local schedulers
 
 
-#: Known, not yet fixed in rust/python/sched.rs (owned by another helper):
-#: i64/f64 arguments raise a bare OverflowError for huge ints (xfail tests below).
-SCHED_KNOWN: tuple[type[BaseException], ...] = (OverflowError,)
-
 SCHEDULERS: list[Callable[[], Any]] = [
     lambda: fairq.FCFS(),
     lambda: fairq.FCFS(fairq.RadixTree()),
     lambda: fairq.LPM(fairq.RadixTree()),
     lambda: fairq.VTC(fairq.RadixTree(), w_in=1.0, w_out=2.0),
     lambda: fairq.DLPM(fairq.RadixTree(), quantum=8.0),
+    lambda: fairq.DLPM(fairq.RadixTree(), quantum=5e-324, w_e=1e308, w_q=1e308),
 ]
 
 
@@ -1069,9 +1066,7 @@ def test_schedulers_hostile(which: int, data: st.DataObject) -> None:
         return sched_snap(s)
 
     def sattempt(*a: Any, **kw: Any) -> tuple[bool, Any]:
-        # OverflowError for huge ints: known bug of rust/python/sched.rs, see
-        # the xfail tests below; everything else is checked as usual
-        return attempt(*a, known=SCHED_KNOWN, **kw)
+        return attempt(*a, **kw)
 
     for _ in range(data.draw(st.integers(1, 8))):
         op = data.draw(
@@ -1144,11 +1139,6 @@ def test_schedulers_messages_name_fields() -> None:
             must_fail(snap, s.set_weight, "c", w, exc=ValueError, field="w")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rust/python/sched.rs takes i64 token_budget/max_requests/n_tokens: "
-    "2**64 raises OverflowError without naming the field (owned by the sched helper)",
-)
 def test_schedulers_huge_ints_name_field() -> None:
     s = fairq.FCFS()
     s.add("a", "c", [1])
@@ -1157,13 +1147,15 @@ def test_schedulers_huge_ints_name_field() -> None:
         return sched_snap(s)
 
     must_fail(snap, s.schedule, 2**64, exc=ValueError, field="token_budget")
+    must_fail(snap, s.schedule, 8, 2**64, exc=ValueError, field="max_requests")
+    must_fail(snap, s.schedule, 8, 1.5, exc=TypeError, field="max_requests")
+    (a,) = s.schedule(8)
+    must_fail(snap, s.charge_output, a.request_id, 2**64, exc=ValueError, field="n_tokens")
+    must_fail(snap, s.charge_output, a.request_id, -(2**70), exc=ValueError, field="n_tokens")
+    must_fail(snap, s.recharge_extend, a.request_id, 2**64, exc=ValueError, field="extend_len")
+    must_fail(snap, s.recharge_extend, a.request_id, "1", exc=TypeError, field="extend_len")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rust/python/sched.rs takes f64 weights/quantum: 2**2000 raises OverflowError "
-    "'int too large to convert to float' without naming the field (sched helper's file)",
-)
 def test_schedulers_huge_float_names_field() -> None:
     s = fairq.FCFS()
     s.add("a", "c", [1])
@@ -1172,6 +1164,17 @@ def test_schedulers_huge_float_names_field() -> None:
         return sched_snap(s)
 
     must_fail(snap, s.set_weight, "c", 2**2000, exc=ValueError, field="w")
+    for make, kw in [
+        (fairq.VTC, "w_in"),
+        (fairq.VTC, "w_out"),
+        (fairq.DLPM, "quantum"),
+        (fairq.DLPM, "w_e"),
+        (fairq.DLPM, "w_q"),
+    ]:
+        args: dict[str, Any] = {"quantum": 1.0} if make is fairq.DLPM else {}
+        args[kw] = 2**2000
+        with pytest.raises(ValueError, match=kw):
+            make(fairq.RadixTree(), **args)
 
 
 # ------------------------------------------------------------- dispatchers
@@ -1547,11 +1550,6 @@ def test_d2lpm_tiny_quantum_is_not_infinite_credit() -> None:
     assert all(math.isfinite(d.deficit("a", w)) for w in range(2))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rust/sched (DLPM): a charge w_e * extend_len overflowing to -inf is "
-    "refilled to NaN (and a tiny quantum refills to +inf); same fix as D2LPM needed",
-)
 def test_dlpm_extreme_weights_deficit_stays_finite() -> None:
     s = fairq.DLPM(fairq.RadixTree(), 1.0, w_e=1e308, w_q=1e308)
     s.add("a", "x", [1] * 10)
@@ -1559,6 +1557,22 @@ def test_dlpm_extreme_weights_deficit_stays_finite() -> None:
     s.add("b", "x", [2] * 3)
     s.schedule(100)
     assert math.isfinite(s.deficit("x"))
+    s.charge_output("a", 10**6)
+    s.recharge_extend("a", 0)
+    s.recharge_extend("a", 10)
+    assert math.isfinite(s.deficit("x"))
+    s._check()
+
+
+def test_dlpm_tiny_quantum_is_not_infinite_credit() -> None:
+    s = fairq.DLPM(fairq.RadixTree(), 5e-324)
+    for i in range(6):
+        s.add(i, "a", [1, 2, 3])
+        s.add(10 + i, "b", [4, 5])
+    got = s.schedule(100)
+    assert len(got) == 12
+    assert all(math.isfinite(s.deficit(c)) for c in ("a", "b"))
+    s._check()
 
 
 @FUZZ
@@ -1618,17 +1632,14 @@ def test_drr_constructor_hostile(where: str, v: Any) -> None:
         assert field in str(e) or isinstance(e, Boom), e
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rust/python/sched.rs extracts request_id/client as &str: a str with lone "
-    "surrogates raises a bare UnicodeEncodeError that names no field (sched helper's file)",
-)
 @pytest.mark.parametrize(
     "call",
     [
         lambda s: s.add("\ud800", "c", [1]),
         lambda s: s.add("a", "\ud800", [1]),
         lambda s: s.set_weight("\ud800", 1.0),
+        lambda s: s.service("\ud800"),
+        lambda s: s.remove("\ud800"),
     ],
 )
 def test_schedulers_lone_surrogates_name_field(call: Callable[[Any], Any]) -> None:

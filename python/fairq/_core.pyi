@@ -3,6 +3,7 @@
 Each section belongs to one core module (rust/python/<name>.rs).
 """
 
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +12,9 @@ import numpy.typing as npt
 
 __version__: str
 
-TokenIds = Sequence[int] | npt.NDArray[np.integer[Any]] | bytes | bytearray
+TokenIds = (
+    Sequence[int] | npt.NDArray[np.integer[Any]] | bytes | bytearray | memoryview | array[int]
+)
 
 class QueueFull(RuntimeError):
     """A push would exceed a per-class limit; nothing was enqueued.

@@ -115,6 +115,12 @@ named! {
     client: str_arg("client") -> String;
     class_name: str_arg("class_name") -> String;
     phase: str_arg("phase") -> String;
+    token_budget: int_arg("token_budget") -> i64;
+    extend_len: int_arg("extend_len") -> i64;
+    w: float_arg("w") -> f64;
+    quantum: float_arg("quantum") -> f64;
+    w_in: float_arg("w_in") -> f64;
+    w_out: float_arg("w_out") -> f64;
 }
 
 /// `capacity`: `None` or an int (see [`int_arg`]).
@@ -123,6 +129,15 @@ pub fn capacity(v: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
         Ok(None)
     } else {
         int_arg("capacity", v).map(Some)
+    }
+}
+
+/// `max_requests`: `None` or an int (see [`int_arg`]).
+pub fn max_requests(v: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+    if v.is_none() {
+        Ok(None)
+    } else {
+        int_arg("max_requests", v).map(Some)
     }
 }
 

@@ -7,6 +7,7 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyString};
 
+use crate::python::args;
 use crate::python::radix::{extract_namespace, PyRadixTree};
 use crate::python::tokens::extract_tokens;
 use crate::radix::RadixTree;
@@ -14,7 +15,10 @@ use crate::sched::{Admission, LocalScheduler, Policy, RequestId};
 
 fn extract_id(obj: &Bound<'_, PyAny>) -> PyResult<RequestId> {
     if let Ok(s) = obj.downcast::<PyString>() {
-        return Ok(RequestId::Str(s.to_str()?.to_owned()));
+        let s = s.to_str().map_err(|_| {
+            PyValueError::new_err("request_id must be a valid str, got one with lone surrogates")
+        })?;
+        return Ok(RequestId::Str(s.to_owned()));
     }
     let bad_type = || -> PyResult<PyErr> {
         Ok(PyTypeError::new_err(format!(
@@ -133,7 +137,7 @@ macro_rules! sched_class {
                 &mut self,
                 py: Python<'_>,
                 request_id: &Bound<'_, PyAny>,
-                client: &str,
+                #[pyo3(from_py_with = args::client)] client: String,
                 tokens: &Bound<'_, PyAny>,
                 item: Option<PyObject>,
                 namespace: Option<&Bound<'_, PyAny>>,
@@ -144,7 +148,7 @@ macro_rules! sched_class {
                 let item = item.unwrap_or_else(|| py.None());
                 let mut t = borrow_tree(py, &self.tree)?;
                 let tr: Option<&mut RadixTree> = t.as_deref_mut().map(|x| &mut x.inner);
-                Ok(self.core.add(tr, id, client, toks, item, ns)?)
+                Ok(self.core.add(tr, id, &client, toks, item, ns)?)
             }
 
             /// Remove a waiting request; returns its item (unknown -> KeyError).
@@ -159,8 +163,8 @@ macro_rules! sched_class {
             fn schedule(
                 &mut self,
                 py: Python<'_>,
-                token_budget: i64,
-                max_requests: Option<i64>,
+                #[pyo3(from_py_with = args::token_budget)] token_budget: i64,
+                #[pyo3(from_py_with = args::max_requests)] max_requests: Option<i64>,
             ) -> PyResult<Vec<PyAdmission>> {
                 let budget = check_count("token_budget", token_budget)?;
                 let maxr = max_requests
@@ -175,7 +179,11 @@ macro_rules! sched_class {
 
             /// Charge `n_tokens` decode tokens of a running request.
             #[pyo3(signature = (request_id, n_tokens = 1))]
-            fn charge_output(&mut self, request_id: &Bound<'_, PyAny>, n_tokens: i64) -> PyResult<()> {
+            fn charge_output(
+                &mut self,
+                request_id: &Bound<'_, PyAny>,
+                #[pyo3(from_py_with = args::n_tokens)] n_tokens: i64,
+            ) -> PyResult<()> {
                 let id = extract_id(request_id)?;
                 let n = check_count("n_tokens", n_tokens)?;
                 Ok(self.core.charge_output(&id, n)?)
@@ -191,7 +199,7 @@ macro_rules! sched_class {
             fn recharge_extend(
                 &mut self,
                 request_id: &Bound<'_, PyAny>,
-                extend_len: i64,
+                #[pyo3(from_py_with = args::extend_len)] extend_len: i64,
             ) -> PyResult<usize> {
                 let id = extract_id(request_id)?;
                 let n = check_count("extend_len", extend_len)?;
@@ -212,18 +220,22 @@ macro_rules! sched_class {
             }
 
             /// Service received by `client`: w_e*extend + w_q*output tokens.
-            fn service(&self, client: &str) -> f64 {
-                self.core.service(client)
+            fn service(&self, #[pyo3(from_py_with = args::client)] client: String) -> f64 {
+                self.core.service(&client)
             }
 
             /// Set a client's weight (> 0, finite).
-            fn set_weight(&mut self, client: &str, w: f64) -> PyResult<()> {
-                Ok(self.core.set_weight(client, w)?)
+            fn set_weight(
+                &mut self,
+                #[pyo3(from_py_with = args::client)] client: String,
+                #[pyo3(from_py_with = args::w)] w: f64,
+            ) -> PyResult<()> {
+                Ok(self.core.set_weight(&client, w)?)
             }
 
             /// A client's weight (1.0 unless set).
-            fn weight(&self, client: &str) -> f64 {
-                self.core.weight(client)
+            fn weight(&self, #[pyo3(from_py_with = args::client)] client: String) -> f64 {
+                self.core.weight(&client)
             }
 
             /// Clients in first-seen order.
@@ -232,8 +244,8 @@ macro_rules! sched_class {
             }
 
             /// Waiting requests of one client.
-            fn num_waiting(&self, client: &str) -> usize {
-                self.core.waiting_of(client)
+            fn num_waiting(&self, #[pyo3(from_py_with = args::client)] client: String) -> usize {
+                self.core.waiting_of(&client)
             }
 
             /// Re-matches done because the tree changed (diagnostics).
@@ -316,7 +328,11 @@ sched_class!(
     {
         #[new]
         #[pyo3(signature = (tree = None, w_in = 1.0, w_out = 2.0))]
-        fn new(tree: Option<Py<PyRadixTree>>, w_in: f64, w_out: f64) -> PyResult<Self> {
+        fn new(
+            tree: Option<Py<PyRadixTree>>,
+            #[pyo3(from_py_with = args::w_in)] w_in: f64,
+            #[pyo3(from_py_with = args::w_out)] w_out: f64,
+        ) -> PyResult<Self> {
             let w_in = check_weight("w_in", w_in)?;
             let w_out = check_weight("w_out", w_out)?;
             Ok(Self {
@@ -327,8 +343,8 @@ sched_class!(
     },
     {
         /// The client's virtual token counter (0 for unknown clients).
-        fn counter(&self, client: &str) -> f64 {
-            self.core.counter(client)
+        fn counter(&self, #[pyo3(from_py_with = args::client)] client: String) -> f64 {
+            self.core.counter(&client)
         }
     }
 );
@@ -340,7 +356,12 @@ sched_class!(
     {
         #[new]
         #[pyo3(signature = (tree, quantum, w_e = 1.0, w_q = 2.0))]
-        fn new(tree: Py<PyRadixTree>, quantum: f64, w_e: f64, w_q: f64) -> PyResult<Self> {
+        fn new(
+            tree: Py<PyRadixTree>,
+            #[pyo3(from_py_with = args::quantum)] quantum: f64,
+            #[pyo3(from_py_with = args::w_e)] w_e: f64,
+            #[pyo3(from_py_with = args::w_q)] w_q: f64,
+        ) -> PyResult<Self> {
             let quantum = check_weight("quantum", quantum)?;
             let w_e = check_weight("w_e", w_e)?;
             let w_q = check_weight("w_q", w_q)?;
@@ -352,8 +373,8 @@ sched_class!(
     },
     {
         /// The client's deficit counter q (0 for unknown clients).
-        fn deficit(&self, client: &str) -> f64 {
-            self.core.deficit(client)
+        fn deficit(&self, #[pyo3(from_py_with = args::client)] client: String) -> f64 {
+            self.core.deficit(&client)
         }
         /// Virtual refills so far: a refill check that fires applies in one
         /// go the k single refills (+quantum each) the walk would do one at a

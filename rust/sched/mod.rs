@@ -322,9 +322,16 @@ impl<T> LocalScheduler<T> {
         self.adjust_pos(before, after);
     }
 
+    /// Move a DLPM deficit by `delta`, saturating at `f64::MIN` /
+    /// `f64::MAX`: an overflowing charge (`w_e * extend_len / w_c` beyond
+    /// `f64::MAX`, e.g. `w_e = 1e308`) must not leave `-inf`, which a refill
+    /// would turn into NaN (`-inf + inf`). Deficits are always finite, so
+    /// `x + delta` is never `inf - inf`; a NaN `delta` is a caller bug.
     fn add_deficit(&mut self, c: u32, delta: f64) {
+        debug_assert!(!delta.is_nan());
         let before = self.dlpm_flag(c);
-        self.clients[c as usize].deficit += delta;
+        let x = &mut self.clients[c as usize].deficit;
+        *x = (*x + delta).clamp(f64::MIN, f64::MAX);
         let after = self.dlpm_flag(c);
         self.adjust_pos(before, after);
     }
@@ -958,7 +965,13 @@ impl<T> LocalScheduler<T> {
         let delta = extend_len as f64 - old as f64;
         self.clients[c as usize].service += we * delta;
         if let Policy::Dlpm { w_e, .. } = self.policy {
-            self.add_deficit(c, w_e * old as f64 / w - w_e * extend_len as f64 / w);
+            let mut delta = w_e * old as f64 / w - w_e * extend_len as f64 / w;
+            if !delta.is_finite() {
+                // one of the two charges overflowed (`inf - x` or `inf - inf`):
+                // charge the difference directly (saturated by add_deficit)
+                delta = w_e * (old as f64 - extend_len as f64) / w;
+            }
+            self.add_deficit(c, delta);
         }
         self.req_mut(r).extend = extend_len;
         Ok(old)
@@ -1070,6 +1083,11 @@ const NATIVE_REFILLS: u64 = 64;
 /// of `x`, such as any integer or dyadic quantum with moderate deficits);
 /// otherwise it is the more accurate of the two. Where sequential additions
 /// would stall (`x + quantum == x`), the closed form still terminates.
+/// `x + j * quantum` is fused (one rounding, no overflow of `j * quantum`).
+/// When the count itself is beyond `f64` (a denormal `quantum` against a
+/// normal debt, or a debt saturated at `f64::MIN`, see `add_deficit`), the
+/// count saturates and the deficit becomes `quantum`, the top of the
+/// `(0, quantum]` interval the exact result lies in: never `+inf` credit.
 fn refill_steps(q: f64, quantum: f64, limit: u64) -> (u64, f64) {
     let mut x = q;
     let mut n = 0u64;
@@ -1089,19 +1107,30 @@ fn refill_steps(q: f64, quantum: f64, limit: u64) -> (u64, f64) {
             j * (1.0 + f64::EPSILON)
         }
     };
+    // `x + j * quantum` fused (one rounding): exact `j * quantum` never
+    // overflows on the way to a result in `[x, quantum]`.
+    let at = |j: f64| j.mul_add(quantum, x);
     let mut j = (-x / quantum).ceil().max(1.0);
-    while x + j * quantum <= 0.0 {
+    while j.is_finite() && at(j) <= 0.0 {
         j = up(j);
     }
-    while j > 1.0 && j < EXACT && x + (j - 1.0) * quantum > 0.0 {
+    while j > 1.0 && j < EXACT && at(j - 1.0) > 0.0 {
         j -= 1.0;
     }
     let left = limit - n;
     // `limit == u64::MAX` is unlimited (a count past u64 saturates).
     if limit == u64::MAX || j <= left as f64 {
-        (n.saturating_add(j as u64), x + j * quantum)
+        if j.is_finite() {
+            (n.saturating_add(j as u64), at(j))
+        } else {
+            // the count is beyond f64 (a tiny quantum next to the debt, e.g.
+            // 5e-324 vs -10, or a debt of f64::MIN): the exact result of
+            // those refills lies in (0, quantum]; `x + inf` would hand out
+            // infinite credit.
+            (u64::MAX, quantum)
+        }
     } else {
-        (limit, x + left as f64 * quantum)
+        (limit, at(left as f64))
     }
 }
 
@@ -1278,6 +1307,84 @@ mod tests {
         assert!(x > 0.0 && n > 1u64 << 60);
         assert_eq!(refill_steps(0.0, 2.0, u64::MAX), (1, 2.0));
         assert_eq!(refill_steps(-0.0, 2.0, 0), (0, -0.0));
+    }
+
+    #[test]
+    fn refill_steps_extremes_stay_finite() {
+        // a denormal quantum: the count is beyond f64, the credit is not inf
+        let (n, x) = refill_steps(-10.0, 5e-324, u64::MAX);
+        assert_eq!(n, u64::MAX);
+        assert!(x > 0.0 && x <= 5e-324);
+        // the saturated debt: j * quantum would overflow
+        for q in [1.0, 1e300, f64::MAX] {
+            let (n, x) = refill_steps(f64::MIN, q, u64::MAX);
+            assert!(n >= 1 && x > 0.0 && x <= q && x.is_finite(), "{q}: {n} {x}");
+        }
+        // limited: stays a finite non-positive partial refill
+        let (n, x) = refill_steps(f64::MIN, 1.0, 1000);
+        assert_eq!(n, 1000);
+        assert!(x.is_finite() && x <= 0.0);
+        let (n, x) = refill_steps(-10.0, 5e-324, 1 << 40);
+        assert_eq!(n, 1 << 40);
+        assert!(x.is_finite() && x < 0.0);
+    }
+
+    #[test]
+    fn dlpm_extreme_weights_saturate() {
+        let mut d = LocalScheduler::new(Policy::Dlpm {
+            quantum: 1.0,
+            w_e: 1e308,
+            w_q: 1e308,
+        })
+        .unwrap();
+        let mut t = RadixTree::new(None, 1).unwrap();
+        d.add(
+            Some(&mut t),
+            RequestId::Int(1),
+            "x",
+            vec![1; 10],
+            (),
+            Namespace::Default,
+        )
+        .unwrap();
+        d.schedule(Some(&t), 100, None).unwrap();
+        assert_eq!(d.deficit("x"), f64::MIN);
+        d.charge_output(&RequestId::Int(1), 1000).unwrap();
+        assert_eq!(d.deficit("x"), f64::MIN);
+        // recharging down from an overflowed charge: no inf - inf
+        d.recharge_extend(&RequestId::Int(1), 0).unwrap();
+        assert!(d.deficit("x").is_finite());
+        d.recharge_extend(&RequestId::Int(1), 10).unwrap();
+        assert!(d.deficit("x").is_finite());
+        d.add(
+            Some(&mut t),
+            RequestId::Int(2),
+            "x",
+            vec![2; 3],
+            (),
+            Namespace::Default,
+        )
+        .unwrap();
+        let a = d.schedule(Some(&t), 100, None).unwrap();
+        assert_eq!(a.len(), 1);
+        assert!(d.deficit("x").is_finite());
+        d.check_invariants(Some(&t));
+        // a denormal quantum
+        let mut d = dlpm(5e-324);
+        for i in 0..6 {
+            d.add(
+                Some(&mut t),
+                RequestId::Int(i),
+                "a",
+                vec![1, 2, 3],
+                (),
+                Namespace::Default,
+            )
+            .unwrap();
+        }
+        d.schedule(Some(&t), 100, None).unwrap();
+        assert!(d.deficit("a").is_finite());
+        d.check_invariants(Some(&t));
     }
 
     fn dlpm(quantum: f64) -> LocalScheduler<()> {
