@@ -208,3 +208,18 @@ def test_finish_clock_weighted_clients_share_ratio() -> None:
     t = (q.virtual_time, r.client_id)
     q.prepend_request(r)
     assert q.peek_request() is r and (q.virtual_time, r.client_id) == t
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_prepend_requests_with_non_finite_arrival_adds_nothing(bad: float) -> None:
+    """A batch holding one request with a NaN/inf arrival_time is rejected
+    whole: the requests before it in the batch are not queued."""
+    q = WFQRequestQueue()
+    good = [Req(f"g{i}", arrival_time=float(i)) for i in range(3)]
+    bad_req = Req("bad", arrival_time=bad)
+    with pytest.raises(ValueError, match="arrival_time"):
+        q.prepend_requests([*good, bad_req])
+    assert len(q) == 0
+    with pytest.raises(ValueError, match="arrival_time"):
+        q.add_request(bad_req)
+    assert len(q) == 0

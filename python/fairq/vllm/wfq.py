@@ -163,6 +163,8 @@ class WFQRequestQueue(WFQQueue, RequestQueue):
             arrival = float(arrival)
         except OverflowError:
             raise ValueError(f"request arrival_time is too large, got {arrival!r}") from None
+        if not math.isfinite(arrival):
+            raise ValueError(f"request arrival_time must be a finite number, got {arrival!r}")
         return self._flow_of(request), request_tokens(request), float(weight), arrival
 
     def add_request(self, request: Any) -> None:
