@@ -8,6 +8,7 @@
 //! Module map (one concept per module, mirrored in `python/fairq/`):
 //! - [`error`]: the error enum every fallible core operation returns.
 //! - [`heap`]: indexed binary heap with stable handles (remove / re-key in O(log n)).
+//! - [`hash`]: the fast non-cryptographic hasher for process-chosen integer keys.
 //! - [`fifo`]: slab-backed FIFO with O(1) push/pop at both ends and O(1) removal.
 //! - [`registry`]: identity registry (opaque object id -> queue entry).
 //! - [`request_queue`]: vLLM-compatible FCFS and priority queues.
@@ -23,6 +24,7 @@ pub mod drr;
 pub mod dualphase;
 pub mod error;
 pub mod fifo;
+pub mod hash;
 pub mod heap;
 pub mod radix;
 pub mod registry;

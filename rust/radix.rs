@@ -30,57 +30,15 @@
 //!   `crate::sched`). If a consumer falls behind the retained window it sees
 //!   `None` from [`RadixTree::changes_since`] and re-matches everything.
 
-use std::collections::{BTreeSet, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BTreeSet;
+use std::hash::Hasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
+use crate::hash::{FastHasher, FastMap};
 
 const NIL: u32 = u32::MAX;
 const LOG_MAX: usize = 1 << 16;
-
-/// A small, fast, non-cryptographic hasher (FxHash-style multiply-rotate).
-#[derive(Default, Clone, Copy)]
-pub struct FxHasher {
-    hash: u64,
-}
-
-const FX_K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-impl FxHasher {
-    #[inline]
-    fn add(&mut self, w: u64) {
-        self.hash = (self.hash.rotate_left(5) ^ w).wrapping_mul(FX_K);
-    }
-}
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for c in bytes.chunks(8) {
-            let mut b = [0u8; 8];
-            b[..c.len()].copy_from_slice(c);
-            self.add(u64::from_le_bytes(b));
-        }
-    }
-    fn write_u8(&mut self, i: u8) {
-        self.add(i as u64);
-    }
-    fn write_u32(&mut self, i: u32) {
-        self.add(i as u64);
-    }
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-    fn finish(&self) -> u64 {
-        self.hash
-    }
-}
-
-/// `HashMap` with [`FxHasher`].
-pub type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 
 /// Namespace key: equal tokens under different namespaces never match.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
@@ -95,7 +53,7 @@ pub enum Namespace {
 struct Node {
     key: Vec<u32>,
     parent: u32,
-    children: FxHashMap<u64, u32>,
+    children: FastMap<u64, u32>,
     sib: u32,
     lock: u32,
     last_access: u64,
@@ -111,7 +69,7 @@ impl Node {
         Node {
             key: Vec::new(),
             parent: NIL,
-            children: FxHashMap::default(),
+            children: FastMap::default(),
             sib: NIL,
             lock: 0,
             last_access: 0,
@@ -154,9 +112,9 @@ pub struct RadixTree {
     id: u64,
     nodes: Vec<Node>,
     free: Vec<u32>,
-    roots: FxHashMap<Namespace, u32>,
+    roots: FastMap<Namespace, u32>,
     lru: BTreeSet<(u64, u32)>,
-    locks: FxHashMap<(u32, Vec<u32>), Vec<u32>>,
+    locks: FastMap<(u32, Vec<u32>), Vec<u32>>,
     clock: u64,
     size: usize,
     locked_size: usize,
@@ -192,9 +150,9 @@ impl RadixTree {
             id: NEXT_TREE_ID.fetch_add(1, Ordering::Relaxed),
             nodes: Vec::new(),
             free: Vec::new(),
-            roots: FxHashMap::default(),
+            roots: FastMap::default(),
             lru: BTreeSet::new(),
-            locks: FxHashMap::default(),
+            locks: FastMap::default(),
             clock: 0,
             size: 0,
             locked_size: 0,
@@ -233,9 +191,9 @@ impl RadixTree {
         if self.page == 1 {
             page[0] as u64
         } else {
-            let mut h = FxHasher::default();
+            let mut h = FastHasher::default();
             for &t in page {
-                h.add(t as u64);
+                h.write_u32(t);
             }
             h.finish() >> 1
         }
@@ -459,7 +417,7 @@ impl RadixTree {
         let m = Node {
             key: upper_key,
             parent,
-            children: FxHashMap::default(),
+            children: FastMap::default(),
             sib: NIL,
             lock: cn.lock,
             last_access: cn.last_access,
@@ -562,7 +520,7 @@ impl RadixTree {
         let leaf = Node {
             key: tokens[pos..pos + need].to_vec(),
             parent: node,
-            children: FxHashMap::default(),
+            children: FastMap::default(),
             sib: NIL,
             lock: 0,
             last_access: self.clock,
@@ -632,7 +590,7 @@ impl RadixTree {
             let n = &mut self.nodes[idx as usize];
             let len = n.key.len();
             n.key = Vec::new();
-            n.children = FxHashMap::default();
+            n.children = FastMap::default();
             n.live = false;
             n.gen = n.gen.wrapping_add(1);
             n.parent = NIL;

@@ -50,45 +50,12 @@
 //! can forget its own key interning.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::hash::Hash;
 
 use crate::error::{check_non_negative, check_positive, Error, Result};
 use crate::heap::{Handle, IndexedHeap};
 
-/// A small fast hasher for integer-like keys (flow ids, object addresses):
-/// multiply-rotate per word, high bits folded into the low ones at the end so
-/// aligned pointers do not cluster. Not DoS-resistant; keys here are chosen
-/// by the process, not by remote input.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct FastHasher(u64);
-
-const MIX: u64 = 0x9E37_79B9_7F4A_7C15;
-
-impl Hasher for FastHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut w = [0u8; 8];
-            w[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(w));
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(23) ^ v).wrapping_mul(MIX);
-    }
-    fn write_usize(&mut self, v: usize) {
-        self.write_u64(v as u64);
-    }
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(u64::from(v));
-    }
-    fn finish(&self) -> u64 {
-        self.0 ^ (self.0 >> 29)
-    }
-}
-
-/// `HashMap` with [`FastHasher`].
-pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+pub use crate::hash::{FastHasher, FastMap};
 
 /// Heap key: virtual finish, then virtual start, then arrival (the heap adds
 /// the insertion `seq` as the final tie-break). Never NaN by construction.
@@ -627,7 +594,7 @@ mod tests {
         let mut q: Wfq<u32, u64> = Wfq::with_clock(clock);
         let mut model: Vec<(Key, u64, Handle)> = Vec::new();
         let mut popped: Vec<(u64, Tags<u32>)> = Vec::new();
-        let mut last: HashMap<u32, f64> = HashMap::new();
+        let mut last: std::collections::HashMap<u32, f64> = std::collections::HashMap::new();
         let mut v = 0.0f64;
         let mut gc_seen = false;
         for step in 0..steps {

@@ -59,7 +59,8 @@ use std::fmt;
 use std::ops::Bound::{Excluded, Unbounded};
 
 use crate::error::{check_positive, Error, Result};
-use crate::radix::{Change, FxHashMap, Namespace, RadixTree, ALL_CHILDREN};
+use crate::hash::FastMap;
+use crate::radix::{Change, Namespace, RadixTree, ALL_CHILDREN};
 
 const NIL: u32 = u32::MAX;
 
@@ -187,7 +188,7 @@ pub struct LocalScheduler<T> {
     lpm: BTreeMap<(Reverse<u32>, u64), u32>,
     ext: BTreeSet<(u32, u64)>,
     /// node -> next-child key -> head of the intrusive list of requests.
-    parked: FxHashMap<u32, FxHashMap<u64, u32>>,
+    parked: FastMap<u32, FastMap<u64, u32>>,
     tree_id: Option<u64>,
     cursor: u64,
     /// DLPM: clients with waiting requests and `q > 0`.
@@ -230,7 +231,7 @@ impl<T> LocalScheduler<T> {
             vtc_order: BTreeSet::new(),
             lpm: BTreeMap::new(),
             ext: BTreeSet::new(),
-            parked: FxHashMap::default(),
+            parked: FastMap::default(),
             tree_id: None,
             cursor: 0,
             pos_waiting: 0,
