@@ -55,5 +55,19 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-if TYPE_CHECKING:  # pragma: no cover - for type checkers only
-    pass
+if TYPE_CHECKING:  # pragma: no cover - type checkers see the real names
+    from fairq.dispatch import D2LPM as D2LPM
+    from fairq.dispatch import ClientRoundRobin as ClientRoundRobin
+    from fairq.dispatch import LeastLoaded as LeastLoaded
+    from fairq.dispatch import PrefixAffinity as PrefixAffinity
+    from fairq.dispatch import RoundRobin as RoundRobin
+    from fairq.drr import DRRQueue as DRRQueue
+    from fairq.drr import PolicyClass as PolicyClass
+    from fairq.dualphase import DualPhaseQueue as DualPhaseQueue
+    from fairq.radix import RadixTree as RadixTree
+    from fairq.sched import DLPM as DLPM
+    from fairq.sched import FCFS as FCFS
+    from fairq.sched import LPM as LPM
+    from fairq.sched import VTC as VTC
+    from fairq.sched import Admission as Admission
+    from fairq.wfq import WFQQueue as WFQQueue
