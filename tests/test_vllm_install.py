@@ -192,3 +192,47 @@ def test_replace_queues_skips_missing_attributes() -> None:
     s = S()
     assert fsched.replace_queues(s, "fcfs") == ["waiting"]
     assert type(s.waiting) is FCFSRequestQueue and len(s.waiting) == 1
+
+
+def test_install_passes_queue_options(fake_vllm: dict[str, types.ModuleType]) -> None:
+    from fairq.vllm.wfq import WFQRequestQueue
+
+    sm = fake_vllm["vllm.v1.core.sched.scheduler"]
+    P = fake_vllm["vllm.v1.core.sched.request_queue"].SchedulingPolicy
+    fv.install("wfq", virtual_clock="finish")
+    q = sm.create_request_queue(P.FCFS)
+    assert type(q) is WFQRequestQueue and q.virtual_clock == "finish"
+
+
+def test_install_rejects_bad_options_before_patching(
+    fake_vllm: dict[str, types.ModuleType],
+) -> None:
+    sm = fake_vllm["vllm.v1.core.sched.scheduler"]
+    original = sm.create_request_queue
+    with pytest.raises(ValueError, match="virtual_clock"):
+        fv.install("wfq", virtual_clock="sometimes")
+    with pytest.raises(TypeError, match="need an explicit policy"):
+        fv.install(virtual_clock="finish")
+    with pytest.raises(TypeError):
+        fv.install("fcfs", virtual_clock="finish")  # FCFS takes no options
+    assert sm.create_request_queue is original
+
+
+def test_scheduler_env_options(
+    fake_vllm: dict[str, types.ModuleType], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fairq.vllm.wfq import WFQRequestQueue
+
+    monkeypatch.setenv(fsched.ENV_VAR, "wfq")
+    monkeypatch.setenv(fsched.OPTIONS_ENV_VAR, '{"virtual_clock": "finish"}')
+    s = fsched.FairqScheduler(policy="fcfs")
+    assert type(s.waiting) is WFQRequestQueue and s.waiting.virtual_clock == "finish"
+
+
+@pytest.mark.parametrize("text, msg", [("{bad", "not valid JSON"), ("[1]", "JSON object")])
+def test_scheduler_bad_env_options(
+    fake_vllm: dict[str, types.ModuleType], monkeypatch: pytest.MonkeyPatch, text: str, msg: str
+) -> None:
+    monkeypatch.setenv(fsched.OPTIONS_ENV_VAR, text)
+    with pytest.raises(ValueError, match=msg):
+        fsched.FairqScheduler()

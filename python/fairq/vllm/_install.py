@@ -22,14 +22,14 @@ _ORIGINAL = "__fairq_original__"
 
 
 def _make_factory(
-    original: Callable[..., Any], override: SchedulingPolicy | None
+    original: Callable[..., Any], override: SchedulingPolicy | None, options: dict[str, Any]
 ) -> Callable[..., Any]:
     from fairq.vllm import as_policy, create_request_queue
 
     def fairq_create_request_queue(policy: Any) -> Any:
         """fairq's queues for the policies fairq knows; vLLM's for the rest."""
         if override is not None:
-            return create_request_queue(override)
+            return create_request_queue(override, **options)
         try:
             p = as_policy(policy)
         except ValueError:
@@ -40,7 +40,7 @@ def _make_factory(
     return fairq_create_request_queue
 
 
-def install(policy: SchedulingPolicy | str | None = None) -> list[str]:
+def install(policy: SchedulingPolicy | str | None = None, **options: Any) -> list[str]:
     """Make an installed vLLM use fairq's request queues.
 
     1. Registers :class:`fairq.vllm.RequestQueue` (hence every fairq queue) as
@@ -50,7 +50,10 @@ def install(policy: SchedulingPolicy | str | None = None) -> list[str]:
        in its own module) with a function returning fairq's queue for the
        policy (``fcfs`` / ``priority``; a policy fairq does not know falls
        through to vLLM's original). With ``policy`` given, every queue is of
-       that fairq policy instead (e.g. ``install("wfq")``).
+       that fairq policy instead (e.g. ``install("wfq")``), built with
+       ``options`` (e.g. ``install("wfq", virtual_clock="finish")``); options
+       need an explicit ``policy`` and are checked here by building one queue
+       (a bad option raises now, not inside vLLM's scheduler).
 
     Idempotent; call it before the engine builds its scheduler. Returns the
     dotted names it registered or patched. Raises ``ImportError`` with a
@@ -59,6 +62,15 @@ def install(policy: SchedulingPolicy | str | None = None) -> list[str]:
     from fairq.vllm import as_policy
 
     override = as_policy(policy) if policy is not None else None
+    if options:
+        if override is None:
+            raise TypeError(
+                f"fairq.vllm.install(): queue options {sorted(options)} need an explicit "
+                "policy, e.g. install('wfq', virtual_clock='finish')"
+            )
+        from fairq.vllm import create_request_queue
+
+        create_request_queue(override, **options)  # validate before patching anything
     try:
         rq = importlib.import_module("vllm.v1.core.sched.request_queue")
     except ImportError as e:
@@ -84,7 +96,7 @@ def install(policy: SchedulingPolicy | str | None = None) -> list[str]:
         if current is None:
             continue
         original = getattr(current, _ORIGINAL, current)
-        mod.create_request_queue = _make_factory(original, override)  # type: ignore[attr-defined]
+        mod.create_request_queue = _make_factory(original, override, dict(options))  # type: ignore[attr-defined]
         done.append(f"{name}.create_request_queue")
     return done
 

@@ -10,7 +10,9 @@ Usage::
 (``waiting`` and ``kv_holding_waiting``; ``skipped_waiting`` on older vLLM)
 are replaced by fairq queues of the policy named by the environment variable
 ``FAIRQ_VLLM_POLICY`` (``fcfs``, ``priority``, ``wfq``); without it, the policy
-vLLM was configured with (``--scheduling-policy``). The classes also call
+vLLM was configured with (``--scheduling-policy``). ``FAIRQ_VLLM_OPTIONS`` may
+hold a JSON object of queue options for that policy, e.g.
+``FAIRQ_VLLM_OPTIONS='{"virtual_clock": "finish"}'`` with ``wfq``. The classes also call
 :func:`fairq.vllm.install` so the temporary queues vLLM builds inside
 ``schedule()`` are fairq's too.
 
@@ -29,6 +31,8 @@ from fairq.vllm._base import RequestQueue, SchedulingPolicy
 
 __all__ = [
     "ENV_VAR",
+    "OPTIONS_ENV_VAR",
+    "resolve_options",
     "QUEUE_ATTRS",
     "replace_queues",
     "resolve_policy",
@@ -39,6 +43,8 @@ __all__ = [
 
 #: Environment variable naming the fairq policy of the waiting queues.
 ENV_VAR = "FAIRQ_VLLM_POLICY"
+#: Environment variable holding a JSON object of queue options.
+OPTIONS_ENV_VAR = "FAIRQ_VLLM_OPTIONS"
 #: Scheduler attributes holding waiting queues (whichever exist are replaced).
 QUEUE_ATTRS = ("waiting", "kv_holding_waiting", "skipped_waiting")
 
@@ -66,8 +72,30 @@ def resolve_policy(scheduler: Any) -> SchedulingPolicy:
     return as_policy(getattr(scheduler, "policy", SchedulingPolicy.FCFS))
 
 
-def replace_queues(scheduler: Any, policy: SchedulingPolicy | str) -> list[str]:
-    """Replace each waiting queue of ``scheduler`` by a fairq queue of ``policy``.
+def resolve_options() -> dict[str, Any]:
+    """Queue options from ``$FAIRQ_VLLM_OPTIONS`` (a JSON object; empty if unset).
+
+    Malformed JSON or a non-object is a ``ValueError`` naming the variable.
+    """
+    import json
+
+    text = os.environ.get(OPTIONS_ENV_VAR, "").strip()
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{OPTIONS_ENV_VAR} is not valid JSON ({e}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise ValueError(
+            f"{OPTIONS_ENV_VAR} must be a JSON object of queue options, got {text!r}"
+        )
+    return value
+
+
+def replace_queues(scheduler: Any, policy: SchedulingPolicy | str, **options: Any) -> list[str]:
+    """Replace each waiting queue of ``scheduler`` by a fairq queue of ``policy``
+    (built with ``options``).
 
     Requests already queued move over in their current order. Returns the
     attribute names replaced.
@@ -79,7 +107,7 @@ def replace_queues(scheduler: Any, policy: SchedulingPolicy | str) -> list[str]:
         old = getattr(scheduler, attr, None)
         if old is None:
             continue
-        new: RequestQueue = create_request_queue(policy)
+        new: RequestQueue = create_request_queue(policy, **options)
         for request in list(old):
             new.add_request(request)
         setattr(scheduler, attr, new)
@@ -102,7 +130,7 @@ def _build(name: str) -> type:
         install()
         base.__init__(self, *args, **kwargs)
         self.fairq_policy = resolve_policy(self)
-        replace_queues(self, self.fairq_policy)
+        replace_queues(self, self.fairq_policy, **resolve_options())
 
     doc = (
         f"vLLM ``{base_name}`` whose waiting queues are fairq queues "
