@@ -175,6 +175,49 @@ def test_iteration_is_a_snapshot() -> None:
         assert seen == rs and len(q) == 0
 
 
+@pytest.mark.parametrize("cls", BOTH)
+def test_cached_snapshot_follows_every_mutation(cls: Any) -> None:
+    """Iteration reuses a cached snapshot only while the queue is unchanged."""
+    a, b, c, d = reqs(4)
+    q = cls()
+    q.add_request(a)
+    q.add_request(b)
+    held = iter(q)  # an iterator taken before a mutation keeps its snapshot
+    assert list(q) == list(q) == [a, b]
+    mutations: list[tuple[Any, list[Any]]] = [
+        (lambda: q.add_request(c), [a, b, c]),
+        (lambda: q.pop_request(), [b, c]),
+        (lambda: q.prepend_request(a), [a, b, c]),
+        (lambda: q.prepend_requests([d]), [d, a, b, c]),
+        (lambda: q.remove_request(b), [d, a, c]),
+        (lambda: q.remove_requests([a, d]), [c]),
+        (lambda: q.remove_requests([c]), []),
+    ]
+    for mutate, expected in mutations:
+        list(q)  # cache the current state
+        mutate()
+        got = list(q)
+        if cls is FCFSRequestQueue:
+            assert got == expected
+        else:  # priority order: reqs() are in ascending key order
+            assert got == sorted(expected, key=lambda r: r.arrival_time)
+        assert len(got) == len(q) and all(r in q for r in got)
+    assert list(held) == [a, b]
+
+
+@pytest.mark.parametrize("cls", BOTH)
+def test_failed_mutation_keeps_snapshot_valid(cls: Any) -> None:
+    a, b = reqs(2)
+    q = cls()
+    q.add_request(a)
+    assert list(q) == [a]
+    with pytest.raises(ValueError):
+        q.remove_request(b)
+    with pytest.raises(IndexError):
+        cls().pop_request()
+    assert list(q) == [a]
+
+
 # ----------------------------------------------------------- priority ----
 
 
@@ -343,6 +386,31 @@ def test_cycle_through_queue_is_collected(cls: Any) -> None:
     ref = weakref.ref(r)
     del q, r
     gc.collect()
+    assert ref() is None
+
+
+@pytest.mark.parametrize("cls", BOTH)
+def test_cycle_through_cached_snapshot_is_collected(cls: Any) -> None:
+    q = cls()
+    r = Req(0, 0.0, "x")
+    r.queue = q  # type: ignore[attr-defined]
+    q.add_request(r)
+    assert list(q) == [r]  # the queue now also holds r via its snapshot
+    ref = weakref.ref(r)
+    del q, r
+    gc.collect()
+    assert ref() is None
+
+
+@pytest.mark.parametrize("cls", BOTH)
+def test_snapshot_does_not_keep_popped_requests_alive(cls: Any) -> None:
+    r = Req(0, 0.0, "x")
+    ref = weakref.ref(r)
+    q = cls()
+    q.add_request(r)
+    assert list(q) == [r]
+    del r
+    q.pop_request()
     assert ref() is None
 
 

@@ -52,11 +52,48 @@ fn collect<'py>(iterable: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>
     iterable.try_iter()?.collect()
 }
 
-fn iter_of<'py>(
-    py: Python<'py>,
-    items: impl ExactSizeIterator<Item = Py<PyAny>>,
-) -> PyResult<Bound<'py, PyIterator>> {
-    PyList::new(py, items)?.try_iter()
+/// Cached iteration snapshot: a tuple of the queue's items plus the
+/// mutation count it was taken at. Every mutation bumps the count and drops
+/// the tuple, so a snapshot is only ever reused for an unchanged queue.
+#[derive(Default)]
+struct Snapshot {
+    version: u64,
+    tuple: Option<Py<PyTuple>>,
+}
+
+impl Snapshot {
+    /// Record a mutation; returns the stale tuple so that callers holding a
+    /// borrow of the queue can drop it after the borrow ends.
+    #[must_use]
+    fn invalidate(&mut self) -> Option<Py<PyTuple>> {
+        self.version = self.version.wrapping_add(1);
+        self.tuple.take()
+    }
+}
+
+/// `iter(snapshot)` for a queue whose snapshot lives at `$field`, reusing
+/// the cached tuple while the queue is unchanged. The tuple is built under a
+/// shared borrow and stored only if no mutation happened meanwhile
+/// (allocating may run the GC, hence finalizers that touch the queue).
+macro_rules! cached_iter {
+    ($slf:expr, $build:expr) => {{
+        let slf = $slf;
+        let py = slf.py();
+        let version = {
+            let me = slf.borrow();
+            if let Some(t) = &me.snap.tuple {
+                return t.bind(py).try_iter();
+            }
+            me.snap.version
+        };
+        let t: Bound<'_, PyTuple> = $build(&*slf.borrow(), py)?;
+        if let Ok(mut me) = slf.try_borrow_mut() {
+            if me.snap.version == version {
+                me.snap.tuple = Some(t.clone().unbind());
+            }
+        }
+        t.try_iter()
+    }};
 }
 
 fn traverse<'a>(
@@ -160,6 +197,7 @@ fn read_key(obj: &Bound<'_, PyAny>) -> PyResult<PriorityKey> {
 #[pyclass(subclass, module = "fairq._core", name = "FCFSQueueCore")]
 pub struct PyFcfsQueue {
     q: FcfsQueue<Py<PyAny>>,
+    snap: Snapshot,
 }
 
 #[pymethods]
@@ -168,18 +206,24 @@ impl PyFcfsQueue {
     fn new() -> Self {
         PyFcfsQueue {
             q: FcfsQueue::new(),
+            snap: Snapshot::default(),
         }
     }
 
     /// Append at the back.
     #[pyo3(signature = (request, /))]
     fn add_request(&mut self, request: Bound<'_, PyAny>) {
+        // The stale snapshot's items all stay referenced, so dropping it here
+        // runs no finalizer.
+        drop(self.snap.invalidate());
         self.q.push_back(oid(&request), request.unbind());
     }
 
     /// Pop the oldest; ``IndexError`` when empty.
     fn pop_request(&mut self) -> PyResult<Py<PyAny>> {
-        Ok(self.q.pop_front()?.1)
+        let r = self.q.pop_front()?.1;
+        drop(self.snap.invalidate()); // `r` keeps the popped item alive
+        Ok(r)
     }
 
     /// The oldest, not removed; ``IndexError`` when empty.
@@ -189,15 +233,16 @@ impl PyFcfsQueue {
 
     /// Put at the front.
     fn prepend_request(&mut self, request: Bound<'_, PyAny>) {
+        drop(self.snap.invalidate());
         self.q.push_front(oid(&request), request.unbind());
     }
 
     /// Put every item of ``requests`` at the front in turn (reverse order of appearance).
     fn prepend_requests(slf: &Bound<'_, Self>, requests: &Bound<'_, PyAny>) -> PyResult<()> {
         let items = collect(requests)?;
-        slf.borrow_mut()
-            .q
-            .extend_front(items.into_iter().map(|r| (oid(&r), r.unbind())));
+        let mut me = slf.borrow_mut();
+        drop(me.snap.invalidate());
+        me.q.extend_front(items.into_iter().map(|r| (oid(&r), r.unbind())));
         Ok(())
     }
 
@@ -205,7 +250,17 @@ impl PyFcfsQueue {
     fn remove_request(slf: &Bound<'_, Self>, request: &Bound<'_, PyAny>) -> PyResult<()> {
         // Bind the removed object so its decref runs after the borrow ends
         // (a `__del__` that touches this queue must not see it borrowed).
-        let removed = slf.borrow_mut().q.remove_first(oid(request));
+        let (removed, stale) = {
+            let mut me = slf.borrow_mut();
+            let removed = me.q.remove_first(oid(request));
+            let stale = if removed.is_some() {
+                me.snap.invalidate()
+            } else {
+                None
+            };
+            (removed, stale)
+        };
+        drop(stale);
         match removed {
             Some(_) => Ok(()),
             None => {
@@ -222,8 +277,12 @@ impl PyFcfsQueue {
     /// Remove every occurrence of each of ``requests``; absent ones are ignored.
     fn remove_requests(slf: &Bound<'_, Self>, requests: &Bound<'_, PyAny>) -> PyResult<()> {
         let ids: Vec<u64> = collect(requests)?.iter().map(oid).collect();
-        let removed = slf.borrow_mut().q.remove_all(ids);
-        drop(removed); // decref after the borrow ends
+        let (removed, stale) = {
+            let mut me = slf.borrow_mut();
+            (me.q.remove_all(ids), me.snap.invalidate())
+        };
+        drop(stale); // decref after the borrow ends
+        drop(removed);
         Ok(())
     }
 
@@ -239,9 +298,12 @@ impl PyFcfsQueue {
         !self.q.is_empty()
     }
 
-    /// A snapshot in queue order.
-    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyIterator>> {
-        iter_of(py, self.q.iter().map(|(_, r)| r.clone_ref(py)))
+    /// A snapshot in queue order (cached until the next mutation).
+    fn __iter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyIterator>> {
+        cached_iter!(slf, |me: &Self, py| PyTuple::new(
+            py,
+            me.q.iter().map(|(_, r)| r.clone_ref(py))
+        ))
     }
 
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
@@ -253,10 +315,12 @@ impl PyFcfsQueue {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.snap.tuple)?;
         traverse(self.q.iter().map(|(_, r)| r), &visit)
     }
 
     fn __clear__(&mut self) {
+        drop(self.snap.invalidate());
         self.q.clear();
     }
 }
@@ -267,6 +331,7 @@ impl PyFcfsQueue {
 #[pyclass(subclass, module = "fairq._core", name = "PriorityQueueCore")]
 pub struct PyPriorityQueue {
     q: PriorityQueue<Py<PyAny>>,
+    snap: Snapshot,
 }
 
 fn already_queued(request: &Bound<'_, PyAny>) -> PyErr {
@@ -282,6 +347,7 @@ impl PyPriorityQueue {
     fn new() -> Self {
         PyPriorityQueue {
             q: PriorityQueue::new(),
+            snap: Snapshot::default(),
         }
     }
 
@@ -293,12 +359,16 @@ impl PyPriorityQueue {
             return Err(already_queued(&request));
         }
         let key = read_key(&request)?;
-        Ok(self.q.push(id, key, request.unbind())?)
+        self.q.push(id, key, request.unbind())?;
+        drop(self.snap.invalidate());
+        Ok(())
     }
 
     /// Pop the smallest key; ``IndexError`` when empty.
     fn pop_request(&mut self) -> PyResult<Py<PyAny>> {
-        Ok(self.q.pop()?.1)
+        let r = self.q.pop()?.1;
+        drop(self.snap.invalidate()); // `r` keeps the popped item alive
+        Ok(r)
     }
 
     /// The smallest key, not removed; ``IndexError`` when empty.
@@ -330,12 +400,25 @@ impl PyPriorityQueue {
             let key = read_key(&r)?;
             batch.push((oid(&r), key, r.unbind()));
         }
-        Ok(slf.borrow_mut().q.push_batch(batch)?)
+        let mut me = slf.borrow_mut();
+        me.q.push_batch(batch)?;
+        drop(me.snap.invalidate());
+        Ok(())
     }
 
     /// Remove by identity in O(log n); ``ValueError`` if absent.
     fn remove_request(slf: &Bound<'_, Self>, request: &Bound<'_, PyAny>) -> PyResult<()> {
-        let removed = slf.borrow_mut().q.remove(oid(request));
+        let (removed, stale) = {
+            let mut me = slf.borrow_mut();
+            let removed = me.q.remove(oid(request));
+            let stale = if removed.is_some() {
+                me.snap.invalidate()
+            } else {
+                None
+            };
+            (removed, stale)
+        };
+        drop(stale);
         match removed {
             Some(_) => Ok(()),
             None => Err(PyValueError::new_err("list.remove(x): x not in list")),
@@ -345,7 +428,11 @@ impl PyPriorityQueue {
     /// Remove each of ``requests`` present; absent ones are ignored.
     fn remove_requests(slf: &Bound<'_, Self>, requests: &Bound<'_, PyAny>) -> PyResult<()> {
         let ids: Vec<u64> = collect(requests)?.iter().map(oid).collect();
-        let removed = slf.borrow_mut().q.remove_all(ids);
+        let (removed, stale) = {
+            let mut me = slf.borrow_mut();
+            (me.q.remove_all(ids), me.snap.invalidate())
+        };
+        drop(stale);
         drop(removed);
         Ok(())
     }
@@ -362,10 +449,13 @@ impl PyPriorityQueue {
         !self.q.is_empty()
     }
 
-    /// A snapshot in priority order; the queue is not changed.
-    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyIterator>> {
-        let v = self.q.sorted();
-        iter_of(py, v.into_iter().map(|(_, r)| r.clone_ref(py)))
+    /// A snapshot in priority order (cached until the next mutation); the
+    /// queue is not changed.
+    fn __iter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyIterator>> {
+        cached_iter!(slf, |me: &Self, py| PyTuple::new(
+            py,
+            me.q.sorted().into_iter().map(|(_, r)| r.clone_ref(py))
+        ))
     }
 
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
@@ -377,10 +467,12 @@ impl PyPriorityQueue {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.snap.tuple)?;
         traverse(self.q.iter_unordered().map(|(_, r)| r), &visit)
     }
 
     fn __clear__(&mut self) {
+        drop(self.snap.invalidate());
         self.q.clear();
     }
 }
