@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
+
+from fairq.benchmarks.vllm import BaselineFCFSRequestQueue
 
 
 class Req:
@@ -39,43 +40,9 @@ class Req:
         return f"Req({self.priority!r}, {self.arrival_time!r}, {self.request_id!r})"
 
 
-class RefFCFSRequestQueue(deque):  # type: ignore[type-arg]
-    """vLLM's FCFSRequestQueue: a deque with the RequestQueue methods."""
-
-    def add_request(self, request: Any) -> None:
-        self.append(request)
-
-    def pop_request(self) -> Any:
-        return self.popleft()
-
-    def peek_request(self) -> Any:
-        if not self:
-            raise IndexError("peek from an empty queue")
-        return self[0]
-
-    def prepend_request(self, request: Any) -> None:
-        self.appendleft(request)
-
-    def prepend_requests(self, requests: Iterable[Any]) -> None:
-        self.extendleft(requests)
-
-    def remove_request(self, request: Any) -> None:
-        self.remove(request)
-
-    def remove_requests(self, requests: Iterable[Any]) -> None:
-        drop = set(requests)
-        keep = [r for r in self if r not in drop]
-        self.clear()
-        self.extend(keep)
-
-    def __bool__(self) -> bool:
-        return len(self) > 0
-
-    def __len__(self) -> int:
-        return super().__len__()
-
-    def __iter__(self) -> Iterator[Any]:
-        return super().__iter__()
+# vLLM's FCFSRequestQueue (a deque with the RequestQueue methods): the
+# benchmark baseline is exactly that reimplementation, so the model reuses it.
+RefFCFSRequestQueue = BaselineFCFSRequestQueue
 
 
 def _rid_key(v: Any) -> tuple[int, Any]:
