@@ -298,10 +298,7 @@ mod tests {
     #[test]
     fn random_ops_match_vecdeque() {
         let mut s = 7u64;
-        let mut rnd = || {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1);
-            (s >> 33) as u32
-        };
+        let mut rnd = || crate::testutil::lcg(&mut s) as u32;
         let mut f = Fifo::new();
         let mut m: VecDeque<(u32, Handle)> = VecDeque::new();
         for v in 0..20_000u32 {

@@ -378,13 +378,7 @@ mod tests {
     use super::*;
     use std::cmp::Reverse;
 
-    /// Tiny deterministic PRNG for tests (no external crates).
-    fn lcg(state: &mut u64) -> u64 {
-        *state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        *state >> 33
-    }
+    use crate::testutil::lcg;
 
     #[test]
     fn pops_in_key_then_insertion_order() {

@@ -32,6 +32,9 @@ pub mod request_queue;
 pub mod sched;
 pub mod wfq;
 
+#[cfg(test)]
+mod testutil;
+
 #[cfg(feature = "python")]
 pub mod python;
 

@@ -719,12 +719,7 @@ mod tests {
     #[test]
     fn random_ops_invariants() {
         let mut rng = 7u64;
-        let mut next = || {
-            rng = rng
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            rng >> 33
-        };
+        let mut next = || crate::testutil::lcg(&mut rng);
         for page in [1usize, 2, 3] {
             let mut t = RadixTree::new(Some(200), page).unwrap();
             let mut held: Vec<Vec<u32>> = Vec::new();

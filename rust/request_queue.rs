@@ -630,12 +630,7 @@ mod tests {
         assert_eq!(v, [3, 1, 2]);
     }
 
-    fn lcg(x: &mut u64) -> u64 {
-        *x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        *x >> 33
-    }
+    use crate::testutil::lcg;
 
     /// Random push / pop / remove / sorted against a sorted-Vec model, with
     /// keys mixing small ints, floats, huge ints (slow path) and id kinds.

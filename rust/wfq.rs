@@ -453,12 +453,7 @@ impl<K: Hash + Eq + Clone, V> Wfq<K, V> {
 mod tests {
     use super::*;
 
-    fn lcg(s: &mut u64) -> u64 {
-        *s = s
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        *s >> 33
-    }
+    use crate::testutil::lcg;
 
     fn drain(q: &mut Wfq<u32, u32>) -> Vec<u32> {
         std::iter::from_fn(|| q.pop().map(|(v, _)| v)).collect()

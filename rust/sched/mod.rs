@@ -1178,12 +1178,7 @@ mod tests {
     #[test]
     fn incremental_matches_follow_tree_changes() {
         let mut rng = 11u64;
-        let mut next = || {
-            rng = rng
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            rng >> 33
-        };
+        let mut next = || crate::testutil::lcg(&mut rng);
         for page in [1usize, 2] {
             let mut t = RadixTree::new(Some(60), page).unwrap();
             let ns = Namespace::Default;
@@ -1277,12 +1272,7 @@ mod tests {
     #[test]
     fn refill_steps_equal_single_refills() {
         let mut rng = 7u64;
-        let mut next = || {
-            rng = rng
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            rng >> 33
-        };
+        let mut next = || crate::testutil::lcg(&mut rng);
         // Dyadic / integer quanta: every addition is exact, so the closed
         // form must equal the sequential sums bit for bit.
         for _ in 0..3000 {
