@@ -29,9 +29,7 @@ pytestmark = pytest.mark.engine
 # A small, obviously-correct stand-in for fairq's local schedulers (the
 # contract in CONTRACT_sched.md), used only where the Rust classes are not
 # built yet, so the integration itself is always tested.
-Admission = namedtuple(
-    "Admission", "request_id client item input_len cached_len extend_len"
-)
+Admission = namedtuple("Admission", "request_id client item input_len cached_len extend_len")
 
 
 class _ContractFake:
@@ -140,8 +138,11 @@ def _has(name: str) -> bool:
 
 
 _REAL = {name: _has(name) for name in ("FCFS", "LPM", "VTC", "DLPM")}
-POLICIES = [p for p, cls in (("fcfs", "FCFS"), ("lpm", "LPM"), ("vtc", "VTC"), ("dlpm", "DLPM"))
-            if _REAL[cls]]
+POLICIES = [
+    p
+    for p, cls in (("fcfs", "FCFS"), ("lpm", "LPM"), ("vtc", "VTC"), ("dlpm", "DLPM"))
+    if _REAL[cls]
+]
 
 
 @pytest.fixture
@@ -159,15 +160,27 @@ def model() -> Any:
 
 def _workload() -> list[Any]:
     return multi_client_workload(
-        n_clients=3, requests_per_client=3, flood_factor=4, prefix_len=32, suffix_len=8,
-        max_new_tokens=6, vocab_size=256, seed=1,
+        n_clients=3,
+        requests_per_client=3,
+        flood_factor=4,
+        prefix_len=32,
+        suffix_len=8,
+        max_new_tokens=6,
+        vocab_size=256,
+        seed=1,
     )
 
 
 def _run(model: Any, scheduler_type: str, workload: list[Any]) -> bench.EngineRun:
     return bench.run_engine(
-        model, scheduler_type, workload, page_size=16, num_blocks=64, max_batch_tokens=64,
-        max_requests_per_batch=2, realtime=False,
+        model,
+        scheduler_type,
+        workload,
+        page_size=16,
+        num_blocks=64,
+        max_batch_tokens=64,
+        max_requests_per_batch=2,
+        realtime=False,
     )
 
 
@@ -202,8 +215,13 @@ def _engine_skipped(matches: dict[str, int], rid: str, prompt_len: int) -> int:
     return min(matches.get(rid, 0), prompt_len - 1)
 
 
-def _engine_service(outputs: dict[str, Any], matches: dict[str, int], client_of: Any,
-                    w_e: float = 1.0, w_q: float = 2.0) -> dict[str, float]:
+def _engine_service(
+    outputs: dict[str, Any],
+    matches: dict[str, int],
+    client_of: Any,
+    w_e: float = 1.0,
+    w_q: float = 2.0,
+) -> dict[str, float]:
     """Per-client w_e * (prompt - engine match) + w_q * generated, from the
     engine's own outputs and prefix matches."""
     out: dict[str, float] = {}
@@ -313,19 +331,37 @@ def test_page_size_field_name() -> None:
     assert bench.page_size_field() in names
 
 
-@pytest.mark.skipif(not {"VTC", "DLPM"} <= {k for k, v in _REAL.items() if v},
-                    reason="fairq's VTC/DLPM are not built yet")
+@pytest.mark.skipif(
+    not {"VTC", "DLPM"} <= {k for k, v in _REAL.items() if v},
+    reason="fairq's VTC/DLPM are not built yet",
+)
 def test_cache_pressure_offloads_and_conserves(model: Any) -> None:
     """A cache of 8 pages forces the engine to offload running requests: they
     stay admitted in fairq, are re-placed, and every request still completes
     with FIFO's greedy output."""
-    wl = multi_client_workload(n_clients=3, requests_per_client=2, flood_factor=3, prefix_len=32,
-                               suffix_len=8, max_new_tokens=24, vocab_size=256, seed=2)
+    wl = multi_client_workload(
+        n_clients=3,
+        requests_per_client=2,
+        flood_factor=3,
+        prefix_len=32,
+        suffix_len=8,
+        max_new_tokens=24,
+        vocab_size=256,
+        seed=2,
+    )
     fs.register(options={"dlpm": {"quantum": 32.0}})
 
     def go(stype: str) -> bench.EngineRun:
-        return bench.run_engine(model, stype, wl, page_size=16, num_blocks=8,
-                                max_batch_tokens=64, max_requests_per_batch=4, realtime=False)
+        return bench.run_engine(
+            model,
+            stype,
+            wl,
+            page_size=16,
+            num_blocks=8,
+            max_batch_tokens=64,
+            max_requests_per_batch=4,
+            realtime=False,
+        )
 
     fifo = go("fifo-observed")
     requeued = 0
@@ -351,12 +387,15 @@ def test_cancel_mapping_and_weights(model: Any) -> None:
 
     resolver = ClientResolver(mapping={"special-1": "vip"})
     fs.register(["vtc"], client_of=resolver, weights={"vip": 2.0})
-    cfg = ContinuousBatchingConfig(**{bench.page_size_field(): 16}, num_blocks=64,
-                                   max_batch_tokens=64, max_requests_per_batch=2,
-                                   scheduler_type=fs.scheduler_type("vtc"))
+    cfg = ContinuousBatchingConfig(
+        **{bench.page_size_field(): 16},
+        num_blocks=64,
+        max_batch_tokens=64,
+        max_requests_per_batch=2,
+        scheduler_type=fs.scheduler_type("vtc"),
+    )
     gen = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0, max_new_tokens=4)
-    manager = model.init_continuous_batching(generation_config=gen,
-                                             continuous_batching_config=cfg)
+    manager = model.init_continuous_batching(generation_config=gen, continuous_batching_config=cfg)
     ids = ["special-1", "a/1", "a/2", "a/3", "b/1", "b/2"]
     for i, rid in enumerate(ids):
         manager.add_request([3 + i] * 20, request_id=rid, max_new_tokens=4)
@@ -394,19 +433,25 @@ def test_charges_follow_the_engine_prefix_match_not_the_mirror(
     from transformers import ContinuousBatchingConfig, GenerationConfig
 
     fs.register(options={"dlpm": {"quantum": 1000.0}})
-    cfg = ContinuousBatchingConfig(**{bench.page_size_field(): 16}, num_blocks=64,
-                                   max_batch_tokens=64, max_requests_per_batch=2,
-                                   scheduler_type=fs.scheduler_type("dlpm"))
+    cfg = ContinuousBatchingConfig(
+        **{bench.page_size_field(): 16},
+        num_blocks=64,
+        max_batch_tokens=64,
+        max_requests_per_batch=2,
+        scheduler_type=fs.scheduler_type("dlpm"),
+    )
     gen = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0, max_new_tokens=3)
-    manager = model.init_continuous_batching(generation_config=gen,
-                                             continuous_batching_config=cfg)
+    manager = model.init_continuous_batching(generation_config=gen, continuous_batching_config=cfg)
     prompt = [(7 * i) % 200 + 3 for i in range(32)]
     outputs: dict[str, Any] = {}
     manager.start()
     try:
         for rid in ("a/1", "a/2", "b/1"):
-            manager.add_request(prompt if rid.startswith("a") else prompt[:16] + [9] * 4,
-                                request_id=rid, max_new_tokens=3)
+            manager.add_request(
+                prompt if rid.startswith("a") else prompt[:16] + [9] * 4,
+                request_id=rid,
+                max_new_tokens=3,
+            )
             out = manager.get_result(timeout=60)
             assert out is not None and out.request_id == rid
             outputs[rid] = out
@@ -465,12 +510,15 @@ def test_request_id_reused_after_finish(model: Any) -> None:
     from transformers import ContinuousBatchingConfig, GenerationConfig
 
     fs.register()
-    cfg = ContinuousBatchingConfig(**{bench.page_size_field(): 16}, num_blocks=64,
-                                   max_batch_tokens=64, max_requests_per_batch=2,
-                                   scheduler_type=fs.scheduler_type("fcfs"))
+    cfg = ContinuousBatchingConfig(
+        **{bench.page_size_field(): 16},
+        num_blocks=64,
+        max_batch_tokens=64,
+        max_requests_per_batch=2,
+        scheduler_type=fs.scheduler_type("fcfs"),
+    )
     gen = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0, max_new_tokens=3)
-    manager = model.init_continuous_batching(generation_config=gen,
-                                             continuous_batching_config=cfg)
+    manager = model.init_continuous_batching(generation_config=gen, continuous_batching_config=cfg)
     manager.start()
     try:
         for prompt in ([5] * 12, [7] * 20):

@@ -113,7 +113,8 @@ def test_fit_recovers_known_constants() -> None:
     st.tuples(*[st.floats(0, 1e-2) for _ in range(4)]),
     st.lists(
         st.tuples(st.integers(0, 512), st.integers(1, 32), st.integers(1, 4096)),
-        min_size=4, max_size=30,
+        min_size=4,
+        max_size=30,
     ),
 )
 def test_fit_predictions_match_noiseless_data(c: tuple, rows: list) -> None:
@@ -164,8 +165,16 @@ def test_percentile() -> None:
 
 
 def test_workload_shape() -> None:
-    wl = multi_client_workload(n_clients=3, requests_per_client=2, flood_factor=3, prefix_len=5,
-                               suffix_len=2, max_new_tokens=4, vocab_size=50, seed=3)
+    wl = multi_client_workload(
+        n_clients=3,
+        requests_per_client=2,
+        flood_factor=3,
+        prefix_len=5,
+        suffix_len=2,
+        max_new_tokens=4,
+        vocab_size=50,
+        seed=3,
+    )
     clients = [r.client for r in wl]
     assert clients.count("flood") == 6 and clients.count("c1") == 2 and clients.count("c2") == 2
     assert len({r.request_id for r in wl}) == len(wl)
@@ -176,9 +185,16 @@ def test_workload_shape() -> None:
         by_client.setdefault(r.client, []).append(r.prompt[:5])
     for prefixes in by_client.values():  # one shared prefix per client
         assert all(p == prefixes[0] for p in prefixes)
-    assert wl == multi_client_workload(n_clients=3, requests_per_client=2, flood_factor=3,
-                                       prefix_len=5, suffix_len=2, max_new_tokens=4,
-                                       vocab_size=50, seed=3)
+    assert wl == multi_client_workload(
+        n_clients=3,
+        requests_per_client=2,
+        flood_factor=3,
+        prefix_len=5,
+        suffix_len=2,
+        max_new_tokens=4,
+        vocab_size=50,
+        seed=3,
+    )
     assert [r.arrival for r in wl] == sorted(r.arrival for r in wl)
 
 
@@ -193,8 +209,10 @@ def test_workload_rejects_bad_sizes() -> None:
 
 def test_fit_nonnegative_and_plain() -> None:
     # decode time falls with batch size in this (noisy) trace: NNLS clamps it to 0
-    samples = [StepSample(0.010 - 0.001 * b + 1e-4 * p, p, b, 10) for p, b in
-               [(0, 1), (10, 2), (20, 3), (0, 4), (50, 1), (5, 5)]]
+    samples = [
+        StepSample(0.010 - 0.001 * b + 1e-4 * p, p, b, 10)
+        for p, b in [(0, 1), (10, 2), (20, 3), (0, 4), (50, 1), (5, 5)]
+    ]
     nn = fit_step_time(samples)
     assert min(nn.c0, nn.c_prefill, nn.c_decode, nn.c_kv) >= 0
     plain = fit_step_time(samples, nonnegative=False)

@@ -156,8 +156,9 @@ def test_dlpm_theorem_4_1_with_recharged_extends(
     tree = RadixTree(capacity=20_000)
     s = DLPM(tree, quantum=quantum)
     errors: list[float] = []
-    hist, l_in, m = drive(s, tree, specs, steps=60, budget=2000, slots=16, seed=seed,
-                          recharge=True, errors=errors)
+    hist, l_in, m = drive(
+        s, tree, specs, steps=60, budget=2000, slots=16, seed=seed, recharge=True, errors=errors
+    )
     bound = 2 * (1.0 * l_in + 2.0 * m + quantum + 1.0 * max(errors))
     for a in specs:
         for b in specs:

@@ -360,7 +360,6 @@ def test_one_shot_flows_are_garbage_collected(clock: str) -> None:
     assert q.times(x) == (q.virtual_time, q.virtual_time + 4)
 
 
-
 # --------------------------------------------------------------------------
 # virtual_clock: "start" (ALGORITHMS.md section 3) vs "finish" (self-clocked).
 

@@ -87,9 +87,7 @@ def resolve_options() -> dict[str, Any]:
     except json.JSONDecodeError as e:
         raise ValueError(f"{OPTIONS_ENV_VAR} is not valid JSON ({e}): {text!r}") from None
     if not isinstance(value, dict):
-        raise ValueError(
-            f"{OPTIONS_ENV_VAR} must be a JSON object of queue options, got {text!r}"
-        )
+        raise ValueError(f"{OPTIONS_ENV_VAR} must be a JSON object of queue options, got {text!r}")
     return value
 
 

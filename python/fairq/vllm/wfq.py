@@ -68,9 +68,7 @@ def _count(field: str, v: Any) -> int:
         try:
             n = operator.index(v)
         except TypeError:
-            raise TypeError(
-                f"request {field} must be an int, got {type(v).__name__}"
-            ) from None
+            raise TypeError(f"request {field} must be an int, got {type(v).__name__}") from None
     if n < 0:
         raise ValueError(f"request {field} must be >= 0, got {v!r}")
     return n

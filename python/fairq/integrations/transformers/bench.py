@@ -38,14 +38,32 @@ _TF_RANGE = ">=5.17,<5.24"
 
 MODEL_SIZES: dict[str, dict[str, int]] = {
     # ~0.1M parameters: CPU tests and smoke runs
-    "tiny": dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2),
+    "tiny": dict(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ),
     # ~16M parameters: a CPU benchmark where compute is not negligible
-    "small": dict(vocab_size=4096, hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
-                  num_attention_heads=8, num_key_value_heads=4),
+    "small": dict(
+        vocab_size=4096,
+        hidden_size=512,
+        intermediate_size=1408,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+    ),
     # ~1.1B parameters, Llama-3.2-1B-like shapes: GPU runs
-    "1b": dict(vocab_size=32000, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-               num_attention_heads=32, num_key_value_heads=8),
+    "1b": dict(
+        vocab_size=32000,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+    ),
 }
 
 
@@ -58,8 +76,11 @@ def build_model(size: str = "tiny", seed: int = 0, device: str = "cpu", dtype: s
         raise ValueError(f"model size must be one of {sorted(MODEL_SIZES)}, got {size!r}")
     if dtype == "auto":
         dtype = "bfloat16" if device.startswith("cuda") else "float32"
-    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16,
-                   "float16": torch.float16}.get(dtype)
+    torch_dtype = {
+        "float32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "float16": torch.float16,
+    }.get(dtype)
     if torch_dtype is None:
         raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {dtype!r}")
     torch.manual_seed(seed)
@@ -143,7 +164,9 @@ def run_engine(
         scheduler_type=scheduler_type,
     )
     gen_config = GenerationConfig(
-        do_sample=False, eos_token_id=-1, pad_token_id=0,
+        do_sample=False,
+        eos_token_id=-1,
+        pad_token_id=0,
         max_new_tokens=max(r.max_new_tokens for r in workload),
     )
     fs.LAST_SCHEDULER.clear()
@@ -162,7 +185,9 @@ def run_engine(
 
     def add(req: EngineRequest) -> None:
         manager.add_request(
-            list(req.prompt), request_id=req.request_id, max_new_tokens=req.max_new_tokens,
+            list(req.prompt),
+            request_id=req.request_id,
+            max_new_tokens=req.max_new_tokens,
             record_timestamps=True,
         )
 
@@ -201,8 +226,9 @@ def run_engine(
                 dependent.remove(dep)
                 ready_at.append((time.perf_counter() + (dep.arrival if realtime else 0.0), dep))
         wall = time.perf_counter() - t0
-        sched = fs.running_scheduler(manager) or (fs.LAST_SCHEDULER[-1] if fs.LAST_SCHEDULER
-                                                  else None)
+        sched = fs.running_scheduler(manager) or (
+            fs.LAST_SCHEDULER[-1] if fs.LAST_SCHEDULER else None
+        )
     finally:
         manager.stop(block=True)
     if type(sched) is not expected:
@@ -263,7 +289,8 @@ def summarize(run: EngineRun, workload: list[EngineRequest]) -> dict[str, Any]:
         "wall_s": run.wall_s,
         "throughput_output_tok_s": generated / run.wall_s if run.wall_s > 0 else 0.0,
         "throughput_total_tok_s": (generated + sum(len(r.prompt) for r in workload)) / run.wall_s
-        if run.wall_s > 0 else 0.0,
+        if run.wall_s > 0
+        else 0.0,
         "backlogged_window_s": t_end - t_start,
         "jain_index_window": jain_index(window_service),
         "prefix_hit_rate": stats.prefix_hit_rate(),
@@ -319,32 +346,56 @@ def markdown(results: list[dict[str, Any]]) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``fairq engine-bench``."""
-    parser.add_argument("--policies", default="fifo,fcfs,lpm,vtc,dlpm",
-                        help="comma-separated: fifo (transformers' own) and fairq policies "
-                        f"({', '.join(POLICIES)})")
-    parser.add_argument("--model", choices=sorted(MODEL_SIZES), default="tiny",
-                        help="random-weight Llama-style model size (1b: use on a GPU)")
+    parser.add_argument(
+        "--policies",
+        default="fifo,fcfs,lpm,vtc,dlpm",
+        help="comma-separated: fifo (transformers' own) and fairq policies "
+        f"({', '.join(POLICIES)})",
+    )
+    parser.add_argument(
+        "--model",
+        choices=sorted(MODEL_SIZES),
+        default="tiny",
+        help="random-weight Llama-style model size (1b: use on a GPU)",
+    )
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default 1 on CPU: steadier timings on a shared "
-                        "machine; torch's default elsewhere)")
-    parser.add_argument("--workload", default="flood",
-                        help="flood (built-in: one client floods, per-client shared prefixes) or "
-                        "sim:NAME for the simulator's qa/tot/judge/chat workloads")
-    parser.add_argument("--scale", type=float, default=0.02,
-                        help="length scale of a sim: workload (default 0.02: CPU-sized)")
-    parser.add_argument("--duration", type=float, default=20.0,
-                        help="arrival window of a sim: workload in seconds")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default 1 on CPU: steadier timings on a shared "
+        "machine; torch's default elsewhere)",
+    )
+    parser.add_argument(
+        "--workload",
+        default="flood",
+        help="flood (built-in: one client floods, per-client shared prefixes) or "
+        "sim:NAME for the simulator's qa/tot/judge/chat workloads",
+    )
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=0.02,
+        help="length scale of a sim: workload (default 0.02: CPU-sized)",
+    )
+    parser.add_argument(
+        "--duration", type=float, default=20.0, help="arrival window of a sim: workload in seconds"
+    )
     parser.add_argument("--clients", type=int, default=4, help="clients incl. the flooding one")
     parser.add_argument("--requests-per-client", type=int, default=6)
-    parser.add_argument("--flood-factor", type=int, default=4,
-                        help="the misbehaving client sends this many times more requests")
+    parser.add_argument(
+        "--flood-factor",
+        type=int,
+        default=4,
+        help="the misbehaving client sends this many times more requests",
+    )
     parser.add_argument("--prefix-len", type=int, default=64, help="shared prefix per client")
     parser.add_argument("--suffix-len", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=16)
-    parser.add_argument("--gap", type=float, default=0.0,
-                        help="seconds between a well-behaved client's requests")
+    parser.add_argument(
+        "--gap", type=float, default=0.0, help="seconds between a well-behaved client's requests"
+    )
     parser.add_argument("--page-size", type=int, default=16)
     parser.add_argument("--num-blocks", type=int, default=256)
     parser.add_argument("--max-batch-tokens", type=int, default=256)
@@ -372,8 +423,9 @@ def _workload(args: argparse.Namespace) -> list[EngineRequest]:
     if args.workload.startswith("sim:"):
         from fairq.sim.workloads import make_workload
 
-        sim = make_workload(args.workload[4:], scale=args.scale, duration=args.duration,
-                            seed=args.seed)
+        sim = make_workload(
+            args.workload[4:], scale=args.scale, duration=args.duration, seed=args.seed
+        )
         return from_sim_workload(sim, vocab, max_new_tokens=args.max_new_tokens)
     raise ValueError(f"--workload must be flood or sim:NAME, got {args.workload!r}")
 
@@ -385,8 +437,11 @@ def run(args: argparse.Namespace) -> int:
 
         from fairq.integrations.transformers import scheduler as fs
     except ImportError as e:
-        print(f"fairq engine-bench needs torch and transformers{_TF_RANGE} "
-              f"(pip install 'fairq[engine]'): {e}", file=sys.stderr)
+        print(
+            f"fairq engine-bench needs torch and transformers{_TF_RANGE} "
+            f"(pip install 'fairq[engine]'): {e}",
+            file=sys.stderr,
+        )
         return 2
 
     names = [p.strip() for p in args.policies.split(",") if p.strip()]
@@ -407,22 +462,35 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(max(1, threads))
     model = build_model(args.model, seed=args.seed, device=device, dtype=args.dtype)
     n_params = sum(p.numel() for p in model.parameters())
-    machine = (torch.cuda.get_device_name() if device.startswith("cuda") else "cpu")
-    print(f"# fairq engine-bench: model={args.model} ({n_params / 1e6:.1f}M params) "
-          f"device={device} ({machine}) torch={torch.__version__} "
-          f"transformers={__import__('transformers').__version__} "
-          f"threads={torch.get_num_threads()} requests={len(workload)}")
+    machine = torch.cuda.get_device_name() if device.startswith("cuda") else "cpu"
+    print(
+        f"# fairq engine-bench: model={args.model} ({n_params / 1e6:.1f}M params) "
+        f"device={device} ({machine}) torch={torch.__version__} "
+        f"transformers={__import__('transformers').__version__} "
+        f"threads={torch.get_num_threads()} requests={len(workload)}"
+    )
     # One warm-up run so the first policy does not pay one-time costs.
-    run_engine(model, "fifo-observed", [r for r in workload if not r.after][:4],
-               page_size=args.page_size, num_blocks=args.num_blocks,
-               max_batch_tokens=args.max_batch_tokens,
-               max_requests_per_batch=args.max_requests_per_batch)
+    run_engine(
+        model,
+        "fifo-observed",
+        [r for r in workload if not r.after][:4],
+        page_size=args.page_size,
+        num_blocks=args.num_blocks,
+        max_batch_tokens=args.max_batch_tokens,
+        max_requests_per_batch=args.max_requests_per_batch,
+    )
     results = []
     all_steps: list[StepSample] = []
     for stype in types:
-        er = run_engine(model, stype, workload, page_size=args.page_size,
-                        num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens,
-                        max_requests_per_batch=args.max_requests_per_batch)
+        er = run_engine(
+            model,
+            stype,
+            workload,
+            page_size=args.page_size,
+            num_blocks=args.num_blocks,
+            max_batch_tokens=args.max_batch_tokens,
+            max_requests_per_batch=args.max_requests_per_batch,
+        )
         summary = summarize(er, workload)
         summary["scheduler_type"] = "fifo" if stype == "fifo-observed" else stype
         results.append(summary)
@@ -439,8 +507,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         payload = {
             "command": "fairq engine-bench " + " ".join(sys.argv[2:]),
-            "model": args.model, "params": n_params, "device": device, "machine": machine,
-            "results": results, "step_time_fit": fit.as_dict() if fit else None,
+            "model": args.model,
+            "params": n_params,
+            "device": device,
+            "machine": machine,
+            "results": results,
+            "step_time_fit": fit.as_dict() if fit else None,
         }
         with open(args.json, "w") as fh:
             json.dump(payload, fh, indent=2)

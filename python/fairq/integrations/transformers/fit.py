@@ -62,8 +62,12 @@ class StepTimeModel:
         """The ``fairq simulate`` options that use these constants."""
         return " ".join(
             f"--model {k}={v:.6g}"
-            for k, v in (("c0", self.c0), ("c_prefill", self.c_prefill),
-                         ("c_decode", self.c_decode), ("c_kv", self.c_kv))
+            for k, v in (
+                ("c0", self.c0),
+                ("c_prefill", self.c_prefill),
+                ("c_decode", self.c_decode),
+                ("c_kv", self.c_kv),
+            )
         )
 
 

@@ -411,8 +411,9 @@ class FairqScheduler(_Observer, Scheduler):
         decoding_ids = {s.request_id for s in decoding}
         to_remove: set[str] = set()
         scheduled, one_allocation_failed, fast_path, num_q_tokens, max_kv_read = (
-            self._process_candidates(decoding + prefilling + waiting, token_budget, cache_budget,
-                                     to_remove)
+            self._process_candidates(
+                decoding + prefilling + waiting, token_budget, cache_budget, to_remove
+            )
         )
         for rid, before in offsets.items():
             state = self.active_requests.get(rid)
@@ -525,8 +526,11 @@ class FairqScheduler(_Observer, Scheduler):
 def _check_weights(weights: Mapping[str, float] | None) -> dict[str, float]:
     out: dict[str, float] = {}
     for client, w in (weights or {}).items():
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not float(w) > 0 or (
-            float(w) == float("inf")
+        if (
+            isinstance(w, bool)
+            or not isinstance(w, (int, float))
+            or not float(w) > 0
+            or (float(w) == float("inf"))
         ):
             raise ValueError(f"weights[{client!r}] must be finite and > 0, got {w!r}")
         out[str(client)] = float(w)

@@ -45,12 +45,16 @@ def from_sim_workload(
         missing = [d for d in r.after if d not in ids]
         if missing:
             raise ValueError(f"request {r.rid}: depends on unknown request(s) {missing}")
-        n_out = int(r.output_len) if max_new_tokens is None else min(int(r.output_len),
-                                                                     max_new_tokens)
+        n_out = (
+            int(r.output_len) if max_new_tokens is None else min(int(r.output_len), max_new_tokens)
+        )
         out.append(
             EngineRequest(
-                ids[r.rid], str(r.client), float(r.arrival),
-                [1 + int(t) % (vocab_size - 1) for t in r.tokens], max(1, n_out),
+                ids[r.rid],
+                str(r.client),
+                float(r.arrival),
+                [1 + int(t) % (vocab_size - 1) for t in r.tokens],
+                max(1, n_out),
                 tuple(ids[d] for d in r.after),
             )
         )
@@ -104,14 +108,20 @@ def multi_client_workload(
     out: list[EngineRequest] = []
     for i in range(requests_per_client * flood_factor):
         out.append(
-            EngineRequest(f"flood/{i}", "flood", 0.0, prefixes["flood"] + tokens(suffix_len),
-                          max_new_tokens)
+            EngineRequest(
+                f"flood/{i}", "flood", 0.0, prefixes["flood"] + tokens(suffix_len), max_new_tokens
+            )
         )
     for i in range(requests_per_client):
         for c in clients[1:]:
             out.append(
-                EngineRequest(f"{c}/{i}", c, i * well_behaved_gap, prefixes[c] + tokens(suffix_len),
-                              max_new_tokens)
+                EngineRequest(
+                    f"{c}/{i}",
+                    c,
+                    i * well_behaved_gap,
+                    prefixes[c] + tokens(suffix_len),
+                    max_new_tokens,
+                )
             )
     out.sort(key=lambda r: r.arrival)  # stable: the flood stays ahead at equal times
     return out
