@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from wfq_reference import RefWFQ
 
 from fairq import WFQQueue
+
+from reference.wfq import RefWFQ
 
 
 class Item:
