@@ -1,4 +1,4 @@
-"""DRRQueue against the round-by-round reference model (tests/drr_reference.py)."""
+"""DRRQueue against the round-by-round reference model (tests/reference/drr.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Local schedulers: worked examples, errors, conservation, and hypothesis
-model tests of FCFS/LPM/VTC/DLPM against tests/sched_reference.py."""
+model tests of FCFS/LPM/VTC/DLPM against tests/reference/sched.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """fairq.WFQQueue: worked examples, fairness on random traces, errors, and a
-hypothesis state machine against the pure-Python reference (wfq_reference)."""
+hypothesis state machine against the pure-Python reference (tests/reference/wfq.py)."""
 
 from __future__ import annotations
 
