@@ -2,7 +2,7 @@
 
 Run with ``pytest benches/test_bench_radix.py --benchmark-enable``; the
 default test run (``--benchmark-disable``) executes each once as a smoke test.
-The README table comes from ``fairq bench --suite radix``.
+The docs/BENCHMARKS.md table comes from ``fairq bench --suite radix``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """pytest-benchmark cases for WFQ (run: pytest benches/test_bench_wfq.py --benchmark-enable).
 
-The README's table comes from ``fairq bench --suite wfq``; these cases let
+docs/BENCHMARKS.md's table comes from ``fairq bench --suite wfq``; these cases let
 pytest-benchmark track the same operations over time.
 """
 

@@ -1,11 +1,43 @@
 #!/usr/bin/env bash
-# Regenerate every simulator result the README quotes (about a minute on 2 cores).
+# Regenerate the result files under docs/results/ and the tables that
+# docs/RESULTS.md and docs/BENCHMARKS.md quote from them (docs/results/splice.py).
+#
+#   docs/results/regenerate.sh            # sim + bench (+ engine when torch is installed)
+#   docs/results/regenerate.sh sim        # the simulator comparison and sweeps (~1 min on 2 cores)
+#   docs/results/regenerate.sh bench      # fairq bench, every suite (~10 min on 2 cores)
+#   docs/results/regenerate.sh engine     # fairq engine-bench on CPU (needs fairq[engine], ~1 min)
+#   docs/results/regenerate.sh splice     # only re-copy the tables into the docs
+#
+# Needs an installed fairq (`pip install .`). Run it on a quiet machine: the
+# benchmark ratios are measured, and the text around the tables in docs/ states
+# the numbers of the last run, so re-read it after a rerun.
 set -euo pipefail
 cd "$(dirname "$0")"
-fairq simulate --no-progress --json comparison.json --plot comparison.png | tee comparison.md
-fairq simulate --sweep quantum --workload tot-S2 --no-progress \
-  --json sweep_quantum_tot.json --plot sweep_quantum_tot.png | tee sweep_quantum_tot.md
-fairq simulate --sweep quantum --no-progress \
-  --json sweep_quantum.json --plot sweep_quantum.png | tee sweep_quantum.md
-fairq simulate --workload chat --workers 2 --no-progress \
-  --json chat.json --plot chat.png | tee chat.md
+parts=("$@")
+if [ ${#parts[@]} -eq 0 ]; then
+  parts=(sim bench)
+  if python -c 'import torch, transformers' 2>/dev/null; then parts+=(engine); fi
+fi
+for part in "${parts[@]}"; do
+  case "$part" in
+    sim)
+      fairq simulate --no-progress --json comparison.json --plot comparison.png | tee comparison.md
+      fairq simulate --sweep quantum --workload tot-S2 --no-progress \
+        --json sweep_quantum_tot.json --plot sweep_quantum_tot.png | tee sweep_quantum_tot.md
+      fairq simulate --sweep quantum --no-progress \
+        --json sweep_quantum.json --plot sweep_quantum.png | tee sweep_quantum.md
+      fairq simulate --workload chat --workers 2 --no-progress \
+        --json chat.json --plot chat.png | tee chat.md
+      ;;
+    bench)
+      fairq bench --json bench.json | tee bench.md
+      ;;
+    engine)
+      fairq engine-bench --model small --requests-per-client 8 --max-new-tokens 32 \
+        --quantum 128 --json engine-bench-cpu-small.json | tee engine-bench-cpu-small.md
+      ;;
+    splice) ;;
+    *) echo "unknown part: $part (sim, bench, engine, splice)" >&2; exit 2 ;;
+  esac
+done
+python splice.py

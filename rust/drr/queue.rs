@@ -25,13 +25,14 @@
 //! snapshot, [`DrrQueue::pop_with_load`]). If it fails, the queue is rolled
 //! back to exactly its state before the call.
 
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Reverse;
 use std::collections::HashMap;
 
 use super::config::{ClassConfig, PolicyProfile, QueueOrder};
 use super::load::{LoadGate, LoadSnapshot};
 use crate::error::{check_non_negative, Error, LimitKind, Result};
 use crate::heap::{Handle, IndexedHeap};
+use crate::ordf64::OrdF64;
 
 /// Immutable cost snapshot taken when a request is enqueued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,29 +75,10 @@ impl Snapshot {
 
 /// Heap key: higher strict-priority tier first, then the policy key
 /// (smaller first), then the heap's insertion sequence.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Key {
     tier: Reverse<i64>,
-    policy: f64,
-}
-
-impl PartialEq for Key {
-    fn eq(&self, o: &Self) -> bool {
-        self.cmp(o) == Ordering::Equal
-    }
-}
-impl Eq for Key {}
-impl PartialOrd for Key {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Key {
-    fn cmp(&self, o: &Self) -> Ordering {
-        self.tier
-            .cmp(&o.tier)
-            .then_with(|| self.policy.total_cmp(&o.policy))
-    }
+    policy: OrdF64,
 }
 
 /// A queued request as the core stores it.
@@ -354,7 +336,7 @@ impl<T> DrrQueue<T> {
         let c = &mut self.classes[idx];
         let key = Key {
             tier: Reverse(args.strict_priority),
-            policy,
+            policy: OrdF64::new(policy),
         };
         let h = c.heap.push(
             key,

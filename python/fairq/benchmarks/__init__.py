@@ -86,7 +86,7 @@ def fmt_time(s: float) -> str:
 
 
 def markdown_table(rows: list[Row]) -> str:
-    """Rows as the Markdown table the README shows."""
+    """Rows as the Markdown table docs/BENCHMARKS.md shows."""
     out = [
         "| case | n | fairq | baseline | speedup |",
         "|---|---:|---:|---:|---:|",

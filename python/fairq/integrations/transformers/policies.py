@@ -5,7 +5,7 @@ of fairq's local schedulers (see ``docs/ARCHITECTURE.md``), built over the
 integration's mirror of the engine's prefix cache (a ``fairq.RadixTree``).
 WFQ and DRR are not offered here: they order flows by virtual finish time /
 per-class deficits over *classes* of requests, not per client with prefix
-reuse, and the engine integration is about the latter (see the README).
+reuse, and the engine integration is about the latter (see docs/RESULTS.md).
 """
 
 from __future__ import annotations
