@@ -611,4 +611,3 @@ fn pop_with_load_validates_before_changing_anything() {
     assert_eq!(q.len(), 4);
     assert!(LoadSnapshot::new(&t, MaxBatched::PerWorker(&[1])).is_err());
 }
-

@@ -136,7 +136,7 @@ def _case(c: int, ratio: int, ops: int, worst: bool = True) -> tuple[float, floa
 def _load_profile(c: int) -> dict[str, Any]:
     """C explicit classes alternating two busy rules: an absolute threshold
     (every worker busy blocks) and a fractional one with busy_worker_ratio 1.0."""
-    rules = [
+    rules: list[dict[str, Any]] = [
         {"prefill_busy_threshold": 100},
         {"prefill_busy_threshold_frac": 1.0, "busy_worker_ratio": 1.0},
     ]
