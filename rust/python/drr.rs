@@ -126,6 +126,14 @@ fn non_negative_int(field: &str, v: &Bound<'_, PyAny>) -> PyResult<u64> {
     }
 }
 
+fn raw_isl_tokens_arg(v: &Bound<'_, PyAny>) -> PyResult<u64> {
+    non_negative_int("raw_isl_tokens", v)
+}
+
+fn cached_tokens_arg(v: &Bound<'_, PyAny>) -> PyResult<u64> {
+    non_negative_int("cached_tokens", v)
+}
+
 /// `policy_family`: None or a str, naming the field on error.
 fn family_opt(v: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
     if v.is_none() {
@@ -356,22 +364,20 @@ impl PyDrrCore {
     /// `max(1, raw_isl_tokens - cached_tokens)` and enqueue. Returns the
     /// ticket; an error (bad value, unknown family in fairq's schema,
     /// `QueueFull`) enqueues nothing.
-    #[pyo3(signature = (item, policy_family=None, raw_isl_tokens=None, cached_tokens=None, *, strict_priority=0, priority_jump=0.0, arrival=None))]
+    #[pyo3(signature = (item, policy_family=None, raw_isl_tokens=0, cached_tokens=0, *, strict_priority=0, priority_jump=0.0, arrival=None))]
     #[allow(clippy::too_many_arguments)]
     fn push_request(
         &mut self,
         py: Python<'_>,
         item: Py<PyAny>,
         #[pyo3(from_py_with = family_opt)] policy_family: Option<String>,
-        raw_isl_tokens: Option<&Bound<'_, PyAny>>,
-        cached_tokens: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = raw_isl_tokens_arg)] raw_isl_tokens: u64,
+        #[pyo3(from_py_with = cached_tokens_arg)] cached_tokens: u64,
         #[pyo3(from_py_with = args::strict_priority)] strict_priority: i64,
         #[pyo3(from_py_with = args::priority_jump)] priority_jump: f64,
         #[pyo3(from_py_with = args::arrival_opt)] arrival: Option<f64>,
     ) -> PyResult<u64> {
-        let raw = raw_isl_tokens.map_or(Ok(0), |v| non_negative_int("raw_isl_tokens", v))?;
-        let cached = cached_tokens.map_or(Ok(0), |v| non_negative_int("cached_tokens", v))?;
-        let snapshot = Snapshot::new(raw, cached)?;
+        let snapshot = Snapshot::new(raw_isl_tokens, cached_tokens)?;
         let arrival = self.arrival(py, arrival)?;
         let (_, ticket) = self.q.push_request(
             policy_family.as_deref(),
