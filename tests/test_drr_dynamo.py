@@ -342,6 +342,13 @@ def test_load_accepts_numpy_arrays() -> None:
         active_prefill_tokens=np.array([1, 102], dtype=np.uint32),
         max_num_batched_tokens=np.array([8, 8]),
     ) == ("chat-reuse", "r")
+    q.push_request("s", "chat", 10)
+    before = snap(q)
+    with pytest.raises(ValueError, match=r"active_prefill_tokens\[1\] must be an integer >= 0"):
+        q.pop(active_prefill_tokens=np.array([1, -3]), max_num_batched_tokens=8)
+    with pytest.raises(ValueError, match=r"max_num_batched_tokens has 1 entries"):
+        q.pop(active_prefill_tokens=np.array([1, 3]), max_num_batched_tokens=np.array([8]))
+    assert snap(q) == before
 
 
 # --- every configuration error names its field ------------------------------

@@ -167,6 +167,9 @@ fn int_list(field: &str, v: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
         }
         return Ok(out);
     }
+    if let Some(out) = from_numpy(field, v)? {
+        return Ok(out);
+    }
     let it = v.try_iter().map_err(|_| {
         PyTypeError::new_err(format!(
             "{field} must be a sequence of ints (one per worker), got {}",
@@ -178,6 +181,48 @@ fn int_list(field: &str, v: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
     it.enumerate()
         .map(|(i, x)| non_negative_int(&format!("{field}[{i}]"), &x?))
         .collect()
+}
+
+/// A 1-D numpy integer array read with one `astype` + `tobytes` copy
+/// (abi3 has no buffer protocol before 3.11); None for anything else,
+/// which takes the element-by-element path (and its error messages).
+fn from_numpy(field: &str, v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<u64>>> {
+    // Not imported yet: `v` cannot be a numpy array (and no import is tried).
+    let modules = v.py().import("sys")?.getattr("modules")?;
+    let Ok(np) = modules.get_item("numpy") else {
+        return Ok(None);
+    };
+    if !v.is_instance(&np.getattr("ndarray")?)? {
+        return Ok(None);
+    }
+    let kind: String = v.getattr("dtype")?.getattr("kind")?.extract()?;
+    let ndim: usize = v.getattr("ndim")?.extract()?;
+    if ndim != 1 || (kind != "i" && kind != "u") {
+        return Ok(None);
+    }
+    let signed = kind == "i";
+    let bytes = v
+        .call_method1("astype", (if signed { "<i8" } else { "<u8" },))?
+        .call_method0("tobytes")?;
+    let bytes: &[u8] = bytes.downcast::<pyo3::types::PyBytes>()?.as_bytes();
+    bytes
+        .chunks_exact(8)
+        .enumerate()
+        .map(|(i, c)| {
+            let b: [u8; 8] = c.try_into().expect("chunks of 8");
+            if signed {
+                let x = i64::from_le_bytes(b);
+                u64::try_from(x).map_err(|_| {
+                    PyValueError::new_err(format!(
+                        "{field}[{i}] must be an integer >= 0 (at most 2**64-1), got {x}"
+                    ))
+                })
+            } else {
+                Ok(u64::from_le_bytes(b))
+            }
+        })
+        .collect::<PyResult<Vec<u64>>>()
+        .map(Some)
 }
 
 /// Rust core of `fairq.DRRQueue` (use that class; it adds file reading and
