@@ -56,9 +56,106 @@ have service, counter and deficit 0.
 
 from __future__ import annotations
 
-from fairq._core import DLPM, FCFS, LPM, VTC, Admission
+from typing import Any
+
+from fairq._core import DLPM, FCFS, LPM, VTC, Admission, RadixTree
 
 Scheduler = FCFS | LPM | VTC | DLPM
 """Any local scheduler (they share one interface)."""
 
-__all__ = ["DLPM", "FCFS", "LPM", "VTC", "Admission", "Scheduler"]
+#: Local policy name -> its scheduler class (what :func:`make_scheduler` builds).
+POLICIES: dict[str, type[FCFS] | type[LPM] | type[VTC] | type[DLPM]] = {
+    "fcfs": FCFS,
+    "lpm": LPM,
+    "vtc": VTC,
+    "dlpm": DLPM,
+}
+
+#: The options (keyword arguments besides the tree) each local policy takes.
+POLICY_OPTIONS: dict[str, tuple[str, ...]] = {
+    "fcfs": (),
+    "lpm": (),
+    "vtc": ("w_in", "w_out"),
+    "dlpm": ("quantum", "w_e", "w_q"),
+}
+
+
+def policy_name(name: str) -> str:
+    """``name`` as a key of :data:`POLICIES` (case and surrounding space ignored).
+
+    Raises:
+        TypeError: ``name`` is not a string.
+        ValueError: not a local policy; the message lists the known ones.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"policy must be a string, got {type(name).__name__}")
+    key = name.strip().lower()
+    if key not in POLICIES:
+        known = ", ".join(sorted(POLICIES))
+        raise ValueError(f"unknown fairq policy {name!r}; known policies: {known}")
+    return key
+
+
+def make_scheduler(name: str, tree: RadixTree | None = None, **options: Any) -> Scheduler:
+    """The local scheduler ``name`` (``fcfs``, ``lpm``, ``vtc``, ``dlpm``) over ``tree``.
+
+    The one factory the simulator and the engine integrations build their
+    schedulers with. ``options`` are the policy's own keyword arguments
+    (:data:`POLICY_OPTIONS`: DLPM needs ``quantum``); their values are checked
+    by the scheduler itself.
+
+    Raises:
+        TypeError, ValueError: unknown policy (see :func:`policy_name`), an
+            option the policy does not take (named with the ones it takes), or
+            a bad option value.
+    """
+    key = policy_name(name)
+    allowed = POLICY_OPTIONS[key]
+    for opt in options:
+        if opt not in allowed:
+            raise ValueError(
+                f"policy {key!r} has no option {opt!r} (options: {', '.join(allowed) or 'none'})"
+            )
+    cls: Any = POLICIES[key]
+    return cls(tree, **options)
+
+
+def admit(
+    scheduler: Scheduler,
+    token_budget: int,
+    max_requests: int,
+    *,
+    head_budget: int | None = None,
+) -> list[Admission]:
+    """One engine step's admissions from a local scheduler.
+
+    ``scheduler.schedule(token_budget, max_requests)`` (nothing when either is
+    ``<= 0``). If that admits nothing and ``head_budget`` is given (a positive
+    number of tokens: the engine has no other prefill under way), the policy's
+    first request is admitted alone with ``head_budget`` tokens of room: a
+    prompt larger than one step's budget is prefilled in chunks over several
+    steps instead of never being admitted. Every local scheduler is
+    work-conserving within one call (DLPM repeats its walk and bulk-refills),
+    so that request is the one the policy would admit next.
+    """
+    if max_requests <= 0:
+        return []
+    admitted = scheduler.schedule(token_budget, max_requests) if token_budget > 0 else []
+    if not admitted and head_budget is not None and head_budget > 0:
+        admitted = scheduler.schedule(head_budget, 1)
+    return admitted
+
+
+__all__ = [
+    "DLPM",
+    "FCFS",
+    "LPM",
+    "POLICIES",
+    "POLICY_OPTIONS",
+    "VTC",
+    "Admission",
+    "Scheduler",
+    "admit",
+    "make_scheduler",
+    "policy_name",
+]

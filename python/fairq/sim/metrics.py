@@ -19,6 +19,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,15 +28,21 @@ import numpy as np
 from fairq.sim.engine import Simulator
 
 
-def jain(xs: list[float] | np.ndarray) -> float:
-    """Jain's fairness index of non-negative allocations (1 = equal)."""
-    x = np.asarray(xs, dtype=float)
-    if x.size == 0:
+def jain(values: Iterable[float]) -> float:
+    """Jain's fairness index ``(sum x)^2 / (n * sum x^2)`` in ``[1/n, 1]`` (1 = equal).
+
+    An empty input or all zeros gives 1.0 (nothing to be unfair about).
+    Raises ValueError on a negative or non-finite value (naming its index).
+    The one definition: ``fairq.integrations.transformers.jain_index`` is this.
+    """
+    xs = [float(v) for v in values]
+    for i, x in enumerate(xs):
+        if not math.isfinite(x) or x < 0:
+            raise ValueError(f"values[{i}] must be finite and >= 0, got {x!r}")
+    sq = sum(x * x for x in xs)
+    if not xs or sq == 0:
         return 1.0
-    s2 = float((x * x).sum())
-    if s2 == 0:
-        return 1.0
-    return float(x.sum() ** 2 / (x.size * s2))
+    return sum(xs) ** 2 / (len(xs) * sq)
 
 
 def max_backlogged_gap(samples: np.ndarray, backlog: np.ndarray) -> float:
@@ -64,8 +72,13 @@ def max_backlogged_gap(samples: np.ndarray, backlog: np.ndarray) -> float:
     return best
 
 
-def _pct(xs: list[float], q: float) -> float:
-    return float(np.percentile(xs, q)) if xs else float("nan")
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (``q`` in [0, 100]); NaN for no values."""
+    if not 0 <= q <= 100:
+        raise ValueError(f"q must be in [0, 100], got {q!r}")
+    if not values:
+        return float("nan")
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
 
 
 def summarize(sim: Simulator) -> dict[str, Any]:
@@ -152,12 +165,12 @@ def summarize(sim: Simulator) -> dict[str, Any]:
         "jain_window_s": window,
         "max_gap": gap,
         "max_gap_actual": gap_actual,
-        "e2e_p50_s": _pct(e2e, 50),
-        "e2e_p99_s": _pct(e2e, 99),
-        "ttft_p50_s": _pct(ttft, 50),
-        "ttft_p99_s": _pct(ttft, 99),
-        "program_p50_s": _pct(prog_lat, 50),
-        "program_p99_s": _pct(prog_lat, 99),
+        "e2e_p50_s": percentile(e2e, 50),
+        "e2e_p99_s": percentile(e2e, 99),
+        "ttft_p50_s": percentile(ttft, 50),
+        "ttft_p99_s": percentile(ttft, 99),
+        "program_p50_s": percentile(prog_lat, 50),
+        "program_p99_s": percentile(prog_lat, 99),
         "per_client": per_client,
         "steps": steps,
         "wall_s": sim.wall_s,
