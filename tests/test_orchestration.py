@@ -10,10 +10,12 @@ import pytest
 
 import fairq
 from fairq.integrations.transformers import POLICIES as ENGINE_POLICIES
-from fairq.integrations.transformers import StepTimeModel, jain_index
+from fairq.integrations.transformers import StepTimeModel
+from fairq.integrations.transformers import jain_index as engine_jain_index
 from fairq.integrations.transformers.policies import build_policy
 from fairq.sched import POLICIES, POLICY_OPTIONS, admit, make_scheduler, policy_name
-from fairq.sim import StepModel, jain
+from fairq.sim import StepModel
+from fairq.sim import jain_index as jain
 from fairq.sim.model import STEP_COSTS, step_time
 
 
@@ -75,7 +77,7 @@ def test_one_step_time_model() -> None:
 
 
 def test_one_jain_index() -> None:
-    assert jain is jain_index
+    assert jain is engine_jain_index
     assert jain([2.0, 2.0]) == 1.0 and jain([]) == 1.0
     assert jain([3.0, 1.0]) == pytest.approx(16 / 20)
     for bad in (-1.0, math.nan, math.inf):

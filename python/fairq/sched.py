@@ -56,12 +56,92 @@ have service, counter and deficit 0.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from fairq._core import DLPM, FCFS, LPM, VTC, Admission, RadixTree
 
+if TYPE_CHECKING:
+    from fairq._core import Namespace, TokenIds
+
+
+@runtime_checkable
+class LocalScheduler(Protocol):
+    """The interface FCFS, LPM, VTC and DLPM share (a structural type: the four
+    are separate classes; ``isinstance(s, LocalScheduler)`` holds for each).
+
+    Vocabulary (``docs/ARCHITECTURE.md``, glossary): a *client* is whom
+    fairness is measured between; ``tokens`` are token ids (the prompt);
+    *extend* tokens are the uncached part of a prompt; ``schedule`` with
+    nothing admissible returns ``[]``.
+    """
+
+    def add(
+        self,
+        request_id: str | int,
+        client: str,
+        tokens: TokenIds,
+        item: Any = None,
+        namespace: Namespace = None,
+    ) -> None:
+        """Queue a request; a duplicate ``request_id`` is a ``ValueError``."""
+
+    def remove(self, request_id: str | int) -> Any:
+        """Remove a waiting request and return its item (unknown: ``KeyError``)."""
+
+    def schedule(self, token_budget: int, max_requests: int | None = None) -> list[Admission]:
+        """Admit waiting requests in policy order while their extend tokens fit
+        ``token_budget`` (and ``max_requests``), charging the policy counters;
+        ``[]`` when nothing is admissible."""
+
+    def charge_output(self, request_id: str | int, n_tokens: int = 1) -> None:
+        """Charge ``n_tokens`` decoded output tokens of a running request."""
+
+    def recharge_extend(self, request_id: str | int, extend_len: int) -> int:
+        """Replace a running request's charged extend tokens by the engine's
+        real value; returns the old value."""
+
+    def charged_extend(self, request_id: str | int) -> int:
+        """Extend tokens currently charged for a running request."""
+
+    def finish(self, request_id: str | int) -> None:
+        """A running request is done (unknown: ``KeyError``)."""
+
+    def service(self, client: str) -> float:
+        """Tokens served to ``client``: ``w_e * extend + w_q * output`` (VTC:
+        ``w_in``/``w_out``, the same roles)."""
+
+    def set_weight(self, client: str, w: float) -> None:
+        """Client weight (> 0, finite) dividing its VTC/DLPM charges."""
+
+    def weight(self, client: str) -> float:
+        """The client's weight (1.0 unless set)."""
+
+    def clients(self) -> list[str]:
+        """Every client seen so far."""
+
+    def num_waiting(self, client: str) -> int:
+        """The client's waiting requests."""
+
+    @property
+    def num_running(self) -> int:
+        """Admitted requests not finished yet."""
+
+    @property
+    def tree(self) -> RadixTree | None:
+        """The prefix cache the scheduler matches against (FCFS/VTC: may be None)."""
+
+    def __len__(self) -> int:
+        """Number of waiting requests."""
+
+
 Scheduler = FCFS | LPM | VTC | DLPM
-"""Any local scheduler (they share one interface)."""
+"""Any of the four local schedulers (each is a :class:`LocalScheduler`)."""
+
+if TYPE_CHECKING:  # pragma: no cover - mypy checks the four classes keep to the protocol
+
+    def _conforms(f: FCFS, lp: LPM, v: VTC, d: DLPM) -> list[LocalScheduler]:
+        return [f, lp, v, d]
+
 
 #: Local policy name -> its scheduler class (what :func:`make_scheduler` builds).
 POLICIES: dict[str, type[FCFS] | type[LPM] | type[VTC] | type[DLPM]] = {
@@ -121,7 +201,7 @@ def make_scheduler(name: str, tree: RadixTree | None = None, **options: Any) -> 
 
 
 def admit(
-    scheduler: Scheduler,
+    scheduler: LocalScheduler,
     token_budget: int,
     max_requests: int,
     *,
@@ -154,6 +234,7 @@ __all__ = [
     "POLICY_OPTIONS",
     "VTC",
     "Admission",
+    "LocalScheduler",
     "Scheduler",
     "admit",
     "make_scheduler",

@@ -30,8 +30,7 @@ from fairq.integrations.transformers.fit import (
 )
 from fairq.integrations.transformers.policies import POLICIES, check_policy, policy_options
 from fairq.integrations.transformers.workload import EngineRequest, multi_client_workload
-from fairq.sim.metrics import jain as jain_index
-from fairq.sim.metrics import percentile
+from fairq.sim.metrics import jain_index, percentile
 
 _ENGINE_NAMES = {
     "FairqScheduler",

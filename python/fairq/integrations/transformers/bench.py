@@ -31,8 +31,7 @@ from fairq.integrations.transformers.workload import (
     from_sim_workload,
     multi_client_workload,
 )
-from fairq.sim.metrics import jain as jain_index
-from fairq.sim.metrics import percentile
+from fairq.sim.metrics import jain_index, percentile
 
 _TF_RANGE = ">=5.17,<5.24"
 
