@@ -15,7 +15,7 @@
 //! - [`fifo`]: slab-backed FIFO with O(1) push/pop at both ends and O(1) removal.
 //! - [`registry`]: identity registry (opaque object id -> queue entry).
 //! - [`request_queue`]: vLLM-compatible FCFS and priority queues.
-//! - [`drr`]: Deficit Round Robin across policy classes.
+//! - [`drr`]: Deficit Round Robin across policy classes, configured by Dynamo's router policy files.
 //! - [`wfq`]: Weighted Fair Queuing on per-flow virtual finish times.
 //! - [`dualphase`]: the think / output dual-phase queue.
 //! - [`radix`]: token radix tree modelling an engine's prefix cache.
