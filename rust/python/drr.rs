@@ -52,19 +52,18 @@ fn to_value(v: &Bound<'_, PyAny>, path: &str, depth: usize) -> PyResult<Value> {
         });
     }
     let item = |x: &Bound<'_, PyAny>, i: usize| to_value(x, &format!("{path}[{i}]"), depth + 1);
-    if let Ok(l) = v.downcast::<PyList>() {
-        return l
+    let seq: Option<Vec<Bound<'_, PyAny>>> = if let Ok(l) = v.downcast::<PyList>() {
+        Some(l.iter().collect())
+    } else if let Ok(t) = v.downcast::<PyTuple>() {
+        Some(t.iter().collect())
+    } else {
+        None
+    };
+    if let Some(seq) = seq {
+        return seq
             .iter()
             .enumerate()
-            .map(|(i, x)| item(&x, i))
-            .collect::<PyResult<_>>()
-            .map(Value::List);
-    }
-    if let Ok(t) = v.downcast::<PyTuple>() {
-        return t
-            .iter()
-            .enumerate()
-            .map(|(i, x)| item(&x, i))
+            .map(|(i, x)| item(x, i))
             .collect::<PyResult<_>>()
             .map(Value::List);
     }
