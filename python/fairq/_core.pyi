@@ -32,10 +32,14 @@ class QueueFull(RuntimeError):
     (``current`` is the usage the push would have made).
     """
 
-    class_name: str
-    limit: str
-    current: int
-    max: int
+    @property
+    def class_name(self) -> str: ...
+    @property
+    def limit(self) -> str: ...
+    @property
+    def current(self) -> int: ...
+    @property
+    def max(self) -> int: ...
 
 # --- tokens ---------------------------------------------------------------
 def as_tokens(tokens: TokenIds, field: str = "tokens") -> list[int]: ...
