@@ -6,12 +6,13 @@ import math
 
 import numpy as np
 import pytest
-from dispatch_ref import RefAffinity, RefD2LPM
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fairq
 from fairq.dispatch import make_dispatcher
+
+from reference.dispatch import RefAffinity, RefD2LPM
 
 # ---- operation sequences ---------------------------------------------------
 

@@ -1,14 +1,15 @@
-"""DRRQueue against the round-by-round reference model (tests/drr_reference.py)."""
+"""DRRQueue against the round-by-round reference model (tests/reference/drr.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from drr_reference import RefDRR
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairq import DRRQueue, PolicyClass
+
+from reference.drr import RefDRR
 
 classes_st = st.lists(
     st.tuples(st.integers(1, 40), st.sampled_from(["fcfs", "wspt"])),

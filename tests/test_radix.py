@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from radix_reference import RefRadix
 
 import fairq
 from fairq import RadixTree
+
+from reference.radix import RefRadix
 
 
 def test_basic_match_insert() -> None:

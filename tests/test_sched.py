@@ -1,5 +1,5 @@
 """Local schedulers: worked examples, errors, conservation, and hypothesis
-model tests of FCFS/LPM/VTC/DLPM against tests/sched_reference.py."""
+model tests of FCFS/LPM/VTC/DLPM against tests/reference/sched.py."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sched_reference import RefSched
 
 import fairq
 from fairq import DLPM, FCFS, LPM, VTC, RadixTree
+
+from reference.sched import RefSched
 
 Sched = FCFS | LPM | VTC | DLPM
 

@@ -15,11 +15,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from vllm_reference import Req
 
 import fairq.vllm as fv
 import fairq.vllm.scheduler as fsched
 from fairq.vllm import FCFSRequestQueue, PriorityRequestQueue
+
+from reference.vllm import Req
 
 
 def _fake_vllm() -> dict[str, types.ModuleType]:
@@ -169,7 +170,7 @@ def test_async_scheduler_env_policy_moves_queued(
     fake_vllm: dict[str, types.ModuleType], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(fsched.ENV_VAR, "PRIORITY")
-    a, b = Req(5, 0.0, "a"), Req(1, 0.0, "b")
+    a, b = Req("a", 5, 0.0), Req("b", 1, 0.0)
     s = fsched.FairqAsyncScheduler(policy="fcfs", queued=[a, b])
     assert isinstance(s, fake_vllm["vllm.v1.core.sched.async_scheduler"].AsyncScheduler)
     assert s.fairq_policy is fv.SchedulingPolicy.PRIORITY
@@ -187,7 +188,7 @@ def test_scheduler_bad_env_policy(
 
 def test_replace_queues_skips_missing_attributes() -> None:
     class S:
-        waiting = [Req(0, 0.0, "a")]
+        waiting = [Req("a", 0, 0.0)]
 
     s = S()
     assert fsched.replace_queues(s, "fcfs") == ["waiting"]

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from vllm_reference import Req
 
 import fairq.vllm as fv
 from fairq.vllm import (
@@ -21,11 +20,13 @@ from fairq.vllm import (
     create_request_queue,
 )
 
+from reference.vllm import Req
+
 BOTH = [FCFSRequestQueue, PriorityRequestQueue]
 
 
 def reqs(n: int) -> list[Req]:
-    return [Req(0, float(i), f"r{i}") for i in range(n)]
+    return [Req(f"r{i}", 0, float(i)) for i in range(n)]
 
 
 # ------------------------------------------------------------ interface ----
@@ -136,7 +137,7 @@ def test_fcfs_empty_errors_match_vllm() -> None:
 def test_fcfs_remove_absent_matches_deque_message() -> None:
     from collections import deque
 
-    r = Req(0, 0.0, "x")
+    r = Req("x", 0, 0.0)
     with pytest.raises(ValueError) as want:
         deque().remove(r)
     with pytest.raises(ValueError) as got:
@@ -151,7 +152,7 @@ def test_identity_not_equality() -> None:
 
         __hash__ = None  # type: ignore[assignment]  # unhashable
 
-    x, y = AlwaysEqual(0, 0.0, "x"), AlwaysEqual(0, 0.0, "y")
+    x, y = AlwaysEqual("x", 0, 0.0), AlwaysEqual("y", 0, 0.0)
     for cls in BOTH:
         q = cls()
         q.add_request(x)
@@ -222,11 +223,11 @@ def test_failed_mutation_keeps_snapshot_valid(cls: Any) -> None:
 
 
 def test_priority_worked_example() -> None:
-    a = Req(1, 0.0, "a")
-    b = Req(0, 5.0, "b")
-    c = Req(0, 5.0, "b")  # same key as b: insertion order
-    d = Req(0, 1.0, "z")
-    e = Req(0, 5.0, 7)  # int ids sort before str ids
+    a = Req("a", 1, 0.0)
+    b = Req("b", 0, 5.0)
+    c = Req("b", 0, 5.0)  # same key as b: insertion order
+    d = Req("z", 0, 1.0)
+    e = Req(7, 0, 5.0)  # int ids sort before str ids
     q = PriorityRequestQueue()
     for r in (a, b, c, d, e):
         q.add_request(r)
@@ -242,9 +243,9 @@ def test_priority_worked_example() -> None:
 
 def test_priority_int_float_exact_order() -> None:
     big = 2**53 + 1
-    x, y = Req(big, 0.0, "x"), Req(float(2**53), 0.0, "y")
-    z = Req(1.5, 0.0, "z")
-    w = Req(True, 0.0, "w")  # bool is an int
+    x, y = Req("x", big, 0.0), Req("y", float(2**53), 0.0)
+    z = Req("z", 1.5, 0.0)
+    w = Req("w", True, 0.0)  # bool is an int
     q = PriorityRequestQueue()
     for r in (x, y, z, w):
         q.add_request(r)
@@ -252,7 +253,7 @@ def test_priority_int_float_exact_order() -> None:
 
 
 def test_priority_keys_read_once() -> None:
-    a, b = Req(5, 0.0, "a"), Req(1, 0.0, "b")
+    a, b = Req("a", 5, 0.0), Req("b", 1, 0.0)
     q = PriorityRequestQueue()
     q.add_request(a)
     q.add_request(b)
@@ -267,7 +268,7 @@ def test_priority_empty_errors_match_vllm() -> None:
     with pytest.raises(IndexError, match="^peek from empty heap$"):
         q.peek_request()
     with pytest.raises(ValueError, match=r"^list.remove\(x\): x not in list$"):
-        q.remove_request(Req(0, 0.0, "x"))
+        q.remove_request(Req("x", 0, 0.0))
 
 
 def contents(q: Any) -> list[int]:
@@ -344,12 +345,12 @@ def test_attribute_error_from_property_becomes_type_error_other_errors_propagate
 
 def test_failing_iterable_leaves_queue_unchanged() -> None:
     def gen() -> Any:
-        yield Req(0, 0.0, "a")
+        yield Req("a", 0, 0.0)
         raise KeyError("stop")
 
     for cls in BOTH:
         q = cls()
-        r = Req(0, 0.0, "x")
+        r = Req("x", 0, 0.0)
         q.add_request(r)
         with pytest.raises(KeyError):
             q.prepend_requests(gen())
@@ -365,7 +366,7 @@ def test_failing_iterable_leaves_queue_unchanged() -> None:
 
 @pytest.mark.parametrize("cls", BOTH)
 def test_queue_keeps_requests_alive_and_releases_them(cls: Any) -> None:
-    r = Req(0, 0.0, "x")
+    r = Req("x", 0, 0.0)
     ref = weakref.ref(r)
     q = cls()
     q.add_request(r)
@@ -380,7 +381,7 @@ def test_queue_keeps_requests_alive_and_releases_them(cls: Any) -> None:
 @pytest.mark.parametrize("cls", BOTH)
 def test_cycle_through_queue_is_collected(cls: Any) -> None:
     q = cls()
-    r = Req(0, 0.0, "x")
+    r = Req("x", 0, 0.0)
     r.queue = q  # type: ignore[attr-defined]
     q.add_request(r)
     ref = weakref.ref(r)
@@ -392,7 +393,7 @@ def test_cycle_through_queue_is_collected(cls: Any) -> None:
 @pytest.mark.parametrize("cls", BOTH)
 def test_cycle_through_cached_snapshot_is_collected(cls: Any) -> None:
     q = cls()
-    r = Req(0, 0.0, "x")
+    r = Req("x", 0, 0.0)
     r.queue = q  # type: ignore[attr-defined]
     q.add_request(r)
     assert list(q) == [r]  # the queue now also holds r via its snapshot
@@ -404,7 +405,7 @@ def test_cycle_through_cached_snapshot_is_collected(cls: Any) -> None:
 
 @pytest.mark.parametrize("cls", BOTH)
 def test_snapshot_does_not_keep_popped_requests_alive(cls: Any) -> None:
-    r = Req(0, 0.0, "x")
+    r = Req("x", 0, 0.0)
     ref = weakref.ref(r)
     q = cls()
     q.add_request(r)
@@ -429,13 +430,13 @@ def test_conservation(ops: list[tuple[str, int]], policy: SchedulingPolicy) -> N
     out: list[int] = []
     for op, k in ops:
         if op == "a":
-            r = Req(k % 3, float(k % 5), f"r{len(made)}")
+            r = Req(f"r{len(made)}", k % 3, float(k % 5))
             made.append(r)
             q.add_request(r)
         elif op == "p" and q:
             out.append(id(q.pop_request()))
         elif op == "P":
-            rs = [Req(0, 0.0, f"r{len(made) + i}") for i in range(k % 4)]
+            rs = [Req(f"r{len(made) + i}", 0, 0.0) for i in range(k % 4)]
             made.extend(rs)
             q.prepend_requests(rs)
         elif op == "r" and made:
@@ -474,8 +475,8 @@ def test_del_of_removed_request_may_touch_the_queue(
         def __del__(self) -> None:
             seen.append(len(q))
 
-    q.add_request(Touchy(0, 0.0, "a"))
-    q.add_request(Touchy(0, 1.0, "b"))
+    q.add_request(Touchy("a", 0, 0.0))
+    q.add_request(Touchy("b", 0, 1.0))
     q.remove_request(next(iter(q)))
     q.remove_requests(list(q))
     gc.collect()

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from vllm_reference import RefFCFSRequestQueue, RefPriorityRequestQueue, Req
 
 from fairq.vllm import FCFSRequestQueue, PriorityRequestQueue
+
+from reference.vllm import RefFCFSRequestQueue, RefPriorityRequestQueue, Req
 
 # Small value sets so ties (equal priority / arrival / id) are frequent.
 priorities = st.one_of(st.integers(-2, 2), st.sampled_from([-1.5, 0.0, 0.5, 1.0, 2.5]))
@@ -143,7 +144,7 @@ TestPriorityMatchesReference.settings = _settings
 @pytest.mark.parametrize("cls", [FCFSRequestQueue, PriorityRequestQueue])
 def test_prepend_requests_from_itself(cls: Any) -> None:
     q = cls()
-    rs = [Req(0, float(i), str(i)) for i in range(3)]
+    rs = [Req(str(i), 0, float(i)) for i in range(3)]
     for r in rs:
         q.add_request(r)
     if cls is FCFSRequestQueue:

@@ -1,5 +1,5 @@
 """fairq.WFQQueue: worked examples, fairness on random traces, errors, and a
-hypothesis state machine against the pure-Python reference (wfq_reference)."""
+hypothesis state machine against the pure-Python reference (tests/reference/wfq.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from wfq_reference import RefWFQ
 
 from fairq import WFQQueue
+
+from reference.wfq import RefWFQ
 
 
 class Item:

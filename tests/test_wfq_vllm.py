@@ -11,20 +11,7 @@ import pytest
 from fairq.vllm import RequestQueue, SchedulingPolicy, create_request_queue
 from fairq.vllm.wfq import WFQRequestQueue, request_tokens
 
-
-class Req:
-    """Like vLLM's Request: attributes only, no __eq__/__hash__."""
-
-    def __init__(self, rid: str, prompt: int = 10, max_tokens: int = 0, **kw: Any) -> None:
-        self.request_id = rid
-        self.prompt_token_ids = list(range(prompt))
-        self.sampling_params = SimpleNamespace(max_tokens=max_tokens)
-        self.arrival_time = kw.pop("arrival_time", 0.0)
-        for k, v in kw.items():
-            setattr(self, k, v)
-
-    def __repr__(self) -> str:
-        return self.request_id
+from reference.vllm import Req
 
 
 class Unhashable(Req):
@@ -105,20 +92,20 @@ def test_token_and_flow_sources() -> None:
         request_tokens(SimpleNamespace())
     # Configurable flow key: attribute name or callable; None = per request.
     q = WFQRequestQueue(flow_key="tenant")
-    r = Req("r", tenant="t1")
+    r = Req("r", prompt=10, tenant="t1")
     q.add_request(r)
     assert q.tags(r)["flow"] == "t1"
     q2 = WFQRequestQueue(flow_key=lambda req: req.request_id[0])
-    r2 = Req("zz")
+    r2 = Req("zz", prompt=10)
     q2.add_request(r2)
     assert q2.tags(r2)["flow"] == "z"
     q3 = WFQRequestQueue(flow_key=None)
-    r3 = Req("r3", client_id="c")
+    r3 = Req("r3", prompt=10, client_id="c")
     q3.add_request(r3)
     assert q3.tags(r3)["flow"] is None
     # Default: no client_id attribute -> the request alone.
     q4 = WFQRequestQueue()
-    r4 = Req("r4")
+    r4 = Req("r4", prompt=10)
     q4.add_request(r4)
     assert q4.tags(r4)["flow"] is None and q4.tags(r4)["weight"] == 1.0
 
@@ -126,14 +113,14 @@ def test_token_and_flow_sources() -> None:
 @pytest.mark.parametrize("w", [0, 0.0, -2.0, math.nan, math.inf, -math.inf])
 def test_bad_weight_value_error_queue_unchanged(w: float) -> None:
     q = WFQRequestQueue()
-    ok = Req("ok", client_id="c")
+    ok = Req("ok", prompt=10, client_id="c")
     q.add_request(ok)
     before = (list(q), q.virtual_time, q.flow_last_finish("c"))
-    bad = Req("bad", client_id="c", weight=w)
+    bad = Req("bad", prompt=10, client_id="c", weight=w)
     with pytest.raises(ValueError, match="weight"):
         q.add_request(bad)
     with pytest.raises(ValueError, match="weight"):
-        q.prepend_requests([Req("fine", client_id="c"), bad])
+        q.prepend_requests([Req("fine", prompt=10, client_id="c"), bad])
     assert (list(q), q.virtual_time, q.flow_last_finish("c")) == before
 
 
@@ -143,7 +130,7 @@ def test_bad_default_weight_and_flow_key() -> None:
     with pytest.raises(TypeError, match="flow_key"):
         WFQRequestQueue(flow_key=3)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="weight"):
-        WFQRequestQueue().add_request(Req("r", weight="heavy"))
+        WFQRequestQueue().add_request(Req("r", prompt=10, weight="heavy"))
 
 
 def test_weighted_clients_share_ratio() -> None:
@@ -215,8 +202,8 @@ def test_prepend_requests_with_non_finite_arrival_adds_nothing(bad: float) -> No
     """A batch holding one request with a NaN/inf arrival_time is rejected
     whole: the requests before it in the batch are not queued."""
     q = WFQRequestQueue()
-    good = [Req(f"g{i}", arrival_time=float(i)) for i in range(3)]
-    bad_req = Req("bad", arrival_time=bad)
+    good = [Req(f"g{i}", prompt=10, arrival_time=float(i)) for i in range(3)]
+    bad_req = Req("bad", prompt=10, arrival_time=bad)
     with pytest.raises(ValueError, match="arrival_time"):
         q.prepend_requests([*good, bad_req])
     assert len(q) == 0

@@ -5,8 +5,7 @@ errors and messages come from ``collections.deque``). ``RefPriorityRequestQueue`
 is vLLM's heapq queue, with keys read once at ``add_request`` and the
 deterministic insertion tie-break instead of ``id()``, plus fairq's two
 additions: a duplicate add is a ``ValueError`` and a batch prepend is
-all-or-nothing. ``Req`` is a vLLM-``Request``-like object: identity equality,
-identity hash, and vLLM's ``__lt__`` on ``(priority, arrival_time, request_id)``.
+all-or-nothing. ``Req`` is the tests' one vLLM-``Request`` stand-in.
 """
 
 from __future__ import annotations
@@ -14,18 +13,45 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 from fairq.benchmarks.vllm import BaselineFCFSRequestQueue
 
 
 class Req:
-    """Request-like object with vLLM's ``Request.__lt__`` (no ``__eq__``/``__hash__``)."""
+    """The tests' one stand-in for a vLLM ``Request``.
 
-    def __init__(self, priority: Any, arrival_time: Any, request_id: Any) -> None:
+    ``Req(request_id, priority=0, arrival_time=0.0, *, prompt=None,
+    max_tokens=None, **attributes)``. Like vLLM's ``Request`` it has identity
+    equality and hash (no ``__eq__``/``__hash__``) and vLLM's ``__lt__`` on
+    ``(priority, arrival_time, request_id)``. ``prompt=n`` gives it ``n``
+    ``prompt_token_ids``; ``max_tokens=m`` a ``sampling_params`` with
+    ``max_tokens=m`` (where vLLM keeps it). Every other keyword becomes an
+    attribute as given (``client_id``, ``weight``, ``num_prompt_tokens``,
+    ``tenant``, ...). An attribute not given is absent: tests of missing
+    fields rely on that.
+    """
+
+    def __init__(
+        self,
+        request_id: Any,
+        priority: Any = 0,
+        arrival_time: Any = 0.0,
+        *,
+        prompt: int | None = None,
+        max_tokens: Any = None,
+        **attributes: Any,
+    ) -> None:
+        self.request_id = request_id
         self.priority = priority
         self.arrival_time = arrival_time
-        self.request_id = request_id
+        if prompt is not None:
+            self.prompt_token_ids = list(range(prompt))
+        if max_tokens is not None:
+            self.sampling_params = SimpleNamespace(max_tokens=max_tokens)
+        for name, value in attributes.items():
+            setattr(self, name, value)
 
     def __lt__(self, other: Req) -> bool:
         if self.priority != other.priority:
@@ -37,7 +63,7 @@ class Req:
         return id(self) < id(other)
 
     def __repr__(self) -> str:
-        return f"Req({self.priority!r}, {self.arrival_time!r}, {self.request_id!r})"
+        return f"Req({self.request_id!r})"
 
 
 # vLLM's FCFSRequestQueue (a deque with the RequestQueue methods): the

@@ -5,7 +5,6 @@ They re-match every waiting request against the tree on every step and sort
 sections 5 and 6 literally (DLPM: Algorithm 1's repeated walk; a refill check
 that fires does single refills one at a time until a waiting client has
 ``q > 0``). ``match`` is any ``(tokens, namespace) -> int``.
-Also used as the pure-Python baseline in ``fairq.benchmarks.radix``.
 """
 
 from __future__ import annotations
