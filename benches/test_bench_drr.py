@@ -44,3 +44,28 @@ def test_pop_vs_ratio(benchmark: Any, ratio: int) -> None:
         assert q.pop() is None
 
     benchmark(go)
+
+
+@pytest.mark.parametrize("snapshot", [False, True])
+@pytest.mark.parametrize("w", [1, 64, 4096])
+def test_pop_with_load_snapshot(benchmark: Any, snapshot: bool, w: int) -> None:
+    """Pop with a worker-load snapshot vs the same pop without (compare the
+    two rows of one W): O(C + R*W), every busy rule scans all W workers."""
+    from fairq.benchmarks.drr import _load_profile
+
+    tokens = [1000] * (w - 1) + [0]
+
+    def go() -> None:
+        q = DRRQueue.from_config(_load_profile(8))
+        for k in range(4):
+            for i in range(8):
+                q.push(k, f"c{i}", 1000, arrival=float(k))
+        for _ in range(32):
+            r = (
+                q.pop(active_prefill_tokens=tokens, max_num_batched_tokens=500)
+                if snapshot
+                else q.pop()
+            )
+            assert r is not None
+
+    benchmark(go)

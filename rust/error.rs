@@ -11,6 +11,12 @@ pub enum LimitKind {
     Requests,
     /// Maximum number of queued tokens.
     Tokens,
+    /// Dynamo's `request_queue_limit_per_worker` (scaled by the workers).
+    RequestsPerWorker,
+    /// Dynamo's `raw_isl_token_queue_limit_per_worker` (scaled by the workers).
+    RawIslTokensPerWorker,
+    /// Dynamo's `cached_token_queue_limit_per_worker` (scaled by the workers).
+    CachedTokensPerWorker,
 }
 
 impl LimitKind {
@@ -18,7 +24,16 @@ impl LimitKind {
         match self {
             LimitKind::Requests => "max_queued_requests",
             LimitKind::Tokens => "max_queued_tokens",
+            LimitKind::RequestsPerWorker => "request_queue_limit_per_worker",
+            LimitKind::RawIslTokensPerWorker => "raw_isl_token_queue_limit_per_worker",
+            LimitKind::CachedTokensPerWorker => "cached_token_queue_limit_per_worker",
         }
+    }
+
+    /// Whether the limit scales with the number of workers (and is checked
+    /// against the usage before the push, as Dynamo does).
+    pub fn per_worker(self) -> bool {
+        !matches!(self, LimitKind::Requests | LimitKind::Tokens)
     }
 }
 
@@ -62,6 +77,16 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Value(m) | Error::Type(m) | Error::Key(m) | Error::Index(m) => f.write_str(m),
+            Error::QueueFull {
+                class_name,
+                limit,
+                current,
+                max,
+            } if limit.per_worker() => write!(
+                f,
+                "class {class_name:?} is full: {} x workers is {max} and {current} already queued",
+                limit.as_str()
+            ),
             Error::QueueFull {
                 class_name,
                 limit,

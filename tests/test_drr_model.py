@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from fairq import DRRQueue, PolicyClass
 
-from reference.drr import RefDRR
+from reference.drr import RefClassifier, RefDRR
 
 classes_st = st.lists(
     st.tuples(st.integers(1, 40), st.sampled_from(["fcfs", "wspt"])),
@@ -225,3 +225,152 @@ def test_raising_predicate_leaves_state_identical(
         assert x == ref.pop()
         _check_same(q, ref)
     assert len(ref) == 0
+
+
+# --- a Dynamo profile: classification, per-worker limits, load blocking ---
+
+RULES = [
+    {},
+    {"prefill_busy_threshold": 50},
+    {"prefill_busy_threshold_frac": 1.5},
+    {"prefill_busy_threshold": 80, "prefill_busy_threshold_frac": 0.5},
+    {"prefill_busy_threshold": 50, "busy_worker_ratio": 0.5},
+    {"prefill_busy_threshold_frac": 1.0, "busy_worker_ratio": 0.34},
+]
+LIMIT_KINDS = [
+    "request_queue_limit_per_worker",
+    "raw_isl_token_queue_limit_per_worker",
+    "cached_token_queue_limit_per_worker",
+]
+
+
+@st.composite
+def dynamo_profiles(draw: st.DrawFn) -> tuple[dict[str, Any], RefDRR, RefClassifier]:
+    fams = ["f0", "f1"][: draw(st.integers(1, 2))]
+    nb = draw(st.integers(1, 3))
+    floors = [0]
+    for _ in range(nb - 1):
+        floors.append(floors[-1] + draw(st.integers(1, 40)))
+    buckets = [(f"b{k}", fl) for k, fl in enumerate(floors)]
+    raw_classes: list[dict[str, Any]] = []
+    for fam in fams:
+        for b, _ in buckets:
+            raw_classes.append({"name": f"{fam}-{b}", "policy_family": fam, "cache_bucket": b})
+    if draw(st.booleans()):
+        raw_classes.append({"name": "x"})
+    order = draw(st.permutations(range(len(raw_classes))))
+    classes = [raw_classes[i] for i in order]
+    for c in classes:
+        c["quantum"] = draw(st.integers(1, 60))
+        c["queue_policy"] = draw(st.sampled_from(["fcfs", "wspt"]))
+        c.update(draw(st.sampled_from(RULES)))
+        for kind in LIMIT_KINDS:
+            if draw(st.integers(0, 3)) == 0:
+                c[kind] = draw(st.integers(0, 120 if "token" in kind else 3))
+    cfg = {
+        "default_policy_family": draw(st.sampled_from(fams)),
+        "uncached_isl_buckets": [{"min_tokens": fl, "bucket": b} for b, fl in buckets],
+        "policy_classes": classes,
+    }
+    ref = RefDRR([(c["name"], c["quantum"], c["queue_policy"]) for c in classes])
+    for rc, c in zip(ref.classes, classes, strict=True):
+        rc.threshold = c.get("prefill_busy_threshold")
+        rc.frac = c.get("prefill_busy_threshold_frac")
+        rc.ratio = c.get("busy_worker_ratio")
+        rc.limits = {k: c[k] for k in LIMIT_KINDS if k in c}
+    clf = RefClassifier(
+        cfg["default_policy_family"],  # type: ignore[arg-type]
+        buckets,
+        [(c["name"], c.get("policy_family"), c.get("cache_bucket")) for c in classes],
+    )
+    return cfg, ref, clf
+
+
+dyn_op = st.one_of(
+    st.tuples(
+        st.just("push"),
+        st.sampled_from([None, "f0", "f1", "x", "", "nope", "f0-b0"]),
+        st.integers(0, 100),  # raw
+        st.integers(0, 100),  # cached (clamped to raw)
+    ),
+    st.tuples(
+        st.just("pop"),
+        st.lists(st.integers(0, 120), max_size=4),  # active prefill tokens per worker
+        st.one_of(st.integers(1, 100), st.lists(st.integers(1, 100), min_size=4, max_size=4)),
+    ),
+    st.tuples(
+        st.just("edge"),  # uncached tokens at a bucket floor, or one below / above
+        st.sampled_from([None, "f0", "f1"]),
+        st.integers(0, 2),  # bucket
+        st.integers(-1, 1),
+    ),
+    st.tuples(st.just("plain_pop")),
+    st.tuples(st.just("workers"), st.integers(0, 3)),
+    st.tuples(st.just("remove"), st.integers(0, 1000)),
+)
+
+
+@settings(max_examples=200)
+@given(profile=dynamo_profiles(), ops=st.lists(dyn_op, max_size=50))
+def test_dynamo_profile_matches_reference(
+    profile: tuple[dict[str, Any], RefDRR, RefClassifier], ops: list[tuple[Any, ...]]
+) -> None:
+    from fairq import QueueFull
+
+    cfg, ref, clf = profile
+    q = DRRQueue.from_config(cfg)
+    assert q.schema == "dynamo"
+    live: list[int] = []
+    pushed = popped = 0
+    floors = [b["min_tokens"] for b in cfg["uncached_isl_buckets"]]
+    for k, op in enumerate(ops):
+        if op[0] == "edge":
+            _, fam, b, delta = op
+            op = ("push", fam, max(0, floors[b % len(floors)] + delta), 0)
+        if op[0] == "push":
+            _, fam, raw, cached = op
+            cached = min(cached, raw)
+            name = clf.classify(fam, raw - cached)
+            assert q.classify(fam, raw - cached) == name
+            kind = ref.full(name)
+            if kind is not None:
+                before = (len(q), q.stats())
+                try:
+                    q.push_request(k, fam, raw, cached, arrival=float(k))
+                except QueueFull as e:
+                    assert (e.class_name, e.limit) == (name, kind)
+                else:
+                    raise AssertionError(f"{name} accepted past {kind}")
+                assert (len(q), q.stats()) == before
+                continue
+            t = q.push_request(k, fam, raw, cached, arrival=float(k))
+            assert t == ref.push(name, k, raw - cached, arrival=float(k), raw=raw, cached=cached)
+            live.append(t)
+            pushed += 1
+        elif op[0] == "pop":
+            _, tokens, mx = op
+            maxes = mx[: len(tokens)] if isinstance(mx, list) else [mx] * len(tokens)
+            arg: Any = mx[: len(tokens)] if isinstance(mx, list) else mx
+            got = q.pop(active_prefill_tokens=tokens, max_num_batched_tokens=arg)
+            assert got == ref.pop(load=(tokens, maxes))
+            popped += got is not None
+        elif op[0] == "plain_pop":
+            got = q.pop()
+            assert got == ref.pop()
+            popped += got is not None
+        elif op[0] == "workers":
+            q.num_workers = op[1]
+            ref.num_workers = op[1]
+        elif live:
+            t = live[op[1] % len(live)]
+            if t in ref.tickets:
+                assert q.remove(t) == ref.remove(t)
+                popped += 1
+        _check_same(q, ref)
+        for c in ref.classes:
+            st_ = q.stats()[c.name]
+            assert (st_["queued_raw_isl_tokens"], st_["queued_cached_tokens"]) == (c.raw, c.cached)
+    while (x := q.pop()) is not None:
+        assert x == ref.pop()
+        popped += 1
+    assert ref.pop() is None and popped == pushed

@@ -20,7 +20,11 @@ class QueueFull(RuntimeError):
     """A push would exceed a per-class limit; nothing was enqueued.
 
     ``args`` is ``(message, class_name, limit, current, max)`` where ``limit`` is
-    ``"max_queued_requests"`` or ``"max_queued_tokens"``.
+    the field: ``"request_queue_limit_per_worker"``,
+    ``"raw_isl_token_queue_limit_per_worker"``, ``"cached_token_queue_limit_per_worker"``
+    (``max`` is the per-worker limit times ``num_workers``, ``current`` the usage
+    before the push) or ``"max_queued_requests"`` / ``"max_queued_tokens"``
+    (``current`` is the usage the push would have made).
     """
 
     class_name: str
@@ -68,15 +72,30 @@ class PriorityQueueCore:
     def __iter__(self) -> _Iterator[Any]: ...
 
 # --- drr (rust/python/drr.rs) ----------------------------------------------
-from collections.abc import Callable, Iterable  # noqa: E402  (kept in this section)
+from collections.abc import Callable, Iterable, Mapping  # noqa: E402  (kept in this section)
+
+_WorkerInts = Sequence[int] | npt.NDArray[np.integer[Any]]
+
+def _drr_check_class(fields: Mapping[str, Any]) -> None:
+    """Validate one policy class's fields with the core's resolver (raises
+    ``ValueError``/``TypeError`` naming the field)."""
 
 class _DRRCore:
-    """Rust core of ``fairq.DRRQueue`` (Deficit Round Robin across policy classes)."""
+    """Rust core of ``fairq.DRRQueue`` (Deficit Round Robin across policy classes).
+
+    ``config``: a parsed policy document (Dynamo's or fairq's schema), or None
+    for the synthetic ``default`` class (``document=True``: None is an empty
+    document and rejected). ``model``: which ``models:`` profile to use.
+    ``num_workers``: eligible workers the ``*_per_worker`` limits scale with.
+    """
 
     def __new__(
         cls,
-        specs: Sequence[tuple[str, int, str, int | None, int | None]],
+        config: Mapping[str, Any] | None = None,
+        model: str | None = None,
+        num_workers: int | None = None,
         *args: Any,
+        document: bool = False,
         **kwargs: Any,
     ) -> _DRRCore: ...
     def push(
@@ -98,11 +117,33 @@ class _DRRCore:
         priority_jump: float = 0.0,
         arrival: float | None = None,
     ) -> int: ...
+    def push_request(
+        self,
+        item: Any,
+        policy_family: str | None = None,
+        raw_isl_tokens: int = 0,
+        cached_tokens: int = 0,
+        *,
+        strict_priority: int = 0,
+        priority_jump: float = 0.0,
+        arrival: float | None = None,
+    ) -> int:
+        """Classify by family and exact uncached tokens, snapshot the cost
+        ``max(1, raw - cached)`` and enqueue; returns the ticket. Errors
+        (including ``QueueFull``) enqueue nothing."""
+    def classify(self, policy_family: str | None, uncached_tokens: int) -> str:
+        """The class a request of ``policy_family`` with exactly
+        ``uncached_tokens`` uncached tokens goes to."""
     def pop(
         self,
         blocked: Iterable[str] | None = None,
         dispatchable: Callable[[str, Any], bool] | None = None,
-    ) -> tuple[str, Any] | None: ...
+        *,
+        active_prefill_tokens: _WorkerInts | None = None,
+        max_num_batched_tokens: int | _WorkerInts | None = None,
+    ) -> tuple[str, Any] | None:
+        """One DRR arbitration; with a load snapshot (one int per eligible
+        worker) classes whose worker pool is busy are blocked. O(C + R*W)."""
     def remove(self, ticket: int) -> Any: ...
     def deficit(self, class_name: str) -> int: ...
     def depth(self, class_name: str) -> int: ...
@@ -112,6 +153,12 @@ class _DRRCore:
     def cursor(self) -> str: ...
     @property
     def class_names(self) -> list[str]: ...
+    @property
+    def num_workers(self) -> int:
+        """Eligible workers the per-worker limits scale with (settable)."""
+    @num_workers.setter
+    def num_workers(self, value: int) -> None: ...
+    def _profile(self) -> dict[str, Any]: ...
     def __len__(self) -> int: ...
     def __bool__(self) -> bool: ...
     def stats(self) -> dict[str, dict[str, Any]]: ...

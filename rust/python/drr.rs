@@ -1,13 +1,109 @@
 //! Bindings for `crate::drr`: `_DRRCore`, subclassed by `fairq.drr.DRRQueue`
-//! (which adds configuration, classification and the `PolicyClass` API).
-//! Items are opaque `Py<PyAny>` payloads; the core never looks at them.
+//! (which reads files and builds the `PolicyClass` objects). The binding
+//! converts the parsed configuration into a `crate::drr::Value` once; the
+//! core resolves and validates it. Items are opaque `Py<PyAny>` payloads.
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyFrozenSet, PySet, PyString, PyTuple};
+use pyo3::types::{
+    PyBool, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PyMapping, PySet, PyString, PyTuple,
+};
 
-use crate::drr::{ClassSpec, DrrQueue, PushArgs, QueueOrder, Snapshot};
+use crate::drr::{
+    resolve, DrrQueue, LoadSnapshot, MaxBatched, PolicyProfile, PushArgs, Schema, Snapshot, Value,
+};
 use crate::python::args;
+
+/// Nesting deeper than this is not a policy document (and guards cycles).
+const MAX_DEPTH: usize = 32;
+
+/// Convert a parsed YAML/JSON object (dicts, lists, str, int, float, bool,
+/// None) into the core's [`Value`]. Other objects become `Value::Other`,
+/// which the core rejects naming the field; only a non-str mapping key or a
+/// document nested deeper than 32 levels fail here (naming the path).
+fn to_value(v: &Bound<'_, PyAny>, path: &str, depth: usize) -> PyResult<Value> {
+    if depth > MAX_DEPTH {
+        return Err(PyValueError::new_err(format!(
+            "policy config is nested deeper than {MAX_DEPTH} levels at {path}"
+        )));
+    }
+    if v.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(b) = v.downcast::<PyBool>() {
+        return Ok(Value::Bool(b.is_true()));
+    }
+    if v.is_instance_of::<PyInt>() {
+        return Ok(match v.extract::<i128>() {
+            Ok(i) => Value::Int(i),
+            Err(_) => Value::BigInt(format!(
+                "an integer of {} bits",
+                v.call_method0("bit_length")?
+            )),
+        });
+    }
+    if let Ok(f) = v.downcast::<PyFloat>() {
+        return Ok(Value::Float(f.value()));
+    }
+    if let Ok(s) = v.downcast::<PyString>() {
+        return Ok(match s.to_str() {
+            Ok(s) => Value::Str(s.to_owned()),
+            Err(_) => Value::Other("str that is not valid UTF-8 (lone surrogate)".into()),
+        });
+    }
+    let item = |x: &Bound<'_, PyAny>, i: usize| to_value(x, &format!("{path}[{i}]"), depth + 1);
+    if let Ok(l) = v.downcast::<PyList>() {
+        return l
+            .iter()
+            .enumerate()
+            .map(|(i, x)| item(&x, i))
+            .collect::<PyResult<_>>()
+            .map(Value::List);
+    }
+    if let Ok(t) = v.downcast::<PyTuple>() {
+        return t
+            .iter()
+            .enumerate()
+            .map(|(i, x)| item(&x, i))
+            .collect::<PyResult<_>>()
+            .map(Value::List);
+    }
+    let pairs: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)> = if let Ok(d) = v.downcast::<PyDict>() {
+        d.iter().collect()
+    } else if let Ok(m) = v.downcast::<PyMapping>() {
+        m.items()?
+            .iter()
+            .map(|kv| kv.extract())
+            .collect::<PyResult<_>>()?
+    } else {
+        return Ok(Value::Other(v.get_type().name()?.to_string()));
+    };
+    let mut out = Vec::with_capacity(pairs.len());
+    for (k, x) in pairs {
+        let key = match k.downcast::<PyString>().map(|s| s.to_str()) {
+            Ok(Ok(s)) => s.to_owned(),
+            _ => {
+                let at = if path.is_empty() {
+                    "the policy config"
+                } else {
+                    path
+                };
+                return Err(PyTypeError::new_err(format!(
+                    "{at}: mapping keys must be strings, got {}",
+                    k.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+                )));
+            }
+        };
+        let sub = if path.is_empty() {
+            key.clone()
+        } else {
+            format!("{path}.{key}")
+        };
+        let xv = to_value(&x, &sub, depth + 1)?;
+        out.push((key, xv));
+    }
+    Ok(Value::Map(out))
+}
 
 /// Extract a non-negative integer, naming `field` on error.
 fn non_negative_int(field: &str, v: &Bound<'_, PyAny>) -> PyResult<u64> {
@@ -30,10 +126,54 @@ fn non_negative_int(field: &str, v: &Bound<'_, PyAny>) -> PyResult<u64> {
     }
 }
 
-/// `(name, quantum, queue_policy, max_queued_requests, max_queued_tokens)`.
-type SpecTuple = (String, u64, String, Option<u64>, Option<u64>);
+/// `policy_family`: None or a str, naming the field on error.
+fn family_opt(v: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    if v.is_none() {
+        Ok(None)
+    } else if v.is_instance_of::<PyString>() {
+        args::str_arg("policy_family", v).map(Some)
+    } else {
+        Err(PyTypeError::new_err(format!(
+            "policy_family must be a str or None, got {}",
+            v.get_type().name()?
+        )))
+    }
+}
 
-/// Rust core of `fairq.DRRQueue` (use that class; this one has no config layer).
+/// One non-negative int per worker from any iterable (list, tuple, numpy
+/// array), naming the element on error.
+fn int_list(field: &str, v: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
+    if v.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(format!(
+            "{field} must be a sequence of ints (one per worker), got a str"
+        )));
+    }
+    if let Ok(l) = v.downcast::<PyList>() {
+        // The common case: a list of ints, read without an iterator.
+        let mut out = Vec::with_capacity(l.len());
+        for (i, x) in l.iter().enumerate() {
+            out.push(match x.extract::<u64>() {
+                Ok(n) if !x.is_instance_of::<PyBool>() => n,
+                _ => non_negative_int(&format!("{field}[{i}]"), &x)?,
+            });
+        }
+        return Ok(out);
+    }
+    let it = v.try_iter().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{field} must be a sequence of ints (one per worker), got {}",
+            v.get_type()
+                .name()
+                .map_or_else(|_| "?".into(), |n| n.to_string())
+        ))
+    })?;
+    it.enumerate()
+        .map(|(i, x)| non_negative_int(&format!("{field}[{i}]"), &x?))
+        .collect()
+}
+
+/// Rust core of `fairq.DRRQueue` (use that class; it adds file reading and
+/// the `PolicyClass` view).
 #[pyclass(subclass, module = "fairq._core", name = "_DRRCore")]
 pub struct PyDrrCore {
     q: DrrQueue<Py<PyAny>>,
@@ -74,6 +214,13 @@ impl PyDrrCore {
         Ok(mask)
     }
 
+    fn arrival(&self, py: Python<'_>, arrival: Option<f64>) -> PyResult<f64> {
+        match arrival {
+            Some(a) => Ok(a),
+            None => self.monotonic.bind(py).call0()?.extract::<f64>(),
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn push_impl(
         &mut self,
@@ -86,10 +233,7 @@ impl PyDrrCore {
         arrival: Option<f64>,
     ) -> PyResult<u64> {
         let idx = self.idx(class_name)?;
-        let arrival = match arrival {
-            Some(a) => a,
-            None => self.monotonic.bind(py).call0()?.extract::<f64>()?,
-        };
+        let arrival = self.arrival(py, arrival)?;
         Ok(self.q.push(
             idx,
             item,
@@ -105,25 +249,44 @@ impl PyDrrCore {
 
 #[pymethods]
 impl PyDrrCore {
-    /// `specs`: list of `(name, quantum, order, max_queued_requests | None,
-    /// max_queued_tokens | None)` tuples, in ring order.
+    /// `config`: a parsed policy document (Dynamo's or fairq's schema; see
+    /// `crate::drr::config`), or None for the synthetic `default` class.
+    /// `model`: which `models:` profile to use. `num_workers`: the eligible
+    /// workers the per-worker limits scale with.
     #[new]
-    #[pyo3(signature = (specs, *_args, **_kwargs))]
+    /// `document=True`: `config` is a parsed document even when None (an
+    /// empty file), which is then rejected.
+    #[pyo3(signature = (config=None, model=None, num_workers=None, *_args, document=false, **_kwargs))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        specs: Vec<SpecTuple>,
+        config: Option<&Bound<'_, PyAny>>,
+        model: Option<&Bound<'_, PyAny>>,
+        num_workers: Option<&Bound<'_, PyAny>>,
         _args: &Bound<'_, PyTuple>,
+        document: bool,
         _kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
-        let mut out = Vec::with_capacity(specs.len());
-        for (i, (name, quantum, order, mr, mt)) in specs.into_iter().enumerate() {
-            let order = QueueOrder::parse(&format!("policy_classes[{i}].queue_policy"), &order)?;
-            let mut s = ClassSpec::new(name, quantum, order);
-            s.max_queued_requests = mr;
-            s.max_queued_tokens = mt;
-            out.push(s);
-        }
-        let q = DrrQueue::new(out)?;
+        let model = match model.filter(|m| !m.is_none()) {
+            None => None,
+            Some(m) if m.is_instance_of::<PyString>() => Some(args::str_arg("model", m)?),
+            Some(m) => {
+                return Err(PyTypeError::new_err(format!(
+                    "model must be a str or None, got {}",
+                    m.get_type().name()?
+                )))
+            }
+        };
+        let n = match num_workers.filter(|n| !n.is_none()) {
+            None => 1,
+            Some(n) => non_negative_int("num_workers", n)?,
+        };
+        let profile = match config.filter(|c| !c.is_none()) {
+            None if model.is_none() && !document => PolicyProfile::synthetic(Schema::Fairq),
+            None => resolve(&Value::Null, model.as_deref())?,
+            Some(c) => resolve(&to_value(c, "", 0)?, model.as_deref())?,
+        };
+        let q = DrrQueue::new(profile, n);
         let names = (0..q.num_classes())
             .map(|i| PyString::new(py, &q.spec(i).name).unbind())
             .collect();
@@ -189,17 +352,69 @@ impl PyDrrCore {
         )
     }
 
+    /// Classify by family and exact uncached tokens, snapshot the cost
+    /// `max(1, raw_isl_tokens - cached_tokens)` and enqueue. Returns the
+    /// ticket; an error (bad value, unknown family in fairq's schema,
+    /// `QueueFull`) enqueues nothing.
+    #[pyo3(signature = (item, policy_family=None, raw_isl_tokens=None, cached_tokens=None, *, strict_priority=0, priority_jump=0.0, arrival=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn push_request(
+        &mut self,
+        py: Python<'_>,
+        item: Py<PyAny>,
+        #[pyo3(from_py_with = family_opt)] policy_family: Option<String>,
+        raw_isl_tokens: Option<&Bound<'_, PyAny>>,
+        cached_tokens: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = args::strict_priority)] strict_priority: i64,
+        #[pyo3(from_py_with = args::priority_jump)] priority_jump: f64,
+        #[pyo3(from_py_with = args::arrival_opt)] arrival: Option<f64>,
+    ) -> PyResult<u64> {
+        let raw = raw_isl_tokens.map_or(Ok(0), |v| non_negative_int("raw_isl_tokens", v))?;
+        let cached = cached_tokens.map_or(Ok(0), |v| non_negative_int("cached_tokens", v))?;
+        let snapshot = Snapshot::new(raw, cached)?;
+        let arrival = self.arrival(py, arrival)?;
+        let (_, ticket) = self.q.push_request(
+            policy_family.as_deref(),
+            item,
+            PushArgs {
+                snapshot,
+                strict_priority,
+                priority_jump,
+                arrival,
+            },
+        )?;
+        Ok(ticket)
+    }
+
+    /// The class a request of `policy_family` with exactly `uncached_tokens`
+    /// uncached tokens would go to.
+    fn classify(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = family_opt)] policy_family: Option<String>,
+        uncached_tokens: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyString>> {
+        let u = non_negative_int("uncached_tokens", uncached_tokens)?;
+        let i = self.q.profile().classify(policy_family.as_deref(), u)?;
+        Ok(self.names[i].clone_ref(py))
+    }
+
     /// One DRR arbitration. `blocked`: class names that cannot dispatch now.
     /// `dispatchable(class_name, item) -> bool`: called at most once per
     /// class per pop (never for blocked or empty classes); an exception it
     /// raises propagates and leaves the queue unchanged.
+    /// `active_prefill_tokens` (one int per eligible worker) with
+    /// `max_num_batched_tokens` (an int for all, or one per worker): a
+    /// class whose pool is busy by its thresholds is blocked; O(C + R*W).
     /// Returns `(class_name, item)` or `None`.
-    #[pyo3(signature = (blocked=None, dispatchable=None))]
+    #[pyo3(signature = (blocked=None, dispatchable=None, *, active_prefill_tokens=None, max_num_batched_tokens=None))]
     fn pop(
         &mut self,
         py: Python<'_>,
         blocked: Option<&Bound<'_, PyAny>>,
         dispatchable: Option<&Bound<'_, PyAny>>,
+        active_prefill_tokens: Option<&Bound<'_, PyAny>>,
+        max_num_batched_tokens: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<(Py<PyString>, Py<PyAny>)>> {
         let fast_empty = match blocked {
             None => true,
@@ -215,20 +430,115 @@ impl PyDrrCore {
             self.blocked_mask(blocked)?
         };
         let pred = dispatchable.filter(|p| !p.is_none());
+        let tokens = match active_prefill_tokens.filter(|t| !t.is_none()) {
+            Some(t) => Some(int_list("active_prefill_tokens", t)?),
+            None => None,
+        };
+        let max_list;
+        let max = match max_num_batched_tokens.filter(|m| !m.is_none()) {
+            None => MaxBatched::Unknown,
+            Some(m) if m.is_instance_of::<PyInt>() => {
+                MaxBatched::Same(non_negative_int("max_num_batched_tokens", m)?)
+            }
+            Some(m) => {
+                max_list = int_list("max_num_batched_tokens", m)?;
+                MaxBatched::PerWorker(&max_list)
+            }
+        };
+        if tokens.is_none() && !matches!(max, MaxBatched::Unknown) {
+            return Err(PyValueError::new_err(
+                "max_num_batched_tokens needs active_prefill_tokens (the load snapshot)",
+            ));
+        }
         let names = &self.names;
-        let r = match pred {
-            // No predicate: the core's mask path never touches the heaps of
-            // classes it only scans (the head costs sit in its compact array).
-            None => Ok(self.q.pop(&mask)),
-            Some(p) => self.q.pop_with(|i, head| {
+        let r = match (tokens, pred) {
+            // No predicate, no load: the core's mask path never touches the
+            // heaps of classes it only scans.
+            (None, None) => Ok(self.q.pop(&mask)),
+            (None, Some(p)) => self.q.pop_with(|i, head| {
                 if mask.get(i).copied().unwrap_or(false) {
                     return Ok(false);
                 }
                 p.call1((names[i].clone_ref(py), head.item.clone_ref(py)))?
                     .is_truthy()
             }),
+            (Some(t), p) => {
+                let load = LoadSnapshot::new(&t, max)?;
+                self.q.pop_with_load(&load, &mask, |i, head| match p {
+                    None => Ok(true),
+                    Some(p) => p
+                        .call1((names[i].clone_ref(py), head.item.clone_ref(py)))?
+                        .is_truthy(),
+                })
+            }
         }?;
         Ok(r.map(|(i, e)| (self.names[i].clone_ref(py), e.item)))
+    }
+
+    /// Eligible workers the `*_per_worker` limits scale with (settable).
+    #[getter]
+    fn get_num_workers(&self) -> u64 {
+        self.q.num_workers()
+    }
+
+    #[setter]
+    fn set_num_workers(&mut self, v: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let v = v.ok_or_else(|| PyTypeError::new_err("num_workers cannot be deleted"))?;
+        self.q.set_num_workers(non_negative_int("num_workers", v)?);
+        Ok(())
+    }
+
+    /// The resolved profile as plain data: `{schema, default_family,
+    /// buckets: [(name, min_tokens)], classes: [{field: value}]}`.
+    fn _profile<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let p = self.q.profile();
+        let out = PyDict::new(py);
+        out.set_item(
+            "schema",
+            match p.schema {
+                Schema::Dynamo => "dynamo",
+                Schema::Fairq => "fairq",
+            },
+        )?;
+        out.set_item("default_family", p.default_family.as_deref())?;
+        let buckets: Vec<(&str, u64)> = p
+            .buckets
+            .iter()
+            .map(|b| (b.name.as_str(), b.min_tokens))
+            .collect();
+        out.set_item("buckets", buckets)?;
+        let classes = PyList::empty(py);
+        for c in &p.classes {
+            let d = PyDict::new(py);
+            d.set_item("name", &c.name)?;
+            d.set_item("quantum", c.quantum)?;
+            d.set_item("order", c.order.as_str())?;
+            d.set_item("policy_family", c.policy_family.as_deref())?;
+            d.set_item("cache_bucket", c.cache_bucket.as_deref())?;
+            d.set_item("max_queued_requests", c.limits.max_queued_requests)?;
+            d.set_item("max_queued_tokens", c.limits.max_queued_tokens)?;
+            d.set_item("prefill_busy_threshold", c.busy.prefill_busy_threshold)?;
+            d.set_item(
+                "prefill_busy_threshold_frac",
+                c.busy.prefill_busy_threshold_frac,
+            )?;
+            d.set_item("busy_worker_ratio", c.busy.busy_worker_ratio)?;
+            d.set_item(
+                "request_queue_limit_per_worker",
+                c.limits.request_queue_limit_per_worker,
+            )?;
+            d.set_item(
+                "raw_isl_token_queue_limit_per_worker",
+                c.limits.raw_isl_token_queue_limit_per_worker,
+            )?;
+            d.set_item(
+                "cached_token_queue_limit_per_worker",
+                c.limits.cached_token_queue_limit_per_worker,
+            )?;
+            classes.append(d)?;
+        }
+        out.set_item("classes", classes)?;
+        Ok(out)
     }
 
     /// Remove a queued request by the ticket `push` returned; returns the item.
@@ -321,6 +631,8 @@ impl PyDrrCore {
             d.set_item("depth", s.depth)?;
             d.set_item("deficit", s.deficit)?;
             d.set_item("queued_cost", s.queued_cost)?;
+            d.set_item("queued_raw_isl_tokens", s.queued_raw_isl_tokens)?;
+            d.set_item("queued_cached_tokens", s.queued_cached_tokens)?;
             d.set_item("dispatched", s.dispatched)?;
             d.set_item("dispatched_cost", s.dispatched_cost)?;
             out.set_item(s.name, d)?;
@@ -329,8 +641,16 @@ impl PyDrrCore {
     }
 }
 
+/// Validate one policy class's fields (a dict) with the core's resolver;
+/// raises ValueError/TypeError naming the field. Used by `fairq.PolicyClass`.
+#[pyfunction]
+fn _drr_check_class(fields: &Bound<'_, PyAny>) -> PyResult<()> {
+    Ok(crate::drr::check_class(&to_value(fields, "", 0)?)?)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyDrrCore>()?;
+    m.add_function(wrap_pyfunction!(_drr_check_class, m)?)?;
     // Readable attributes on fairq.QueueFull (args stay the tuple
     // (message, class_name, limit, current, max)).
     let py = m.py();

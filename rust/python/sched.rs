@@ -18,7 +18,7 @@ fn extract_id(obj: &Bound<'_, PyAny>) -> PyResult<RequestId> {
         let s = s.to_str().map_err(|_| {
             PyValueError::new_err("request_id must be a valid str, got one with lone surrogates")
         })?;
-        return Ok(RequestId::Str(s.to_owned()));
+        return Ok(RequestId::from(s));
     }
     let bad_type = || -> PyResult<PyErr> {
         Ok(PyTypeError::new_err(format!(
@@ -42,7 +42,10 @@ fn extract_id(obj: &Bound<'_, PyAny>) -> PyResult<RequestId> {
 fn id_to_py(py: Python<'_>, id: &RequestId) -> PyObject {
     match id {
         RequestId::Int(i) => i.into_pyobject(py).expect("int").into_any().unbind(),
-        RequestId::Str(s) => PyString::new(py, s).into_any().unbind(),
+        RequestId::Str(_) => {
+            let s = id.as_str().expect("sched ids are valid str");
+            PyString::new(py, s).into_any().unbind()
+        }
     }
 }
 

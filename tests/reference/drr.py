@@ -5,6 +5,11 @@ bulk step simulates virtual rounds ONE AT A TIME (add one quantum to every
 dispatchable class, check, repeat) instead of computing the minimum number of
 rounds with a ceiling division. Heads are found by a linear ``min`` over a
 plain list. Used only by the tests.
+
+Also the obviously-correct versions of what a Dynamo policy file adds:
+classification by linear search (:class:`RefClassifier`), Dynamo's
+per-worker limits (usage before the push against ``per_worker *
+num_workers``) and load-based blocking (count busy workers, compare).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ class RefEntry:
     item: Any
     cost: int
     ticket: int
+    raw: int = 0
+    cached: int = 0
 
 
 @dataclass
@@ -29,6 +36,26 @@ class RefClass:
     order: str
     deficit: int = 0
     entries: list[RefEntry] = field(default_factory=list)
+    # Dynamo's per-class options (None: unset)
+    threshold: int | None = None
+    frac: float | None = None
+    ratio: float | None = None
+    limits: dict[str, int] = field(default_factory=dict)
+    raw: int = 0
+    cached: int = 0
+
+    def busy(self, tokens: list[int], max_batched: list[int]) -> bool:
+        """Whether this class's pool of workers counts as busy."""
+        if not tokens:
+            return False
+        n_busy = 0
+        for t, m in zip(tokens, max_batched, strict=True):
+            a = self.threshold is not None and t > self.threshold
+            f = self.frac is not None and float(t) > self.frac * float(m)
+            n_busy += a or f
+        if self.ratio is None:
+            return n_busy == len(tokens)
+        return float(n_busy) >= self.ratio * float(len(tokens))
 
     def head(self) -> RefEntry | None:
         return min(self.entries, key=lambda e: e.key) if self.entries else None
@@ -37,6 +64,7 @@ class RefClass:
 class RefDRR:
     def __init__(self, classes: list[tuple[str, int, str]]) -> None:
         self.classes = [RefClass(n, q, o) for n, q, o in classes]
+        self.num_workers = 1
         self.cursor = 0
         self.retained = False
         self.seq = 0
@@ -56,24 +84,52 @@ class RefDRR:
         strict_priority: int = 0,
         priority_jump: float = 0.0,
         arrival: float = 0.0,
+        raw: int | None = None,
+        cached: int = 0,
     ) -> int:
         c = self.classes[self.index(name)]
         cost = max(1, cost)
+        c.raw += raw if raw is not None else cost
+        c.cached += cached
         if c.order == "fcfs":
             policy = arrival - priority_jump
         else:
             policy = -((1.0 + priority_jump) / cost)
         ticket = self.seq
         self.seq += 1
-        c.entries.append(RefEntry((-strict_priority, policy, ticket), item, cost, ticket))
+        c.entries.append(
+            RefEntry(
+                (-strict_priority, policy, ticket),
+                item,
+                cost,
+                ticket,
+                raw if raw is not None else cost,
+                cached,
+            )
+        )
         self.tickets[ticket] = self.index(name)
         return ticket
+
+    def full(self, name: str) -> str | None:
+        """The per-worker limit a push into ``name`` would hit, if any."""
+        c = self.classes[self.index(name)]
+        usage = {
+            "request_queue_limit_per_worker": len(c.entries),
+            "raw_isl_token_queue_limit_per_worker": c.raw,
+            "cached_token_queue_limit_per_worker": c.cached,
+        }
+        for kind, per in c.limits.items():
+            if usage[kind] >= per * self.num_workers:
+                return kind
+        return None
 
     def remove(self, ticket: int) -> Any:
         i = self.tickets.pop(ticket)
         c = self.classes[i]
         e = next(e for e in c.entries if e.ticket == ticket)
         c.entries.remove(e)
+        c.raw -= e.raw
+        c.cached -= e.cached
         if not c.entries:
             c.deficit = 0
             if self.cursor == i:
@@ -85,6 +141,8 @@ class RefDRR:
         e = c.head()
         assert e is not None and c.deficit >= e.cost
         c.entries.remove(e)
+        c.raw -= e.raw
+        c.cached -= e.cached
         del self.tickets[e.ticket]
         c.deficit -= e.cost
         n = len(self.classes)
@@ -102,6 +160,7 @@ class RefDRR:
         self,
         blocked: frozenset[str] = frozenset(),
         dispatchable: Callable[[str, Any], bool] | None = None,
+        load: tuple[list[int], list[int]] | None = None,
     ) -> tuple[str, Any] | None:
         n = len(self.classes)
         memo: dict[int, bool] = {}
@@ -111,8 +170,10 @@ class RefDRR:
                 c = self.classes[i]
                 h = c.head()
                 assert h is not None
-                memo[i] = c.name not in blocked and (
-                    dispatchable is None or bool(dispatchable(c.name, h.item))
+                memo[i] = (
+                    c.name not in blocked
+                    and (load is None or not c.busy(*load))
+                    and (dispatchable is None or bool(dispatchable(c.name, h.item)))
                 )
             return memo[i]
 
@@ -151,3 +212,24 @@ class RefDRR:
             if self.classes[i].deficit >= self.classes[i].head().cost:  # type: ignore[union-attr]
                 return self._dispatch(i)
         raise AssertionError("unreachable")
+
+
+@dataclass
+class RefClassifier:
+    """Dynamo's classification by linear search: an explicit class's exact
+    name selects it; a configured family selects itself; anything else the
+    default family; the bucket is the last floor <= uncached tokens."""
+
+    default_family: str
+    buckets: list[tuple[str, int]]  # (name, min_tokens), floors ascending
+    classes: list[tuple[str, str | None, str | None]]  # (name, family, bucket)
+
+    def classify(self, requested: str | None, uncached: int) -> str:
+        for name, fam, bucket in self.classes:
+            if fam is None and bucket is None and name == requested:
+                return name
+        families = {fam for _, fam, _ in self.classes if fam is not None}
+        fam = requested if requested in families else self.default_family
+        bucket = [b for b, floor in self.buckets if floor <= uncached][-1]
+        (name,) = [n for n, f, b in self.classes if f == fam and b == bucket]
+        return name

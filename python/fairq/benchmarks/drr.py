@@ -6,6 +6,13 @@ Cases: pop latency against the number of classes C (every head costs 100
 quanta, so each pop scans the ring, computes the bulk credit and scans again:
 the O(C) worst case), and against the cost/quantum ratio at C = 8 (flat: the
 bulk credit never loops per round).
+
+Load snapshot: ``pop(active_prefill_tokens=..., max_num_batched_tokens=...)``
+against the same pop without a snapshot, same queue contents, same run,
+across the number of workers W and classes C. The profile has two distinct
+busy rules (shared by all classes) and the snapshot is the worst case for
+them: only the last worker is idle, so each rule scans all W workers before
+it knows the pool is not busy. Expected cost O(C + 2W) per pop.
 """
 
 from __future__ import annotations
@@ -126,8 +133,71 @@ def _case(c: int, ratio: int, ops: int, worst: bool = True) -> tuple[float, floa
     return per_op(setup_fairq, op, ops, repeat=repeat), per_op(setup_py, op, ops, repeat=repeat)
 
 
+def _load_profile(c: int) -> dict[str, Any]:
+    """C explicit classes alternating two busy rules: an absolute threshold
+    (every worker busy blocks) and a fractional one with busy_worker_ratio 1.0."""
+    rules: list[dict[str, Any]] = [
+        {"prefill_busy_threshold": 100},
+        {"prefill_busy_threshold_frac": 1.0, "busy_worker_ratio": 1.0},
+    ]
+    classes = [{"name": f"c{i}", "quantum": 1000, **rules[i % 2]} for i in range(c)]
+    return {
+        "default_policy_family": "f",
+        "uncached_isl_buckets": [{"min_tokens": 0, "bucket": "all"}],
+        "policy_classes": [
+            {"name": "f", "policy_family": "f", "cache_bucket": "all", "quantum": 1000},
+            *classes,
+        ],
+    }
+
+
+def _load_case(c: int, w: int, ops: int) -> tuple[float, float]:
+    tokens = [1000] * (w - 1) + [0]  # all busy but the last worker: full scans
+    per_class = -(-ops // c) + 1
+
+    def setup() -> Any:
+        q = DRRQueue.from_config(_load_profile(c))
+        for k in range(per_class):
+            for i in range(c):
+                q.push(k, f"c{i}", 1000, arrival=float(k))
+        return q
+
+    def with_load(q: Any) -> None:
+        pop = q.pop
+        for _ in range(ops):
+            pop(active_prefill_tokens=tokens, max_num_batched_tokens=500)
+
+    def without(q: Any) -> None:
+        pop = q.pop
+        for _ in range(ops):
+            pop()
+
+    return per_op(setup, with_load, ops), per_op(setup, without, ops)
+
+
+LOAD_BASELINE = "same pop, no snapshot"
+
+
+def run_load(quick: bool = False) -> list[Row]:
+    """Pop with a worker-load snapshot vs the same pop without, across W and C."""
+    rows: list[Row] = []
+    ops = 300 if quick else 1000
+    for w in (1, 16, 256, 4096):
+        f, b = _load_case(8, w, ops)
+        rows.append(
+            Row("drr", "pop with load snapshot, C=8, 2 busy rules", f"W={w}", f, b, LOAD_BASELINE)
+        )
+    for c in (8, 64, 512):
+        f, b = _load_case(c, 64, ops)
+        rows.append(
+            Row("drr", "pop with load snapshot, W=64, 2 busy rules", f"C={c}", f, b, LOAD_BASELINE)
+        )
+    return rows
+
+
 def run(quick: bool = False) -> list[Row]:
-    """Pop latency vs C and vs cost/quantum ratio, fairq vs pure Python."""
+    """Pop latency vs C and vs cost/quantum ratio, fairq vs pure Python; pop
+    with a load snapshot vs without."""
     rows: list[Row] = []
     ops = 300 if quick else 1000
     for c in (2, 8, 64, 512):
@@ -139,4 +209,4 @@ def run(quick: bool = False) -> list[Row]:
     for c in (8, 512):
         f, b = _case(c, 3, ops, worst=False)
         rows.append(Row("drr", "pop, steady round robin, cost/quantum=3", c, f, b))
-    return rows
+    return rows + run_load(quick)

@@ -1,4 +1,5 @@
-//! Deficit Round Robin across policy classes (ALGORITHMS.md section 2).
+//! The DRR queue: arbitration across the class ring (ALGORITHMS.md
+//! section 2), per-class heaps, tickets, limits.
 //!
 //! DRR decides *which class* dispatches next; each class's own heap (strict
 //! priority tier, then FCFS or WSPT, then insertion order) decides *which
@@ -20,68 +21,18 @@
 //! 4. otherwise nothing, and no credit.
 //!
 //! Dispatchability is the caller's: a closure on `(class index, head)`,
-//! called at most once per class per arbitration. If it fails, the queue is
-//! rolled back to exactly its state before the call.
+//! called at most once per class per arbitration (and/or a worker-load
+//! snapshot, [`DrrQueue::pop_with_load`]). If it fails, the queue is rolled
+//! back to exactly its state before the call.
 
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Reverse;
 use std::collections::HashMap;
 
+use super::config::{ClassConfig, PolicyProfile, QueueOrder};
+use super::load::{LoadGate, LoadSnapshot};
 use crate::error::{check_non_negative, Error, LimitKind, Result};
 use crate::heap::{Handle, IndexedHeap};
-
-/// Within-class order of a policy class.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QueueOrder {
-    /// Earlier `arrival - priority_jump` first.
-    Fcfs,
-    /// Larger `(1 + priority_jump) / cost` first.
-    Wspt,
-}
-
-impl QueueOrder {
-    /// Parse `"fcfs"` / `"wspt"` (case-sensitive), naming `field` on error.
-    pub fn parse(field: &str, s: &str) -> Result<Self> {
-        match s {
-            "fcfs" => Ok(QueueOrder::Fcfs),
-            "wspt" => Ok(QueueOrder::Wspt),
-            other => Err(Error::value(format!(
-                "{field} must be 'fcfs' or 'wspt', got {other:?}"
-            ))),
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            QueueOrder::Fcfs => "fcfs",
-            QueueOrder::Wspt => "wspt",
-        }
-    }
-}
-
-/// Static configuration of one physical policy class.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClassSpec {
-    pub name: String,
-    /// Credit earned per ring visit, in uncached tokens; must be > 0.
-    pub quantum: u64,
-    pub order: QueueOrder,
-    /// Optional cap on the number of queued requests.
-    pub max_queued_requests: Option<u64>,
-    /// Optional cap on the sum of queued scheduling costs.
-    pub max_queued_tokens: Option<u64>,
-}
-
-impl ClassSpec {
-    pub fn new(name: impl Into<String>, quantum: u64, order: QueueOrder) -> Self {
-        ClassSpec {
-            name: name.into(),
-            quantum,
-            order,
-            max_queued_requests: None,
-            max_queued_tokens: None,
-        }
-    }
-}
+use crate::ordf64::OrdF64;
 
 /// Immutable cost snapshot taken when a request is enqueued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,29 +75,10 @@ impl Snapshot {
 
 /// Heap key: higher strict-priority tier first, then the policy key
 /// (smaller first), then the heap's insertion sequence.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Key {
     tier: Reverse<i64>,
-    policy: f64,
-}
-
-impl PartialEq for Key {
-    fn eq(&self, o: &Self) -> bool {
-        self.cmp(o) == Ordering::Equal
-    }
-}
-impl Eq for Key {}
-impl PartialOrd for Key {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Key {
-    fn cmp(&self, o: &Self) -> Ordering {
-        self.tier
-            .cmp(&o.tier)
-            .then_with(|| self.policy.total_cmp(&o.policy))
-    }
+    policy: OrdF64,
 }
 
 /// A queued request as the core stores it.
@@ -171,9 +103,10 @@ pub struct PushArgs {
 
 #[derive(Debug, Clone)]
 struct Class<T> {
-    spec: ClassSpec,
     heap: IndexedHeap<Key, Entry<T>>,
     queued_cost: u128,
+    queued_raw_isl_tokens: u128,
+    queued_cached_tokens: u128,
     dispatched: u64,
     dispatched_cost: u128,
 }
@@ -188,6 +121,14 @@ struct Hot {
     head: u64,
 }
 
+impl<T> Class<T> {
+    fn unqueue(&mut self, s: &Snapshot) {
+        self.queued_cost -= s.cost as u128;
+        self.queued_raw_isl_tokens -= s.raw_isl_tokens as u128;
+        self.queued_cached_tokens -= s.cached_tokens as u128;
+    }
+}
+
 /// Per-class statistics.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClassStats {
@@ -197,14 +138,20 @@ pub struct ClassStats {
     pub depth: usize,
     pub deficit: u128,
     pub queued_cost: u128,
+    pub queued_raw_isl_tokens: u128,
+    pub queued_cached_tokens: u128,
     pub dispatched: u64,
     pub dispatched_cost: u128,
 }
 
-/// The DRR queue over a fixed ring of policy classes.
+/// The DRR queue over the fixed ring of a resolved [`PolicyProfile`].
 #[derive(Debug, Clone)]
 pub struct DrrQueue<T> {
+    profile: PolicyProfile,
     classes: Vec<Class<T>>,
+    /// Eligible workers the `*_per_worker` limits scale with.
+    num_workers: u64,
+    gate: LoadGate,
     hot: Vec<Hot>,
     by_name: HashMap<String, usize>,
     cursor: usize,
@@ -221,34 +168,12 @@ pub struct DrrQueue<T> {
 }
 
 impl<T> DrrQueue<T> {
-    /// Build a queue; the class order is the ring order. Rejects no classes,
-    /// `quantum == 0` and duplicate names.
-    pub fn new(specs: Vec<ClassSpec>) -> Result<Self> {
-        if specs.is_empty() {
-            return Err(Error::value("policy_classes must not be empty"));
-        }
-        let mut by_name = HashMap::with_capacity(specs.len());
-        for (i, s) in specs.iter().enumerate() {
-            if s.name.is_empty() {
-                return Err(Error::value(format!(
-                    "policy_classes[{i}].name must be a non-empty string, got ''"
-                )));
-            }
-            if s.quantum == 0 {
-                return Err(Error::value(format!(
-                    "policy_classes[{i}].quantum must be an integer > 0, got 0 (class {:?})",
-                    s.name
-                )));
-            }
-            if by_name.insert(s.name.clone(), i).is_some() {
-                return Err(Error::value(format!(
-                    "policy_classes[{i}].name {:?} is a duplicate class name",
-                    s.name
-                )));
-            }
-        }
-        let c = specs.len();
-        let hot = specs
+    /// A queue over a resolved profile (ring order = class order), with
+    /// `num_workers` eligible workers for the per-worker limits.
+    pub fn new(profile: PolicyProfile, num_workers: u64) -> Self {
+        let c = profile.classes.len();
+        let hot = profile
+            .classes
             .iter()
             .map(|s| Hot {
                 deficit: 0,
@@ -256,18 +181,29 @@ impl<T> DrrQueue<T> {
                 head: 0,
             })
             .collect();
-        Ok(DrrQueue {
+        let by_name = profile
+            .classes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.clone(), i))
+            .collect();
+        let classes = (0..c)
+            .map(|_| Class {
+                heap: IndexedHeap::new(),
+                queued_cost: 0,
+                queued_raw_isl_tokens: 0,
+                queued_cached_tokens: 0,
+                dispatched: 0,
+                dispatched_cost: 0,
+            })
+            .collect();
+        let gate = LoadGate::new(&profile);
+        DrrQueue {
+            profile,
             hot,
-            classes: specs
-                .into_iter()
-                .map(|spec| Class {
-                    spec,
-                    heap: IndexedHeap::new(),
-                    queued_cost: 0,
-                    dispatched: 0,
-                    dispatched_cost: 0,
-                })
-                .collect(),
+            classes,
+            num_workers,
+            gate,
             by_name,
             cursor: 0,
             retained: false,
@@ -277,7 +213,29 @@ impl<T> DrrQueue<T> {
             epoch: 0,
             mark: vec![0; c],
             undo: Vec::with_capacity(c),
-        })
+        }
+    }
+
+    /// A queue over explicit classes in ring order (one worker), validated
+    /// like a fairq-schema document: non-empty unique names, quantum > 0.
+    /// No classes: the synthetic `default` class.
+    pub fn from_classes(classes: Vec<ClassConfig>) -> Result<Self> {
+        Ok(DrrQueue::new(PolicyProfile::from_classes(classes)?, 1))
+    }
+
+    /// The resolved profile (classes, buckets, families).
+    pub fn profile(&self) -> &PolicyProfile {
+        &self.profile
+    }
+
+    pub fn num_workers(&self) -> u64 {
+        self.num_workers
+    }
+
+    /// Change the number of eligible workers the per-worker limits scale
+    /// with. Queued requests stay; a lower limit only refuses new pushes.
+    pub fn set_num_workers(&mut self, n: u64) {
+        self.num_workers = n;
     }
 
     pub fn len(&self) -> usize {
@@ -292,8 +250,8 @@ impl<T> DrrQueue<T> {
         self.classes.len()
     }
 
-    pub fn spec(&self, idx: usize) -> &ClassSpec {
-        &self.classes[idx].spec
+    pub fn spec(&self, idx: usize) -> &ClassConfig {
+        &self.profile.classes[idx]
     }
 
     /// Index of a class by name (`Error::Key` naming it if unknown).
@@ -329,13 +287,16 @@ impl<T> DrrQueue<T> {
 
     pub fn stats(&self, idx: usize) -> ClassStats {
         let c = &self.classes[idx];
+        let spec = &self.profile.classes[idx];
         ClassStats {
-            name: c.spec.name.clone(),
-            quantum: c.spec.quantum,
-            order: c.spec.order,
+            name: spec.name.clone(),
+            quantum: spec.quantum,
+            order: spec.order,
             depth: c.heap.len(),
             deficit: self.hot[idx].deficit,
             queued_cost: c.queued_cost,
+            queued_raw_isl_tokens: c.queued_raw_isl_tokens,
+            queued_cached_tokens: c.queued_cached_tokens,
             dispatched: c.dispatched,
             dispatched_cost: c.dispatched_cost,
         }
@@ -345,12 +306,12 @@ impl<T> DrrQueue<T> {
     /// `priority_jump`, `arrival`, limits) before mutating; returns a ticket
     /// for [`remove`](Self::remove).
     pub fn push(&mut self, idx: usize, item: T, args: PushArgs) -> Result<u64> {
-        let c = self.classes.get(idx).ok_or_else(|| {
-            Error::index(format!(
+        if idx >= self.classes.len() {
+            return Err(Error::index(format!(
                 "class index {idx} out of range (0..{})",
                 self.classes.len()
-            ))
-        })?;
+            )));
+        }
         check_non_negative("priority_jump", args.priority_jump)?;
         if !args.arrival.is_finite() {
             return Err(Error::value(format!(
@@ -358,29 +319,9 @@ impl<T> DrrQueue<T> {
                 args.arrival
             )));
         }
-        if let Some(max) = c.spec.max_queued_requests {
-            let would = c.heap.len() as u64 + 1;
-            if would > max {
-                return Err(Error::QueueFull {
-                    class_name: c.spec.name.clone(),
-                    limit: LimitKind::Requests,
-                    current: would,
-                    max,
-                });
-            }
-        }
-        if let Some(max) = c.spec.max_queued_tokens {
-            let would = c.queued_cost + args.snapshot.cost as u128;
-            if would > max as u128 {
-                return Err(Error::QueueFull {
-                    class_name: c.spec.name.clone(),
-                    limit: LimitKind::Tokens,
-                    current: u64::try_from(would).unwrap_or(u64::MAX),
-                    max,
-                });
-            }
-        }
-        let policy = match c.spec.order {
+        self.check_limits(idx, &args.snapshot)?;
+        let spec = &self.profile.classes[idx];
+        let policy = match spec.order {
             QueueOrder::Fcfs => args.arrival - args.priority_jump,
             QueueOrder::Wspt => -((1.0 + args.priority_jump) / args.snapshot.cost as f64),
         };
@@ -395,7 +336,7 @@ impl<T> DrrQueue<T> {
         let c = &mut self.classes[idx];
         let key = Key {
             tier: Reverse(args.strict_priority),
-            policy,
+            policy: OrdF64::new(policy),
         };
         let h = c.heap.push(
             key,
@@ -409,10 +350,80 @@ impl<T> DrrQueue<T> {
             },
         );
         c.queued_cost += args.snapshot.cost as u128;
+        c.queued_raw_isl_tokens += args.snapshot.raw_isl_tokens as u128;
+        c.queued_cached_tokens += args.snapshot.cached_tokens as u128;
         self.tickets.insert(ticket, (idx, h));
         self.len += 1;
         self.refresh_head(idx);
         Ok(ticket)
+    }
+
+    /// Classify a request by `policy_family` and its exact uncached tokens
+    /// (see [`PolicyProfile::classify`]) and enqueue it there. Returns
+    /// `(class index, ticket)`; an error enqueues nothing.
+    pub fn push_request(
+        &mut self,
+        policy_family: Option<&str>,
+        item: T,
+        args: PushArgs,
+    ) -> Result<(usize, u64)> {
+        let idx = self
+            .profile
+            .classify(policy_family, args.snapshot.uncached_tokens)?;
+        Ok((idx, self.push(idx, item, args)?))
+    }
+
+    /// Refuse a push into class `idx` that a limit forbids (nothing changes).
+    fn check_limits(&self, idx: usize, snap: &Snapshot) -> Result<()> {
+        let c = &self.classes[idx];
+        let spec = &self.profile.classes[idx];
+        let l = &spec.limits;
+        let full = |limit, current: u128, max: u128| Error::QueueFull {
+            class_name: spec.name.clone(),
+            limit,
+            current: u64::try_from(current).unwrap_or(u64::MAX),
+            max: u64::try_from(max).unwrap_or(u64::MAX),
+        };
+        // Dynamo's rule: per-worker limit x eligible workers, compared with
+        // the usage before this push (the push that crosses it is accepted).
+        for (kind, current, per_worker) in [
+            (
+                LimitKind::RequestsPerWorker,
+                c.heap.len() as u128,
+                l.request_queue_limit_per_worker,
+            ),
+            (
+                LimitKind::RawIslTokensPerWorker,
+                c.queued_raw_isl_tokens,
+                l.raw_isl_token_queue_limit_per_worker,
+            ),
+            (
+                LimitKind::CachedTokensPerWorker,
+                c.queued_cached_tokens,
+                l.cached_token_queue_limit_per_worker,
+            ),
+        ] {
+            if let Some(p) = per_worker {
+                let limit = p as u128 * self.num_workers as u128;
+                if current >= limit {
+                    return Err(full(kind, current, limit));
+                }
+            }
+        }
+        // fairq's absolute limits: refuse what would take usage past them.
+        if let Some(max) = l.max_queued_requests {
+            let would = c.heap.len() as u128 + 1;
+            if would > max as u128 {
+                return Err(full(LimitKind::Requests, would, max as u128));
+            }
+        }
+        if let Some(max) = l.max_queued_tokens {
+            let would = c.queued_cost + snap.cost as u128;
+            if would > max as u128 {
+                return Err(full(LimitKind::Tokens, would, max as u128));
+            }
+        }
+        Ok(())
     }
 
     /// Class index of a queued ticket.
@@ -429,7 +440,7 @@ impl<T> DrrQueue<T> {
             .ok_or_else(|| Error::key(format!("ticket {ticket} is not queued")))?;
         let c = &mut self.classes[idx];
         let (_, e) = c.heap.remove(h).expect("ticket map and heap agree");
-        c.queued_cost -= e.snapshot.cost as u128;
+        c.unqueue(&e.snapshot);
         let emptied = c.heap.is_empty();
         self.refresh_head(idx);
         if emptied {
@@ -471,6 +482,43 @@ impl<T> DrrQueue<T> {
                 .expect("asked only for non-empty classes");
             dispatchable(i, head)
         })
+    }
+
+    /// One arbitration with a worker-load snapshot: a class is blocked when
+    /// `blocked[i]`, when its worker pool is busy by its thresholds
+    /// ([`BusyRule`](super::config::BusyRule)), or when `dispatchable(i,
+    /// head)` says so (asked last, at most once per class).
+    ///
+    /// Cost: O(C + R * W) for C classes, W workers and R distinct busy rules
+    /// among the classes (fixed by the profile; equal rules share one pass
+    /// over the workers, each pass stops as soon as the answer is known), so
+    /// O(C + W) for a given profile. An invalid snapshot is rejected before
+    /// anything changes.
+    pub fn pop_with_load<E, F>(
+        &mut self,
+        load: &LoadSnapshot<'_>,
+        blocked: &[bool],
+        mut dispatchable: F,
+    ) -> std::result::Result<Option<(usize, Entry<T>)>, E>
+    where
+        F: FnMut(usize, &Entry<T>) -> std::result::Result<bool, E>,
+        E: From<Error>,
+    {
+        self.gate.check(load, &self.profile)?;
+        let mut gate = std::mem::take(&mut self.gate);
+        gate.start();
+        let r = self.arbitrate(|i, classes| {
+            if blocked.get(i).copied().unwrap_or(false) || gate.blocked(i, load) {
+                return Ok(false);
+            }
+            let (_, _, head) = classes[i]
+                .heap
+                .peek()
+                .expect("asked only for non-empty classes");
+            dispatchable(i, head)
+        });
+        self.gate = gate;
+        r
     }
 
     /// The arbitration itself. `ok(i, classes)` is the memoised
@@ -614,7 +662,7 @@ impl<T> DrrQueue<T> {
         let c = &mut self.classes[i];
         let (_, e) = c.heap.pop().expect("dispatch from a non-empty class");
         let cost = e.snapshot.cost as u128;
-        c.queued_cost -= cost;
+        c.unqueue(&e.snapshot);
         c.dispatched += 1;
         c.dispatched_cost += cost;
         self.tickets.remove(&e.ticket);
@@ -634,160 +682,5 @@ impl<T> DrrQueue<T> {
             self.retained = false;
         }
         (i, e)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn args(cost: u64) -> PushArgs {
-        PushArgs {
-            snapshot: Snapshot::from_cost(cost),
-            strict_priority: 0,
-            priority_jump: 0.0,
-            arrival: 0.0,
-        }
-    }
-
-    fn q(specs: &[(&str, u64)]) -> DrrQueue<u32> {
-        DrrQueue::new(
-            specs
-                .iter()
-                .map(|&(n, qn)| ClassSpec::new(n, qn, QueueOrder::Fcfs))
-                .collect(),
-        )
-        .unwrap()
-    }
-
-    #[test]
-    fn burst_from_one_quantum() {
-        let mut d = q(&[("a", 10), ("b", 10)]);
-        for k in 0..4 {
-            d.push(0, k, args(3)).unwrap();
-        }
-        d.push(1, 100, args(5)).unwrap();
-        let mut seen = vec![];
-        for _ in 0..3 {
-            let (i, e) = d.pop(&[]).unwrap();
-            assert_eq!(i, 0);
-            seen.push((e.item, d.deficit(0), d.cursor(), d.cursor_retained()));
-        }
-        assert_eq!(
-            seen,
-            vec![(0, 7, 0, true), (1, 4, 0, true), (2, 1, 1, false)]
-        );
-        let (i, _) = d.pop(&[]).unwrap();
-        assert_eq!(i, 1);
-    }
-
-    #[test]
-    fn bulk_credit_worked_example() {
-        let mut d = q(&[("standard", 1000), ("latency", 2000)]);
-        d.push(0, 1, args(7000)).unwrap();
-        d.push(1, 2, args(9000)).unwrap();
-        let (i, e) = d.pop(&[]).unwrap();
-        assert_eq!((i, e.item), (1, 2));
-        assert_eq!(d.deficit(0), 5000);
-        assert_eq!(d.deficit(1), 0); // latency emptied: reset
-    }
-
-    #[test]
-    fn huge_cost_one_pop() {
-        let mut d = q(&[("a", 1)]);
-        d.push(0, 1, args(1_000_000_000)).unwrap();
-        d.push(0, 2, args(1_000_000_000)).unwrap();
-        assert_eq!(d.pop(&[]).unwrap().1.item, 1);
-        assert_eq!(d.deficit(0), 0);
-    }
-
-    #[test]
-    fn blocked_earns_nothing_and_predicate_error_rolls_back() {
-        let mut d = q(&[("a", 10), ("b", 10)]);
-        d.push(0, 1, args(25)).unwrap();
-        d.push(1, 2, args(25)).unwrap();
-        assert_eq!(d.pop(&[true, true]).map(|x| x.0), None);
-        assert_eq!((d.deficit(0), d.deficit(1)), (0, 0));
-        let (i, _) = d.pop(&[true, false]).unwrap();
-        assert_eq!((i, d.deficit(0)), (1, 0));
-        // predicate error after a quantum was added: rolled back
-        d.push(1, 3, args(25)).unwrap();
-        let mut calls = vec![];
-        let r: std::result::Result<_, &str> = d.pop_with(|i, _| {
-            calls.push(i);
-            if i == 1 {
-                Err("boom")
-            } else {
-                Ok(true)
-            }
-        });
-        assert!(r.is_err());
-        assert_eq!(calls, vec![0, 1]);
-        assert_eq!((d.deficit(0), d.deficit(1), d.len()), (0, 0, 2));
-    }
-
-    #[test]
-    fn limits_and_validation() {
-        let mut spec = ClassSpec::new("a", 5, QueueOrder::Wspt);
-        spec.max_queued_requests = Some(1);
-        spec.max_queued_tokens = Some(10);
-        let mut d: DrrQueue<u8> = DrrQueue::new(vec![spec]).unwrap();
-        assert!(matches!(
-            d.push(0, 1, args(11)),
-            Err(Error::QueueFull {
-                limit: LimitKind::Tokens,
-                current: 11,
-                max: 10,
-                ..
-            })
-        ));
-        d.push(0, 1, args(4)).unwrap();
-        assert!(matches!(
-            d.push(0, 1, args(1)),
-            Err(Error::QueueFull {
-                limit: LimitKind::Requests,
-                ..
-            })
-        ));
-        let mut a = args(1);
-        a.priority_jump = f64::NAN;
-        assert!(d.push(0, 1, a).is_err());
-        assert_eq!(d.len(), 1);
-        assert!(DrrQueue::<u8>::new(vec![ClassSpec::new("a", 0, QueueOrder::Fcfs)]).is_err());
-        assert!(DrrQueue::<u8>::new(vec![
-            ClassSpec::new("a", 1, QueueOrder::Fcfs),
-            ClassSpec::new("a", 1, QueueOrder::Fcfs)
-        ])
-        .is_err());
-        assert!(Snapshot::new(3, 4).is_err());
-        assert_eq!(Snapshot::new(5, 5).unwrap().cost, 1);
-    }
-
-    #[test]
-    fn ordering_tiers_fcfs_wspt_and_remove() {
-        let mut d: DrrQueue<u8> = DrrQueue::new(vec![
-            ClassSpec::new("f", 1000, QueueOrder::Fcfs),
-            ClassSpec::new("w", 1000, QueueOrder::Wspt),
-        ])
-        .unwrap();
-        let mk = |cost, tier, jump, arrival| PushArgs {
-            snapshot: Snapshot::from_cost(cost),
-            strict_priority: tier,
-            priority_jump: jump,
-            arrival,
-        };
-        d.push(0, 1, mk(1, 0, 0.0, 1.0)).unwrap();
-        d.push(0, 2, mk(1, 0, 5.0, 3.0)).unwrap(); // effective -2
-        d.push(0, 3, mk(1, 1, 0.0, 9.0)).unwrap(); // higher tier
-        let t = d.push(1, 4, mk(100, 0, 0.0, 0.0)).unwrap();
-        d.push(1, 5, mk(10, 0, 0.0, 0.0)).unwrap();
-        d.push(1, 6, mk(100, 0, 9.0, 0.0)).unwrap(); // 10/100 == 1/10, later seq
-        assert_eq!(d.head(0).unwrap().item, 3);
-        assert_eq!(d.head(1).unwrap().item, 5);
-        assert_eq!(d.remove(t).unwrap().1.item, 4);
-        assert!(d.remove(t).is_err());
-        let order: Vec<u8> = std::iter::from_fn(|| d.pop(&[]).map(|x| x.1.item)).collect();
-        assert_eq!(order, vec![3, 2, 1, 5, 6]);
-        assert!(d.is_empty());
     }
 }

@@ -1,0 +1,169 @@
+//! Deficit refills: the one implementation of "refill every deficit by a
+//! quantum until some backlogged one is positive" that DLPM (the local
+//! scheduler, [`crate::sched`]) and D2LPM (the dispatcher,
+//! [`crate::dispatch`]) share.
+//!
+//! Both algorithms, literally, loop one refill round at a time: while no
+//! deficit that matters is positive, add the quantum. The loop can run for
+//! billions of rounds (a small quantum against a large debt), so the rounds
+//! are counted and applied in closed form: [`rounds_until_positive`] finds
+//! `k`, the fewest rounds after which some deficit is positive, and
+//! [`refill_steps`] applies up to `k` rounds to one deficit, bit-identical to
+//! the loop for the first [`NATIVE_REFILLS`] rounds and exact (or the more
+//! accurate of the two) beyond.
+
+/// Move a deficit by `delta`, saturating at `f64::MIN` / `f64::MAX`: an
+/// overflowing charge (a weight near `f64::MAX` times a token count) must not
+/// leave `-inf`, which a refill would turn into NaN (`-inf + inf`). Deficits
+/// are always finite (an infinite quantum aside), so `x + delta` is never
+/// `inf - inf`; a NaN `delta` is a caller bug.
+#[inline]
+pub fn add_saturating(deficit: f64, delta: f64) -> f64 {
+    debug_assert!(!delta.is_nan());
+    (deficit + delta).clamp(f64::MIN, f64::MAX)
+}
+
+/// The fewest refill rounds (each `+quantum` to every non-positive deficit)
+/// after which some deficit of `deficits` is positive: the minimum over them
+/// of the rounds each needs (0 if one already is, or if there are none;
+/// saturates at `u64::MAX`).
+pub fn rounds_until_positive(deficits: impl IntoIterator<Item = f64>, quantum: f64) -> u64 {
+    deficits
+        .into_iter()
+        .map(|d| refill_steps(d, quantum, u64::MAX).0)
+        .min()
+        .unwrap_or(0)
+}
+
+/// Single refills done one at a time before switching to the closed form.
+const NATIVE_REFILLS: u64 = 64;
+
+/// Apply up to `limit` single DLPM refills (`q += quantum`, each only while
+/// `q <= 0`) to one deficit: returns (refills applied, new deficit). Stops as
+/// soon as the deficit is positive, so with `limit = u64::MAX` the count is
+/// the number of refills that make it positive (`u64::MAX` means no limit;
+/// a count beyond `u64::MAX` saturates).
+///
+/// The first [`NATIVE_REFILLS`] additions are done one by one (bit-identical
+/// to the literal algorithm); beyond that the rest is `x + j * quantum` with
+/// the smallest such `j`, computed in O(1). That equals `j` sequential
+/// additions whenever these are exact (e.g. `quantum` a multiple of the ulp
+/// of `x`, such as any integer or dyadic quantum with moderate deficits);
+/// otherwise it is the more accurate of the two. Where sequential additions
+/// would stall (`x + quantum == x`), the closed form still terminates.
+/// `x + j * quantum` is fused (one rounding, no overflow of `j * quantum`).
+/// When the count itself is beyond `f64` (a denormal `quantum` against a
+/// normal debt, or a debt saturated at `f64::MIN`, see [`add_saturating`]), the
+/// count saturates and the deficit becomes `quantum`, the top of the
+/// `(0, quantum]` interval the exact result lies in: never `+inf` credit.
+pub fn refill_steps(q: f64, quantum: f64, limit: u64) -> (u64, f64) {
+    let mut x = q;
+    let mut n = 0u64;
+    while x <= 0.0 && n < limit && n < NATIVE_REFILLS {
+        x += quantum;
+        n += 1;
+    }
+    if x > 0.0 || n == limit {
+        return (n, x);
+    }
+    // Smallest j >= 1 with x + j * quantum > 0 (the sum is monotone in j).
+    const EXACT: f64 = 4_503_599_627_370_496.0; // 2^52: j + 1 is exact below
+    let up = |j: f64| {
+        if j < EXACT {
+            j + 1.0
+        } else {
+            j * (1.0 + f64::EPSILON)
+        }
+    };
+    // `x + j * quantum` fused (one rounding): exact `j * quantum` never
+    // overflows on the way to a result in `[x, quantum]`.
+    let at = |j: f64| j.mul_add(quantum, x);
+    let mut j = (-x / quantum).ceil().max(1.0);
+    while j.is_finite() && at(j) <= 0.0 {
+        j = up(j);
+    }
+    while j > 1.0 && j < EXACT && at(j - 1.0) > 0.0 {
+        j -= 1.0;
+    }
+    let left = limit - n;
+    // `limit == u64::MAX` is unlimited (a count past u64 saturates).
+    if limit == u64::MAX || j <= left as f64 {
+        if j.is_finite() {
+            (n.saturating_add(j as u64), at(j))
+        } else {
+            // the count is beyond f64 (a tiny quantum next to the debt, e.g.
+            // 5e-324 vs -10, or a debt of f64::MIN): the exact result of
+            // those refills lies in (0, quantum]; `x + inf` would hand out
+            // infinite credit.
+            (u64::MAX, quantum)
+        }
+    } else {
+        (limit, at(left as f64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One refill at a time, as the literal algorithm does it.
+    fn native_steps(q: f64, quantum: f64, limit: u64) -> (u64, f64) {
+        let (mut x, mut n) = (q, 0);
+        while x <= 0.0 && n < limit {
+            x += quantum;
+            n += 1;
+        }
+        (n, x)
+    }
+
+    #[test]
+    fn refill_steps_equal_single_refills() {
+        let mut rng = 7u64;
+        let mut next = || crate::testutil::lcg(&mut rng);
+        // Dyadic / integer quanta: every addition is exact, so the closed
+        // form must equal the sequential sums bit for bit.
+        for _ in 0..3000 {
+            let quantum = [1.0 / 1024.0, 0.25, 0.5, 3.0, 10.0][(next() % 5) as usize];
+            let q = -((next() % 100_000) as f64) / [1.0, 2.0, 8.0][(next() % 3) as usize];
+            let limit = [1, 5, 64, 65, 300, u64::MAX][(next() % 6) as usize];
+            assert_eq!(
+                refill_steps(q, quantum, limit),
+                native_steps(q, quantum, limit),
+                "q={q} quantum={quantum} limit={limit}"
+            );
+        }
+        // Non-dyadic: the count still agrees and the value is within rounding.
+        for q in [-0.3, -1.0 / 3.0, -100.0, -7.7] {
+            let (n1, x1) = refill_steps(q, 1e-3, u64::MAX);
+            let (n2, x2) = native_steps(q, 1e-3, u64::MAX);
+            assert!(n1.abs_diff(n2) <= 1, "{q}: {n1} vs {n2}");
+            assert!((x1 - x2).abs() < 1e-9);
+            assert!(x1 > 0.0 && x1 <= 1e-3 + 1e-12);
+        }
+        // Sequential refills would stall here; the closed form terminates.
+        let (n, x) = refill_steps(-1e20, 1e-3, u64::MAX);
+        assert!(x > 0.0 && n > 1u64 << 60);
+        assert_eq!(refill_steps(0.0, 2.0, u64::MAX), (1, 2.0));
+        assert_eq!(refill_steps(-0.0, 2.0, 0), (0, -0.0));
+    }
+
+    #[test]
+    fn refill_steps_extremes_stay_finite() {
+        // a denormal quantum: the count is beyond f64, the credit is not inf
+        let (n, x) = refill_steps(-10.0, 5e-324, u64::MAX);
+        assert_eq!(n, u64::MAX);
+        assert!(x > 0.0 && x <= 5e-324);
+        // the saturated debt: j * quantum would overflow
+        for q in [1.0, 1e300, f64::MAX] {
+            let (n, x) = refill_steps(f64::MIN, q, u64::MAX);
+            assert!(n >= 1 && x > 0.0 && x <= q && x.is_finite(), "{q}: {n} {x}");
+        }
+        // limited: stays a finite non-positive partial refill
+        let (n, x) = refill_steps(f64::MIN, 1.0, 1000);
+        assert_eq!(n, 1000);
+        assert!(x.is_finite() && x <= 0.0);
+        let (n, x) = refill_steps(-10.0, 5e-324, 1 << 40);
+        assert_eq!(n, 1 << 40);
+        assert!(x.is_finite() && x < 0.0);
+    }
+}

@@ -1,0 +1,239 @@
+//! What every policy shares: the requests and the clients.
+//!
+//! A request lives in a slot (`u32`, reused after it leaves) from `add` to
+//! `remove` or `finish`; policies refer to it by slot and order it by its
+//! arrival number `seq`. A client is an index in first-seen order.
+//!
+//! Waiting counts follow one rule the policies rely on: a policy's
+//! `enqueue` runs *before* the book counts the request as waiting and its
+//! `dequeue` runs *while* the book still counts it (so `client.waiting == 0`
+//! in `enqueue` means "the client's first waiting request").
+
+use std::collections::HashMap;
+
+use super::{Admission, RequestId};
+use crate::radix::RadixTree;
+
+/// One request, waiting or running.
+#[derive(Debug)]
+pub(super) struct Req<T> {
+    pub id: RequestId,
+    pub client: u32,
+    /// Waiting: the prompt's token ids (dropped at admission).
+    pub tokens: Vec<u32>,
+    /// The namespace's root node in the tree (`NIL` when added without one).
+    pub root: u32,
+    pub input_len: usize,
+    /// The caller's payload; taken at admission.
+    pub item: Option<T>,
+    /// Arrival number (unique, increasing): FCFS order and every tie-break.
+    pub seq: u64,
+    pub running: bool,
+    /// Running: extend tokens charged (admission, or the last
+    /// [`super::LocalScheduler::recharge_extend`]).
+    pub charged_extend: usize,
+    /// Running: the client's weight when it was admitted (DLPM divides the
+    /// extend charge by it; a recharge replaces that charge exactly).
+    pub admission_weight: f64,
+}
+
+impl<T> Req<T> {
+    /// A new waiting request (`seq` is set by [`Book::insert`]).
+    pub fn waiting(id: RequestId, client: u32, tokens: Vec<u32>, root: u32, item: T) -> Self {
+        Req {
+            id,
+            client,
+            input_len: tokens.len(),
+            tokens,
+            root,
+            item: Some(item),
+            seq: 0,
+            running: false,
+            charged_extend: 0,
+            admission_weight: 1.0,
+        }
+    }
+}
+
+/// What the facade knows of a client; policy counters (VTC's virtual
+/// counter, DLPM's deficit) live in the policy.
+#[derive(Debug, Clone)]
+pub(super) struct Client {
+    pub name: String,
+    pub weight: f64,
+    pub service: f64,
+    pub waiting: usize,
+    pub running: usize,
+}
+
+/// The requests (by slot and by id) and the clients of one scheduler.
+#[derive(Debug)]
+pub(super) struct Book<T> {
+    slots: Vec<Option<Req<T>>>,
+    free: Vec<u32>,
+    by_id: HashMap<RequestId, u32>,
+    pub clients: Vec<Client>,
+    client_by_name: HashMap<String, u32>,
+    next_seq: u64,
+    /// Waiting / running requests in total.
+    pub waiting: usize,
+    pub running: usize,
+    /// (input/extend weight, output weight) of `service`.
+    pub service_weights: (f64, f64),
+}
+
+impl<T> Book<T> {
+    pub fn new(service_weights: (f64, f64)) -> Self {
+        Book {
+            slots: Vec::new(),
+            free: Vec::new(),
+            by_id: HashMap::new(),
+            clients: Vec::new(),
+            client_by_name: HashMap::new(),
+            next_seq: 0,
+            waiting: 0,
+            running: 0,
+            service_weights,
+        }
+    }
+
+    pub fn req(&self, r: u32) -> &Req<T> {
+        self.slots[r as usize].as_ref().expect("live request")
+    }
+    pub fn req_mut(&mut self, r: u32) -> &mut Req<T> {
+        self.slots[r as usize].as_mut().expect("live request")
+    }
+    pub fn slot_of(&self, id: &RequestId) -> Option<u32> {
+        self.by_id.get(id).copied()
+    }
+
+    pub fn client_index(&self, name: &str) -> Option<u32> {
+        self.client_by_name.get(name).copied()
+    }
+    pub fn client(&self, name: &str) -> Option<&Client> {
+        self.client_index(name).map(|c| &self.clients[c as usize])
+    }
+    /// The client's index and whether it was created now (weight 1).
+    pub fn client_or_create(&mut self, name: &str) -> (u32, bool) {
+        if let Some(c) = self.client_index(name) {
+            return (c, false);
+        }
+        let c = self.clients.len() as u32;
+        self.clients.push(Client {
+            name: name.to_owned(),
+            weight: 1.0,
+            service: 0.0,
+            waiting: 0,
+            running: 0,
+        });
+        self.client_by_name.insert(name.to_owned(), c);
+        (c, true)
+    }
+
+    /// Store a new request (not yet counted as waiting) and give it the next
+    /// arrival number; returns its slot.
+    pub fn insert(&mut self, mut req: Req<T>) -> u32 {
+        req.seq = self.next_seq;
+        self.next_seq += 1;
+        let id = req.id.clone();
+        let r = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some(req);
+                i
+            }
+            None => {
+                self.slots.push(Some(req));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.by_id.insert(id, r);
+        r
+    }
+
+    /// Free a slot and forget its id.
+    pub fn release(&mut self, r: u32) -> Req<T> {
+        let req = self.slots[r as usize].take().expect("live request");
+        self.by_id.remove(&req.id);
+        self.free.push(r);
+        req
+    }
+
+    /// Count `r` as waiting (after the policy's `enqueue`).
+    pub fn count_waiting(&mut self, r: u32) {
+        let c = self.req(r).client;
+        self.waiting += 1;
+        self.clients[c as usize].waiting += 1;
+    }
+    /// Stop counting `r` as waiting (after the policy's `dequeue`).
+    pub fn uncount_waiting(&mut self, r: u32) {
+        let c = self.req(r).client;
+        self.waiting -= 1;
+        self.clients[c as usize].waiting -= 1;
+    }
+
+    /// Tokens of waiting request `r` the tree holds now (0 without a tree).
+    pub fn cached_now(&self, tree: Option<&RadixTree>, r: u32) -> usize {
+        match tree {
+            Some(t) => {
+                let q = self.req(r);
+                t.match_from(q.root, &q.tokens).len
+            }
+            None => 0,
+        }
+    }
+
+    /// Move waiting request `r`, which its policy has just dequeued, to
+    /// running with `cached` tokens cached; charge the client's service for
+    /// the extend tokens and build the admission record.
+    pub fn admit(&mut self, r: u32, cached: usize) -> Admission<T> {
+        self.uncount_waiting(r);
+        self.running += 1;
+        let (input_weight, _) = self.service_weights;
+        let q = self.slots[r as usize].as_mut().expect("live request");
+        q.running = true;
+        q.tokens = Vec::new();
+        let item = q.item.take().expect("waiting request has its item");
+        let c = q.client;
+        let input_len = q.input_len;
+        let id = q.id.clone();
+        let extend = input_len - cached;
+        q.charged_extend = extend;
+        q.admission_weight = self.clients[c as usize].weight;
+        let cl = &mut self.clients[c as usize];
+        cl.running += 1;
+        cl.service += input_weight * extend as f64;
+        Admission {
+            id,
+            client: cl.name.clone(),
+            item,
+            input_len,
+            cached_len: cached,
+            extend_len: extend,
+        }
+    }
+
+    /// A running request is done: free its slot.
+    pub fn finish(&mut self, r: u32) {
+        let c = self.release(r).client;
+        self.running -= 1;
+        self.clients[c as usize].running -= 1;
+    }
+
+    /// Waiting requests (slot, request).
+    pub fn waiting_requests(&self) -> impl Iterator<Item = (u32, &Req<T>)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(r, q)| q.as_ref().map(|q| (r as u32, q)))
+            .filter(|(_, q)| !q.running)
+    }
+
+    /// The totals agree with the requests stored.
+    pub fn check_invariants(&self) {
+        let waiting = self.slots.iter().flatten().filter(|q| !q.running).count();
+        assert_eq!(waiting, self.waiting);
+        let running = self.slots.iter().flatten().filter(|q| q.running).count();
+        assert_eq!(running, self.running);
+        assert_eq!(self.by_id.len(), waiting + running);
+    }
+}

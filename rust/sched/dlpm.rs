@@ -1,0 +1,299 @@
+//! DLPM (ALGORITHMS.md §6, Algorithm 1): LPM order gated by per-client
+//! deficits.
+//!
+//! Walk in LPM order; a request of a client with `q <= 0` triggers the refill
+//! check (if no waiting client has `q > 0`, every known client with `q <= 0`
+//! gets `+Q_u`); a request is admitted if its client has `q > 0` and it fits
+//! (else skipped), charging `w_e * extend_len / w_c`; output tokens charge
+//! `w_q / w_c`. The walk is repeated (Algorithm 1's `while not
+//! Queue.empty()`) until a whole walk admits nothing and refills nothing, so
+//! DLPM is work-conserving: it only reorders.
+//!
+//! A refill check that fires applies at once the `k` single refills after
+//! which some waiting client has `q > 0` (`k` = min over waiting clients of
+//! the refills each needs; each known client with `q <= 0` gets `Q_u` per
+//! refill until positive or `k` are done; [`Dlpm::refills`] counts all `k`),
+//! computed in O(#clients) by [`crate::deficit`], never one quantum at a
+//! time.
+//!
+//! One case is not work-conserving, on purpose: a waiting client with
+//! `q > 0` none of whose requests fits blocks the refill that clients without
+//! credit need (the paper's CheckRefill). Refilling past it would give the
+//! others quanta it does not get, breaking Theorem 4.1 (its proof needs every
+//! backlogged client refilled the same number of times) and letting small
+//! requests starve its large one. Corollary: a request that can never fit any
+//! budget the caller passes blocks refills while its client has credit;
+//! remove such requests.
+//!
+//! Cost: the repeated walks stay within LPM's bound. A request seen not to
+//! fit leaves its client's order for the rest of the call (the budget only
+//! shrinks), a walk is repeated only after a refill or admission, and a
+//! refill event needs an admission since the previous one. While some
+//! waiting client has credit, requests of clients without credit are skipped
+//! with no side effect, so the walk merges only the credit clients' orders.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::book::Book;
+use super::policy::AdmissionOrder;
+use super::prefix::{LpmKey, PrefixIndex};
+use super::Admission;
+use crate::deficit::{add_saturating, refill_steps, rounds_until_positive};
+use crate::radix::RadixTree;
+
+#[derive(Debug)]
+pub(super) struct Dlpm {
+    quantum: f64,
+    w_e: f64,
+    w_q: f64,
+    index: PrefixIndex,
+    /// Per client: the deficit `q`.
+    deficits: Vec<f64>,
+    /// Clients with waiting requests and `q > 0`.
+    credit_clients_waiting: usize,
+    /// Virtual refills so far (diagnostics).
+    refills: u64,
+}
+
+impl Dlpm {
+    pub fn new(quantum: f64, w_e: f64, w_q: f64) -> Self {
+        Dlpm {
+            quantum,
+            w_e,
+            w_q,
+            index: PrefixIndex::with_client_orders(),
+            deficits: Vec::new(),
+            credit_clients_waiting: 0,
+            refills: 0,
+        }
+    }
+
+    fn has_credit(&self, c: u32) -> bool {
+        self.deficits[c as usize] > 0.0
+    }
+
+    /// Client `c` has waiting requests and credit.
+    fn waits_with_credit<T>(&self, book: &Book<T>, c: u32) -> bool {
+        book.clients[c as usize].waiting > 0 && self.has_credit(c)
+    }
+
+    /// Move client `c`'s deficit by `delta` (saturating), keeping
+    /// `credit_clients_waiting` in step.
+    fn add_deficit<T>(&mut self, book: &Book<T>, c: u32, delta: f64) {
+        let before = self.waits_with_credit(book, c);
+        let q = &mut self.deficits[c as usize];
+        *q = add_saturating(*q, delta);
+        let after = self.waits_with_credit(book, c);
+        match (before, after) {
+            (false, true) => self.credit_clients_waiting += 1,
+            (true, false) => self.credit_clients_waiting -= 1,
+            _ => {}
+        }
+    }
+
+    /// The refill check fired (no waiting client has `q > 0`): apply in one
+    /// go the `k` consecutive single refills (`q += Q_u` for every known
+    /// client with `q <= 0`) after which some waiting client has `q > 0`. A
+    /// client with `q <= 0` gets `Q_u` per refill until it is positive or the
+    /// `k` refills are done. `refills` counts the `k` virtual refills.
+    /// O(#clients); never loops once per quantum.
+    fn bulk_refill<T>(&mut self, book: &Book<T>) {
+        debug_assert_eq!(self.credit_clients_waiting, 0);
+        let waiting = book
+            .clients
+            .iter()
+            .zip(&self.deficits)
+            .filter(|(cl, _)| cl.waiting > 0)
+            .map(|(_, &q)| q);
+        let k = rounds_until_positive(waiting, self.quantum);
+        if k == 0 {
+            return;
+        }
+        self.refills = self.refills.saturating_add(k);
+        for q in &mut self.deficits {
+            if *q <= 0.0 {
+                *q = refill_steps(*q, self.quantum, k).1;
+            }
+        }
+        self.credit_clients_waiting = (0..book.clients.len() as u32)
+            .filter(|&c| self.waits_with_credit(book, c))
+            .count();
+        debug_assert!(self.credit_clients_waiting > 0);
+    }
+}
+
+impl AdmissionOrder for Dlpm {
+    fn add_client(&mut self) {
+        self.deficits.push(0.0);
+        self.index.add_client();
+    }
+
+    fn enqueue<T>(&mut self, book: &Book<T>, tree: Option<&RadixTree>, r: u32) {
+        let tree = tree.expect("DLPM is given a tree (checked by the facade)");
+        self.index.insert(book, tree, r);
+        let c = book.req(r).client;
+        if book.clients[c as usize].waiting == 0 && self.has_credit(c) {
+            self.credit_clients_waiting += 1;
+        }
+    }
+
+    fn dequeue<T>(&mut self, book: &Book<T>, r: u32) {
+        self.index.remove(book, r);
+        let c = book.req(r).client;
+        if book.clients[c as usize].waiting == 1 && self.has_credit(c) {
+            self.credit_clients_waiting -= 1;
+        }
+    }
+
+    fn schedule<T>(
+        &mut self,
+        book: &mut Book<T>,
+        _tree: Option<&RadixTree>,
+        budget: usize,
+        max_requests: usize,
+    ) -> Vec<Admission<T>> {
+        let mut out = Vec::new();
+        let mut left = budget;
+        // Position of the current walk (None: before its first request).
+        let mut pos: Option<LpmKey> = None;
+        // Repeat the walk until a whole walk admits nothing and refills
+        // nothing.
+        let mut progress = false;
+        // The credit clients' orders merged (valid until a refill or the
+        // end of a walk).
+        let mut merge: BinaryHeap<Reverse<(LpmKey, u32)>> = BinaryHeap::new();
+        let mut merge_valid = false;
+        // Requests seen not to fit cannot fit again in this call (the budget
+        // only shrinks), so later walks must not step over them again: they
+        // leave their client's order (used by the merge) until the end of
+        // the call. The global order keeps them: they still trigger refill
+        // checks.
+        let mut hidden: Vec<(u32, LpmKey, u32)> = Vec::new();
+        while out.len() < max_requests {
+            if !self.index.min_extend().is_some_and(|e| e <= left) {
+                // Nothing left fits: no walk admits anything any more, but
+                // the next request visited (in this walk or the next) still
+                // runs the refill check. If no waiting client has credit it
+                // fires (in bulk) and then never again.
+                if self.credit_clients_waiting == 0 && book.waiting > 0 {
+                    self.bulk_refill(book);
+                }
+                break;
+            }
+            let next = if self.credit_clients_waiting > 0 {
+                // Some waiting client has credit, so requests of clients
+                // without credit are skipped with no side effect: merge only
+                // the credit clients' orders.
+                if !merge_valid {
+                    merge.clear();
+                    for c in 0..book.clients.len() as u32 {
+                        if self.waits_with_credit(book, c) {
+                            if let Some(k) = self.index.client_next(c, pos) {
+                                merge.push(Reverse((k, c)));
+                            }
+                        }
+                    }
+                    merge_valid = true;
+                }
+                let mut found = None;
+                while let Some(Reverse((k, c))) = merge.pop() {
+                    if !self.waits_with_credit(book, c) {
+                        continue;
+                    }
+                    if let Some(nk) = self.index.client_next(c, Some(k)) {
+                        merge.push(Reverse((nk, c)));
+                    }
+                    found = Some((k, self.index.client_request(c, k)));
+                    break;
+                }
+                found
+            } else {
+                self.index.next_after(pos)
+            };
+            let Some((k, r)) = next else {
+                // End of a walk.
+                if !progress {
+                    break;
+                }
+                progress = false;
+                pos = None;
+                merge_valid = false;
+                continue;
+            };
+            pos = Some(k);
+            let c = book.req(r).client;
+            if !self.has_credit(c) && self.credit_clients_waiting == 0 {
+                self.bulk_refill(book);
+                progress = true;
+                merge_valid = false;
+            }
+            if !self.has_credit(c) {
+                continue;
+            }
+            let cached = self.index.match_len(r);
+            let extend = book.req(r).input_len - cached;
+            if extend > left {
+                if self.index.hide_from_client(c, k) {
+                    hidden.push((c, k, r));
+                }
+                continue;
+            }
+            left -= extend;
+            let w = book.clients[c as usize].weight;
+            self.add_deficit(book, c, -(self.w_e * extend as f64 / w));
+            self.dequeue(book, r);
+            out.push(book.admit(r, cached));
+            progress = true;
+        }
+        for (c, k, r) in hidden {
+            self.index.unhide_from_client(c, k, r);
+        }
+        out
+    }
+
+    fn charge_output<T>(&mut self, book: &Book<T>, c: u32, tokens: f64) {
+        let w = book.clients[c as usize].weight;
+        self.add_deficit(book, c, -(self.w_q * tokens / w));
+    }
+
+    fn recharge_extend<T>(
+        &mut self,
+        book: &Book<T>,
+        c: u32,
+        old: usize,
+        new: usize,
+        admission_weight: f64,
+    ) {
+        let (w_e, w) = (self.w_e, admission_weight);
+        let mut delta = w_e * old as f64 / w - w_e * new as f64 / w;
+        if !delta.is_finite() {
+            // one of the two charges overflowed (`inf - x` or `inf - inf`):
+            // charge the difference directly (saturated by add_deficit)
+            delta = w_e * (old as f64 - new as f64) / w;
+        }
+        self.add_deficit(book, c, delta);
+    }
+
+    fn deficit(&self, c: u32) -> f64 {
+        self.deficits[c as usize]
+    }
+    fn refills(&self) -> u64 {
+        self.refills
+    }
+
+    fn prefix(&self) -> Option<&PrefixIndex> {
+        Some(&self.index)
+    }
+    fn prefix_mut(&mut self) -> Option<&mut PrefixIndex> {
+        Some(&mut self.index)
+    }
+
+    fn check_invariants<T>(&self, book: &Book<T>, tree: Option<&RadixTree>) {
+        self.index.check_invariants(book, tree);
+        let count = (0..book.clients.len() as u32)
+            .filter(|&c| self.waits_with_credit(book, c))
+            .count();
+        assert_eq!(count, self.credit_clients_waiting);
+    }
+}

@@ -1,0 +1,168 @@
+//! The seam between the facade and the policies: [`AdmissionOrder`], the
+//! trait each policy implements, and [`Order`], the enum the facade holds
+//! (static dispatch, as `pydantic-core` does for its validators: one `match`
+//! per operation, here, instead of one per policy branch in the facade).
+//!
+//! A policy owns its waiting order and its per-client counters; the facade
+//! owns the requests and the clients ([`Book`]) and calls the policy at each
+//! step of a request's life: `enqueue` (added), `dequeue` (removed or
+//! admitted, the policy's own `schedule` calls it), `charge_output`,
+//! `recharge_extend`.
+
+use super::book::Book;
+use super::dlpm::Dlpm;
+use super::fcfs::Fcfs;
+use super::lpm::Lpm;
+use super::prefix::PrefixIndex;
+use super::vtc::Vtc;
+use super::{Admission, Policy};
+use crate::radix::RadixTree;
+
+/// What a policy does; every method but `enqueue`, `dequeue` and `schedule`
+/// has a do-nothing default.
+pub(super) trait AdmissionOrder {
+    /// A client was created; its index is the number created before it.
+    fn add_client(&mut self) {}
+
+    /// Waiting request `r` joins the order. Runs before the book counts it
+    /// as waiting. `tree` is `Some` whenever the policy needs one.
+    fn enqueue<T>(&mut self, book: &Book<T>, tree: Option<&RadixTree>, r: u32);
+
+    /// Waiting request `r` leaves the order (removed, or about to be
+    /// admitted). Runs while the book still counts it as waiting.
+    fn dequeue<T>(&mut self, book: &Book<T>, r: u32);
+
+    /// Admit waiting requests in the policy's order under `budget` extend
+    /// tokens and at most `max_requests` requests (each admission:
+    /// `self.dequeue`, then [`Book::admit`]), charging the policy's counters.
+    fn schedule<T>(
+        &mut self,
+        book: &mut Book<T>,
+        tree: Option<&RadixTree>,
+        budget: usize,
+        max_requests: usize,
+    ) -> Vec<Admission<T>>;
+
+    /// Client `c` decoded `tokens` output tokens.
+    fn charge_output<T>(&mut self, _book: &Book<T>, _c: u32, _tokens: f64) {}
+
+    /// A running request of client `c` admitted with weight
+    /// `admission_weight` is now charged `new` extend tokens instead of `old`.
+    fn recharge_extend<T>(
+        &mut self,
+        _book: &Book<T>,
+        _c: u32,
+        _old: usize,
+        _new: usize,
+        _admission_weight: f64,
+    ) {
+    }
+
+    /// VTC's virtual counter of client `c` (0 elsewhere).
+    fn counter(&self, _c: u32) -> f64 {
+        0.0
+    }
+    /// DLPM's deficit of client `c` (0 elsewhere).
+    fn deficit(&self, _c: u32) -> f64 {
+        0.0
+    }
+    /// DLPM's virtual refills so far (0 elsewhere).
+    fn refills(&self) -> u64 {
+        0
+    }
+
+    /// The prefix index, for the policies that order by prefix match.
+    fn prefix(&self) -> Option<&PrefixIndex> {
+        None
+    }
+    fn prefix_mut(&mut self) -> Option<&mut PrefixIndex> {
+        None
+    }
+
+    /// Assert the policy's bookkeeping agrees with the book (tests).
+    fn check_invariants<T>(&self, _book: &Book<T>, _tree: Option<&RadixTree>) {}
+}
+
+/// The policy a scheduler runs, with its state.
+#[derive(Debug)]
+pub(super) enum Order {
+    Fcfs(Fcfs),
+    Lpm(Lpm),
+    Vtc(Vtc),
+    Dlpm(Dlpm),
+}
+
+impl Order {
+    pub fn new(policy: Policy) -> Self {
+        match policy {
+            Policy::Fcfs => Order::Fcfs(Fcfs::default()),
+            Policy::Lpm => Order::Lpm(Lpm::default()),
+            Policy::Vtc { w_in, w_out } => Order::Vtc(Vtc::new(w_in, w_out)),
+            Policy::Dlpm { quantum, w_e, w_q } => Order::Dlpm(Dlpm::new(quantum, w_e, w_q)),
+        }
+    }
+}
+
+/// `each!(self, p => expr)`: evaluate `expr` with `p` bound to the policy.
+macro_rules! each {
+    ($self:expr, $p:ident => $e:expr) => {
+        match $self {
+            Order::Fcfs($p) => $e,
+            Order::Lpm($p) => $e,
+            Order::Vtc($p) => $e,
+            Order::Dlpm($p) => $e,
+        }
+    };
+}
+
+impl AdmissionOrder for Order {
+    fn add_client(&mut self) {
+        each!(self, p => p.add_client())
+    }
+    fn enqueue<T>(&mut self, book: &Book<T>, tree: Option<&RadixTree>, r: u32) {
+        each!(self, p => p.enqueue(book, tree, r))
+    }
+    fn dequeue<T>(&mut self, book: &Book<T>, r: u32) {
+        each!(self, p => p.dequeue(book, r))
+    }
+    fn schedule<T>(
+        &mut self,
+        book: &mut Book<T>,
+        tree: Option<&RadixTree>,
+        budget: usize,
+        max_requests: usize,
+    ) -> Vec<Admission<T>> {
+        each!(self, p => p.schedule(book, tree, budget, max_requests))
+    }
+    fn charge_output<T>(&mut self, book: &Book<T>, c: u32, tokens: f64) {
+        each!(self, p => p.charge_output(book, c, tokens))
+    }
+    fn recharge_extend<T>(
+        &mut self,
+        book: &Book<T>,
+        c: u32,
+        old: usize,
+        new: usize,
+        admission_weight: f64,
+    ) {
+        each!(self, p => p.recharge_extend(book, c, old, new, admission_weight))
+    }
+    fn counter(&self, c: u32) -> f64 {
+        each!(self, p => p.counter(c))
+    }
+    fn deficit(&self, c: u32) -> f64 {
+        each!(self, p => p.deficit(c))
+    }
+    fn refills(&self) -> u64 {
+        each!(self, p => p.refills())
+    }
+    fn prefix(&self) -> Option<&PrefixIndex> {
+        each!(self, p => p.prefix())
+    }
+    fn prefix_mut(&mut self) -> Option<&mut PrefixIndex> {
+        each!(self, p => p.prefix_mut())
+    }
+    fn check_invariants<T>(&self, book: &Book<T>, tree: Option<&RadixTree>) {
+        each!(self, p => p.check_invariants(book, tree))
+    }
+}

@@ -1,0 +1,352 @@
+//! Unit tests of the local schedulers (every policy through the facade).
+
+use super::*;
+
+fn ids<T>(v: &[Admission<T>]) -> Vec<RequestId> {
+    v.iter().map(|a| a.id.clone()).collect()
+}
+fn int(i: i64) -> RequestId {
+    RequestId::Int(i)
+}
+
+#[test]
+fn lpm_order_and_skip() {
+    let mut t = RadixTree::new(None, 1).unwrap();
+    let ns = Namespace::Default;
+    t.insert(&ns, &[1, 2, 3, 4]);
+    let mut s = LocalScheduler::new(Policy::Lpm).unwrap();
+    s.add(Some(&mut t), int(0), "a", vec![9, 9], (), ns.clone())
+        .unwrap();
+    s.add(Some(&mut t), int(1), "a", vec![1, 2, 7], (), ns.clone())
+        .unwrap();
+    s.add(
+        Some(&mut t),
+        int(2),
+        "b",
+        vec![1, 2, 3, 4, 5],
+        (),
+        ns.clone(),
+    )
+    .unwrap();
+    s.add(Some(&mut t), int(3), "b", vec![7; 50], (), ns.clone())
+        .unwrap();
+    let adm = s.schedule(Some(&t), 10, None).unwrap();
+    assert_eq!(ids(&adm), vec![int(2), int(1), int(0)]);
+    assert_eq!(adm[0].cached_len, 4);
+    assert_eq!(s.len(), 1);
+    assert_eq!(s.num_running(), 3);
+    assert!(s.add(Some(&mut t), int(2), "b", vec![], (), ns).is_err());
+}
+
+#[test]
+fn incremental_matches_follow_tree_changes() {
+    let mut rng = 11u64;
+    let mut next = || crate::testutil::lcg(&mut rng);
+    for page in [1usize, 2] {
+        let mut t = RadixTree::new(Some(60), page).unwrap();
+        let ns = Namespace::Default;
+        let mut s = LocalScheduler::new(Policy::Dlpm {
+            quantum: 5.0,
+            w_e: 1.0,
+            w_q: 2.0,
+        })
+        .unwrap();
+        let mut id = 0;
+        for _ in 0..3000 {
+            let len = (next() % 10) as usize;
+            let toks: Vec<u32> = (0..len).map(|_| (next() % 3) as u32).collect();
+            match next() % 5 {
+                0 => {
+                    let c = ["a", "b", "c"][(next() % 3) as usize];
+                    s.add(Some(&mut t), int(id), c, toks, (), ns.clone())
+                        .unwrap();
+                    id += 1;
+                }
+                1 => {
+                    t.insert(&ns, &toks);
+                }
+                2 => {
+                    t.evict((next() % 8) as usize);
+                }
+                3 => {
+                    for a in s.schedule(Some(&t), (next() % 12) as usize, None).unwrap() {
+                        s.finish(&a.id).unwrap();
+                    }
+                }
+                _ => {
+                    // sync happens on the next call; check after one
+                    s.schedule(Some(&t), 0, Some(0)).unwrap();
+                    s.check_invariants(Some(&t));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn vtc_lift_and_dlpm_refill() {
+    let mut v: LocalScheduler<()> = LocalScheduler::new(Policy::Vtc {
+        w_in: 1.0,
+        w_out: 2.0,
+    })
+    .unwrap();
+    let ns = Namespace::Default;
+    v.add(None, int(1), "a", vec![0; 10], (), ns.clone())
+        .unwrap();
+    v.add(None, int(2), "a", vec![0; 10], (), ns.clone())
+        .unwrap();
+    v.schedule(None, 10, None).unwrap();
+    v.charge_output(&int(1), 5).unwrap();
+    v.add(None, int(3), "b", vec![0; 4], (), ns.clone())
+        .unwrap();
+    assert_eq!(v.counter("b"), 20.0);
+
+    let mut t = RadixTree::new(None, 1).unwrap();
+    let mut d: LocalScheduler<()> = LocalScheduler::new(Policy::Dlpm {
+        quantum: 5.0,
+        w_e: 1.0,
+        w_q: 2.0,
+    })
+    .unwrap();
+    d.add(Some(&mut t), int(1), "a", vec![1; 4], (), ns.clone())
+        .unwrap();
+    d.add(Some(&mut t), int(2), "a", vec![1; 4], (), ns.clone())
+        .unwrap();
+    d.add(Some(&mut t), int(3), "b", vec![2; 4], (), ns)
+        .unwrap();
+    let adm = d.schedule(Some(&t), 100, None).unwrap();
+    assert_eq!(ids(&adm), vec![int(1), int(2), int(3)]);
+    assert_eq!(d.deficit("a"), -3.0);
+    assert_eq!(d.deficit("b"), 1.0);
+    assert_eq!(d.refills(), 1);
+    d.check_invariants(Some(&t));
+}
+
+#[test]
+fn dlpm_extreme_weights_saturate() {
+    let mut d = LocalScheduler::new(Policy::Dlpm {
+        quantum: 1.0,
+        w_e: 1e308,
+        w_q: 1e308,
+    })
+    .unwrap();
+    let mut t = RadixTree::new(None, 1).unwrap();
+    d.add(
+        Some(&mut t),
+        RequestId::Int(1),
+        "x",
+        vec![1; 10],
+        (),
+        Namespace::Default,
+    )
+    .unwrap();
+    d.schedule(Some(&t), 100, None).unwrap();
+    assert_eq!(d.deficit("x"), f64::MIN);
+    d.charge_output(&RequestId::Int(1), 1000).unwrap();
+    assert_eq!(d.deficit("x"), f64::MIN);
+    // recharging down from an overflowed charge: no inf - inf
+    d.recharge_extend(&RequestId::Int(1), 0).unwrap();
+    assert!(d.deficit("x").is_finite());
+    d.recharge_extend(&RequestId::Int(1), 10).unwrap();
+    assert!(d.deficit("x").is_finite());
+    d.add(
+        Some(&mut t),
+        RequestId::Int(2),
+        "x",
+        vec![2; 3],
+        (),
+        Namespace::Default,
+    )
+    .unwrap();
+    let a = d.schedule(Some(&t), 100, None).unwrap();
+    assert_eq!(a.len(), 1);
+    assert!(d.deficit("x").is_finite());
+    d.check_invariants(Some(&t));
+    // a denormal quantum
+    let mut d = dlpm(5e-324);
+    for i in 0..6 {
+        d.add(
+            Some(&mut t),
+            RequestId::Int(i),
+            "a",
+            vec![1, 2, 3],
+            (),
+            Namespace::Default,
+        )
+        .unwrap();
+    }
+    d.schedule(Some(&t), 100, None).unwrap();
+    assert!(d.deficit("a").is_finite());
+    d.check_invariants(Some(&t));
+}
+
+fn dlpm(quantum: f64) -> LocalScheduler<()> {
+    LocalScheduler::new(Policy::Dlpm {
+        quantum,
+        w_e: 1.0,
+        w_q: 2.0,
+    })
+    .unwrap()
+}
+
+#[test]
+fn dlpm_small_quantum_is_work_conserving() {
+    let ns = Namespace::Default;
+    let mut t = RadixTree::new(None, 1).unwrap();
+    let mut d = dlpm(1e-3);
+    let mut l: LocalScheduler<()> = LocalScheduler::new(Policy::Lpm).unwrap();
+    for i in 0..30 {
+        let toks: Vec<u32> = (0..10).map(|j| (i * 100 + j) as u32).collect();
+        let c = ["a", "b", "c"][i % 3];
+        d.add(Some(&mut t), int(i as i64), c, toks.clone(), (), ns.clone())
+            .unwrap();
+        l.add(Some(&mut t), int(i as i64), c, toks, (), ns.clone())
+            .unwrap();
+    }
+    for _ in 0..3 {
+        let a = d.schedule(Some(&t), 95, None).unwrap();
+        let b = l.schedule(Some(&t), 95, None).unwrap();
+        assert_eq!(a.len(), 9);
+        assert_eq!(a.len(), b.len());
+        d.check_invariants(Some(&t));
+    }
+    // Each refill event makes exactly one more waiting client positive,
+    // after ~10 / 1e-3 virtual refills.
+    assert!(d.refills() > 10_000, "{}", d.refills());
+    assert_eq!(d.schedule(Some(&t), 1000, None).unwrap().len(), 3);
+}
+
+#[test]
+fn dlpm_credit_client_that_does_not_fit_blocks_refills() {
+    // Theorem 4.1 needs refills only when every waiting client has
+    // q <= 0: a client with credit whose requests do not fit blocks them.
+    let ns = Namespace::Default;
+    let mut t = RadixTree::new(None, 1).unwrap();
+    let mut d = dlpm(5.0);
+    d.add(Some(&mut t), int(0), "a", vec![1; 4], (), ns.clone())
+        .unwrap();
+    d.add(Some(&mut t), int(1), "a", vec![2; 4], (), ns.clone())
+        .unwrap();
+    d.add(Some(&mut t), int(2), "b", vec![3; 50], (), ns.clone())
+        .unwrap();
+    // refill (+5 each); a0 admitted (a: 1); a1 admitted (a: -3);
+    // b2 does not fit; b keeps q = 5 and no refill is allowed
+    let adm = d.schedule(Some(&t), 10, None).unwrap();
+    assert_eq!(ids(&adm), vec![int(0), int(1)]);
+    d.add(Some(&mut t), int(3), "a", vec![4; 2], (), ns.clone())
+        .unwrap();
+    // a3 fits but a has no credit and b (credit) does not fit: nothing
+    assert!(d.schedule(Some(&t), 10, None).unwrap().is_empty());
+    assert_eq!(d.refills(), 1);
+    // once b's request fits, it goes first, then a is refilled
+    let adm = d.schedule(Some(&t), 60, None).unwrap();
+    assert_eq!(ids(&adm), vec![int(2), int(3)]);
+    d.check_invariants(Some(&t));
+}
+
+#[test]
+fn recharge_extend_replaces_the_admission_charge() {
+    let ns = Namespace::Default;
+    for policy in [
+        Policy::Fcfs,
+        Policy::Lpm,
+        Policy::Vtc {
+            w_in: 1.5,
+            w_out: 2.0,
+        },
+        Policy::Dlpm {
+            quantum: 100.0,
+            w_e: 1.5,
+            w_q: 2.0,
+        },
+    ] {
+        let mut t = RadixTree::new(None, 1).unwrap();
+        t.insert(&ns, &[1, 2, 3, 4]);
+        let mut s = LocalScheduler::new(policy).unwrap();
+        s.set_weight("a", 2.0).unwrap();
+        s.add(
+            Some(&mut t),
+            int(0),
+            "a",
+            vec![1, 2, 3, 4, 5, 6],
+            (),
+            ns.clone(),
+        )
+        .unwrap();
+        s.add(Some(&mut t), int(1), "a", vec![9; 3], (), ns.clone())
+            .unwrap();
+        let adm = s.schedule(Some(&t), 100, Some(1)).unwrap();
+        assert_eq!(ids(&adm), vec![int(0)]);
+        assert_eq!(adm[0].extend_len, 2);
+        let (we, _) = policy.service_weights();
+        assert_eq!(s.service("a"), we * 2.0);
+        let (counter, deficit) = (s.counter("a"), s.deficit("a"));
+        // the weight changes after admission: the recharge uses the old one
+        s.set_weight("a", 4.0).unwrap();
+        assert_eq!(s.charged_extend(&int(0)).unwrap(), 2);
+        assert_eq!(s.recharge_extend(&int(0), 5).unwrap(), 2);
+        assert_eq!(s.charged_extend(&int(0)).unwrap(), 5);
+        assert_eq!(s.service("a"), we * 5.0);
+        assert_eq!(s.counter("a"), counter); // VTC charges input_len
+        if let Policy::Dlpm { w_e, .. } = policy {
+            assert_eq!(s.deficit("a"), deficit - w_e * 3.0 / 2.0);
+        } else {
+            assert_eq!(s.deficit("a"), deficit);
+        }
+        // back down, then equal (no-op), then to 0
+        assert_eq!(s.recharge_extend(&int(0), 1).unwrap(), 5);
+        assert_eq!(s.recharge_extend(&int(0), 1).unwrap(), 1);
+        assert_eq!(s.service("a"), we * 1.0);
+        assert_eq!(s.recharge_extend(&int(0), 0).unwrap(), 1);
+        assert_eq!(s.service("a"), 0.0);
+        if let Policy::Dlpm { w_e, .. } = policy {
+            assert_eq!(s.deficit("a"), deficit + w_e * 2.0 / 2.0);
+        }
+        // errors change nothing
+        let before = (s.service("a"), s.counter("a"), s.deficit("a"));
+        assert!(matches!(
+            s.recharge_extend(&int(0), 7),
+            Err(Error::Value(_))
+        ));
+        assert!(matches!(s.recharge_extend(&int(1), 1), Err(Error::Key(_))));
+        assert!(matches!(s.recharge_extend(&int(9), 1), Err(Error::Key(_))));
+        assert!(matches!(s.charged_extend(&int(1)), Err(Error::Key(_))));
+        assert_eq!(before, (s.service("a"), s.counter("a"), s.deficit("a")));
+        assert_eq!(s.charged_extend(&int(0)).unwrap(), 0);
+        s.recharge_extend(&int(0), 6).unwrap();
+        s.charge_output(&int(0), 3).unwrap();
+        s.finish(&int(0)).unwrap();
+        assert!(matches!(s.recharge_extend(&int(0), 1), Err(Error::Key(_))));
+        let (_, wq) = policy.service_weights();
+        assert_eq!(s.service("a"), we * 6.0 + wq * 3.0);
+        s.check_invariants(Some(&t));
+    }
+}
+
+#[test]
+fn dlpm_recharge_moves_the_positive_waiting_count() {
+    // A recharge can give a backlogged client credit back (or take it).
+    let ns = Namespace::Default;
+    let mut t = RadixTree::new(None, 1).unwrap();
+    let mut d = dlpm(4.0);
+    d.add(Some(&mut t), int(0), "a", vec![1; 4], (), ns.clone())
+        .unwrap();
+    d.add(Some(&mut t), int(1), "a", vec![2; 4], (), ns.clone())
+        .unwrap();
+    d.add(Some(&mut t), int(2), "b", vec![3; 4], (), ns.clone())
+        .unwrap();
+    let adm = d.schedule(Some(&t), 4, None).unwrap();
+    assert_eq!(ids(&adm), vec![int(0)]);
+    assert_eq!(d.deficit("a"), 0.0);
+    d.check_invariants(Some(&t));
+    d.recharge_extend(&int(0), 1).unwrap(); // a: q = 3 > 0
+    assert_eq!(d.deficit("a"), 3.0);
+    d.check_invariants(Some(&t));
+    // a has credit again, so a1 goes before any refill
+    let adm = d.schedule(Some(&t), 4, None).unwrap();
+    assert_eq!(ids(&adm), vec![int(1)]);
+    d.recharge_extend(&int(1), 0).unwrap(); // a: q = 3 again
+    d.recharge_extend(&int(0), 4).unwrap(); // a: q = 0
+    assert_eq!(d.deficit("a"), 0.0);
+    d.check_invariants(Some(&t));
+}

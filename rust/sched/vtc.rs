@@ -1,0 +1,125 @@
+//! VTC (ALGORITHMS.md §5): per-client virtual counters. The waiting client
+//! with the smallest counter (ties: first-seen client) has its oldest request
+//! admitted if it fits; stop at the first that does not fit. Admission
+//! charges `w_in * input_len / w_c`, each output token `w_out / w_c`. A
+//! client whose queue goes from empty to non-empty is lifted to the minimum
+//! counter of the other waiting clients.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::book::Book;
+use super::policy::AdmissionOrder;
+use super::Admission;
+use crate::ordf64::OrdF64;
+use crate::radix::RadixTree;
+
+#[derive(Debug)]
+pub(super) struct Vtc {
+    w_in: f64,
+    w_out: f64,
+    /// Per client: the virtual counter.
+    counters: Vec<f64>,
+    /// Per client: its waiting requests, seq -> slot.
+    queues: Vec<BTreeMap<u64, u32>>,
+    /// Clients with waiting requests by (counter, client index).
+    by_counter: BTreeSet<(OrdF64, u32)>,
+}
+
+impl Vtc {
+    pub fn new(w_in: f64, w_out: f64) -> Self {
+        Vtc {
+            w_in,
+            w_out,
+            counters: Vec::new(),
+            queues: Vec::new(),
+            by_counter: BTreeSet::new(),
+        }
+    }
+
+    /// Set client `c`'s counter, re-keying it if it is listed (waiting).
+    fn set_counter<T>(&mut self, book: &Book<T>, c: u32, value: f64) {
+        let listed = book.clients[c as usize].waiting > 0;
+        if listed {
+            self.by_counter
+                .remove(&(OrdF64(self.counters[c as usize]), c));
+        }
+        self.counters[c as usize] = value;
+        if listed {
+            self.by_counter.insert((OrdF64(value), c));
+        }
+    }
+}
+
+impl AdmissionOrder for Vtc {
+    fn add_client(&mut self) {
+        self.counters.push(0.0);
+        self.queues.push(BTreeMap::new());
+    }
+
+    fn enqueue<T>(&mut self, book: &Book<T>, _tree: Option<&RadixTree>, r: u32) {
+        let q = book.req(r);
+        let c = q.client;
+        if book.clients[c as usize].waiting == 0 {
+            // Lift to the minimum counter of the other waiting clients.
+            let counter = &mut self.counters[c as usize];
+            if let Some(&(OrdF64(min), _)) = self.by_counter.iter().next() {
+                *counter = counter.max(min);
+            }
+            self.by_counter.insert((OrdF64(*counter), c));
+        }
+        self.queues[c as usize].insert(q.seq, r);
+    }
+
+    fn dequeue<T>(&mut self, book: &Book<T>, r: u32) {
+        let q = book.req(r);
+        let c = q.client;
+        self.queues[c as usize].remove(&q.seq);
+        if book.clients[c as usize].waiting == 1 {
+            self.by_counter
+                .remove(&(OrdF64(self.counters[c as usize]), c));
+        }
+    }
+
+    fn schedule<T>(
+        &mut self,
+        book: &mut Book<T>,
+        tree: Option<&RadixTree>,
+        budget: usize,
+        max_requests: usize,
+    ) -> Vec<Admission<T>> {
+        let mut out = Vec::new();
+        let mut left = budget;
+        while out.len() < max_requests {
+            let Some(&(_, c)) = self.by_counter.iter().next() else {
+                break;
+            };
+            let (_, &r) = self.queues[c as usize]
+                .iter()
+                .next()
+                .expect("listed client has a waiting request");
+            let cached = book.cached_now(tree, r);
+            let input_len = book.req(r).input_len;
+            let extend = input_len - cached;
+            if extend > left {
+                break;
+            }
+            left -= extend;
+            let w = book.clients[c as usize].weight;
+            let counter = self.counters[c as usize] + self.w_in * input_len as f64 / w;
+            self.set_counter(book, c, counter);
+            self.dequeue(book, r);
+            out.push(book.admit(r, cached));
+        }
+        out
+    }
+
+    fn charge_output<T>(&mut self, book: &Book<T>, c: u32, tokens: f64) {
+        let w = book.clients[c as usize].weight;
+        let counter = self.counters[c as usize] + self.w_out * tokens / w;
+        self.set_counter(book, c, counter);
+    }
+
+    fn counter(&self, c: u32) -> f64 {
+        self.counters[c as usize]
+    }
+}
