@@ -8,31 +8,76 @@
 //! billions of rounds (a small quantum against a large debt), so the rounds
 //! are counted and applied in closed form: [`rounds_until_positive`] finds
 //! `k`, the fewest rounds after which some deficit is positive, and
-//! [`refill_steps`] applies up to `k` rounds to one deficit, bit-identical to
-//! the loop for the first [`NATIVE_REFILLS`] rounds and exact (or the more
-//! accurate of the two) beyond.
+//! [`refill`] applies them, through [`refill_steps`] (up to `k` rounds to one
+//! deficit, bit-identical to the loop for the first [`NATIVE_REFILLS`] rounds
+//! and exact, or the more accurate of the two, beyond).
 
-/// Move a deficit by `delta`, saturating at `f64::MIN` / `f64::MAX`: an
-/// overflowing charge (a weight near `f64::MAX` times a token count) must not
-/// leave `-inf`, which a refill would turn into NaN (`-inf + inf`). Deficits
-/// are always finite (an infinite quantum aside), so `x + delta` is never
-/// `inf - inf`; a NaN `delta` is a caller bug.
+/// Move a deficit by `delta`, saturating at `f64::MIN` (and at `f64::MAX`
+/// for a finite deficit): an overflowing charge (a weight near `f64::MAX`
+/// times a token count) must not leave `-inf`, which a refill would turn into
+/// NaN (`-inf + inf`). An infinite deficit (D2LPM with an infinite quantum)
+/// stays infinite. A NaN `delta` is a caller bug.
 #[inline]
 pub fn add_saturating(deficit: f64, delta: f64) -> f64 {
     debug_assert!(!delta.is_nan());
-    (deficit + delta).clamp(f64::MIN, f64::MAX)
+    let sum = deficit + delta;
+    if deficit.is_finite() {
+        sum.clamp(f64::MIN, f64::MAX)
+    } else {
+        sum.max(f64::MIN)
+    }
+}
+
+/// The refill rounds a bulk refill applies: the fewest after which some
+/// deficit is positive ([`rounds_until_positive`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rounds {
+    /// How many (saturating at `u64::MAX`: then too many to count).
+    pub count: u64,
+    /// The deficit that needs the fewest rounds (the largest), before and
+    /// after them.
+    least_in_debt: f64,
+    least_in_debt_after: f64,
 }
 
 /// The fewest refill rounds (each `+quantum` to every non-positive deficit)
-/// after which some deficit of `deficits` is positive: the minimum over them
-/// of the rounds each needs (0 if one already is, or if there are none;
-/// saturates at `u64::MAX`).
-pub fn rounds_until_positive(deficits: impl IntoIterator<Item = f64>, quantum: f64) -> u64 {
-    deficits
-        .into_iter()
-        .map(|d| refill_steps(d, quantum, u64::MAX).0)
-        .min()
-        .unwrap_or(0)
+/// after which some deficit of `deficits` is positive: those of the largest
+/// (the count is monotone in the deficit). `None` if one already is
+/// positive or there are none.
+pub fn rounds_until_positive(
+    deficits: impl IntoIterator<Item = f64>,
+    quantum: f64,
+) -> Option<Rounds> {
+    let least_in_debt = deficits.into_iter().fold(f64::NEG_INFINITY, f64::max);
+    if least_in_debt == f64::NEG_INFINITY || least_in_debt > 0.0 {
+        return None;
+    }
+    let (count, least_in_debt_after) = refill_steps(least_in_debt, quantum, u64::MAX);
+    Some(Rounds {
+        count,
+        least_in_debt,
+        least_in_debt_after,
+    })
+}
+
+/// Apply `rounds` to every non-positive deficit of `deficits` (each gets
+/// `+quantum` per round until positive or the rounds are done): the one bulk
+/// refill of DLPM and D2LPM. When the rounds are too many to count (a
+/// denormal quantum against a normal debt), a deficit deeper in debt than
+/// the one that set them moves by the same credit that one got, so it stays
+/// behind it instead of being handed the top of the `(0, quantum]` interval.
+pub fn refill<'a>(deficits: impl IntoIterator<Item = &'a mut f64>, quantum: f64, rounds: Rounds) {
+    for q in deficits {
+        if *q > 0.0 {
+            continue;
+        }
+        *q = if rounds.count < u64::MAX || *q >= rounds.least_in_debt {
+            refill_steps(*q, quantum, rounds.count).1
+        } else {
+            // (q - least) + least_after: the same credit, without overflow
+            (*q - rounds.least_in_debt) + rounds.least_in_debt_after
+        };
+    }
 }
 
 /// Single refills done one at a time before switching to the closed form.
@@ -165,5 +210,52 @@ mod tests {
         let (n, x) = refill_steps(-10.0, 5e-324, 1 << 40);
         assert_eq!(n, 1 << 40);
         assert!(x.is_finite() && x < 0.0);
+    }
+
+    #[test]
+    fn bulk_refill_is_the_literal_loop() {
+        // While no deficit is positive, every non-positive one gets +quantum.
+        let mut rng = 3u64;
+        let mut next = || crate::testutil::lcg(&mut rng);
+        for _ in 0..500 {
+            let quantum = [0.25, 1.0, 3.0][(next() % 3) as usize];
+            let n = 1 + (next() % 5) as usize;
+            let start: Vec<f64> = (0..n).map(|_| -((next() % 400) as f64) / 4.0).collect();
+            let mut literal = start.clone();
+            let mut count = 0u64;
+            while literal.iter().all(|&x| x <= 0.0) {
+                literal.iter_mut().for_each(|x| *x += quantum);
+                count += 1;
+            }
+            let mut bulk = start.clone();
+            let rounds = rounds_until_positive(bulk.iter().copied(), quantum).unwrap();
+            refill(bulk.iter_mut(), quantum, rounds);
+            assert_eq!(
+                (rounds.count, &bulk),
+                (count, &literal),
+                "{start:?} {quantum}"
+            );
+        }
+        assert_eq!(rounds_until_positive([1.0, -3.0], 1.0), None);
+        assert_eq!(rounds_until_positive([], 1.0), None);
+    }
+
+    #[test]
+    fn uncountable_rounds_keep_the_deeper_debt_behind() {
+        // A denormal quantum: the rounds are beyond u64, the credit is not.
+        let mut row = [-10.0, -20.0, 3.0];
+        let rounds = rounds_until_positive(row.iter().copied().filter(|&x| x <= 0.0), 5e-324);
+        refill(row.iter_mut(), 5e-324, rounds.unwrap());
+        assert!(row[0] > 0.0 && row[0] <= 5e-324);
+        assert!((row[1] + 10.0).abs() < 1e-9, "{}", row[1]);
+        assert_eq!(row[2], 3.0);
+        // infinite quantum (D2LPM): one round, infinite credit
+        let mut row = [-1.0, -2.0];
+        let rounds = rounds_until_positive(row, f64::INFINITY).unwrap();
+        refill(row.iter_mut(), f64::INFINITY, rounds);
+        assert_eq!((rounds.count, row), (1, [f64::INFINITY; 2]));
+        assert_eq!(add_saturating(f64::INFINITY, -1e308), f64::INFINITY);
+        assert_eq!(add_saturating(-1e308, -1e308), f64::MIN);
+        assert_eq!(add_saturating(1e308, 1e308), f64::MAX);
     }
 }

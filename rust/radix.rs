@@ -124,8 +124,10 @@ pub struct RadixTree {
     log_base: u64,
 }
 
+/// Length of the common prefix of two token sequences (compared 16 tokens
+/// at a time): the one used by every prefix tree (`radix`, `dispatch::tree`).
 #[inline]
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     let n = a.len().min(b.len());
     let mut i = 0;
     while i + 16 <= n {

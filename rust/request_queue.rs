@@ -101,15 +101,9 @@ impl PartialEq for Num {
 }
 impl Eq for Num {}
 
-/// A request id: an integer or a string. Integers order numerically, strings
-/// by code point (their UTF-8 bytes, surrogates encoded as in
-/// `surrogatepass`, order the same way), and every integer sorts before every
-/// string (Python would raise `TypeError` comparing the two; fairq defines it).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum RequestId {
-    Int(i64),
-    Str(Box<[u8]>),
-}
+/// The request id (`crate::request_id`): integers before strings, integers
+/// numerically, strings by code point.
+pub use crate::request_id::RequestId;
 
 /// Sort key of [`PriorityQueue`]: `(priority, arrival_time, request_id)`
 /// ascending, compared lexicographically; insertion order breaks ties.

@@ -49,40 +49,31 @@
 //! keys are reported through [`Wfq::drain_dropped_flows`] so a binding layer
 //! can forget its own key interning.
 
-use std::cmp::Ordering;
 use std::hash::Hash;
 
 use crate::error::{check_non_negative, check_positive, Error, Result};
 use crate::heap::{Handle, IndexedHeap};
+use crate::ordf64::OrdF64;
 
 pub use crate::hash::{FastHasher, FastMap};
 
 /// Heap key: virtual finish, then virtual start, then arrival (the heap adds
-/// the insertion `seq` as the final tie-break). Never NaN by construction.
-#[derive(Debug, Clone, Copy)]
+/// the insertion `seq` as the final tie-break). Never NaN by construction;
+/// `-0.0` is normalized on the way in (`check_finite`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Key {
-    pub finish: f64,
-    pub start: f64,
-    pub arrival: f64,
+    pub finish: OrdF64,
+    pub start: OrdF64,
+    pub arrival: OrdF64,
 }
 
-impl PartialEq for Key {
-    fn eq(&self, o: &Self) -> bool {
-        self.cmp(o) == Ordering::Equal
-    }
-}
-impl Eq for Key {}
-impl PartialOrd for Key {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Key {
-    fn cmp(&self, o: &Self) -> Ordering {
-        self.finish
-            .total_cmp(&o.finish)
-            .then(self.start.total_cmp(&o.start))
-            .then(self.arrival.total_cmp(&o.arrival))
+impl Key {
+    pub fn new(finish: f64, start: f64, arrival: f64) -> Self {
+        Key {
+            finish: OrdF64(finish),
+            start: OrdF64(start),
+            arrival: OrdF64(arrival),
+        }
     }
 }
 
@@ -102,6 +93,13 @@ pub struct Tags<K> {
     pub remaining: f64,
     /// Insertion sequence number (final tie-break).
     pub seq: u64,
+}
+
+impl<K> Tags<K> {
+    /// Where these tags put a request in pop order: `(key, seq)`.
+    pub fn queue_order(&self) -> (Key, u64) {
+        (Key::new(self.finish, self.start, self.arrival), self.seq)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -280,11 +278,7 @@ impl<K: Hash + Eq + Clone, V> Wfq<K, V> {
             f.queued += 1;
         }
         let h = self.heap.push(
-            Key {
-                finish,
-                start,
-                arrival,
-            },
+            Key::new(finish, start, arrival),
             Entry {
                 flow,
                 weight,
@@ -320,11 +314,7 @@ impl<K: Hash + Eq + Clone, V> Wfq<K, V> {
             f.queued += 1;
         }
         Ok(self.heap.push_with_seq(
-            Key {
-                finish,
-                start,
-                arrival,
-            },
+            Key::new(finish, start, arrival),
             tags.seq,
             Entry {
                 flow: tags.flow,
@@ -339,9 +329,9 @@ impl<K: Hash + Eq + Clone, V> Wfq<K, V> {
         Tags {
             flow: e.flow.clone(),
             weight: e.weight,
-            start: key.start,
-            finish: key.finish,
-            arrival: key.arrival,
+            start: key.start.0,
+            finish: key.finish.0,
+            arrival: key.arrival.0,
             remaining: e.remaining,
             seq,
         }
@@ -410,8 +400,11 @@ impl<K: Hash + Eq + Clone, V> Wfq<K, V> {
             .heap
             .get(h)
             .ok_or_else(|| Error::key("request is not queued"))?;
-        let finish = finish_of(key.start, remaining, e.weight)?;
-        let new_key = Key { finish, ..*key };
+        let finish = finish_of(key.start.0, remaining, e.weight)?;
+        let new_key = Key {
+            finish: OrdF64(finish),
+            ..*key
+        };
         self.heap.get_mut(h).expect("live handle").remaining = remaining;
         self.heap.rekey(h, new_key);
         Ok(finish)
@@ -602,11 +595,7 @@ mod tests {
                     let f = st + tok / w;
                     last.insert(flow, f);
                     let h = q.add(step, Some(flow), tok, w, 0.0).unwrap();
-                    let key = Key {
-                        finish: f,
-                        start: st,
-                        arrival: 0.0,
-                    };
+                    let key = Key::new(f, st, 0.0);
                     model.push((key, step, h));
                 }
                 3 | 4 => {
@@ -623,10 +612,10 @@ mod tests {
                             let (k, id, _) = model.remove(i);
                             let (gv, gt) = got.unwrap();
                             assert_eq!(gv, id);
-                            assert_eq!((gt.start, gt.finish), (k.start, k.finish));
+                            assert_eq!((gt.start, gt.finish), (k.start.0, k.finish.0));
                             v = v.max(match clock {
-                                VirtualClock::Start => k.start,
-                                VirtualClock::Finish => k.finish,
+                                VirtualClock::Start => k.start.0,
+                                VirtualClock::Finish => k.finish.0,
                             });
                             popped.push((id, gt));
                         }
@@ -643,7 +632,7 @@ mod tests {
                     let (_, t) = q.get(model[i].2).unwrap();
                     let nf = q.update_remaining(model[i].2, rem).unwrap();
                     assert_eq!(nf, t.start + rem / t.weight);
-                    model[i].0.finish = nf;
+                    model[i].0.finish = OrdF64(nf);
                 }
                 7 if !popped.is_empty() => {
                     let i = lcg(&mut s) as usize % popped.len();
@@ -651,11 +640,7 @@ mod tests {
                     let flow = t.flow.unwrap();
                     let l = last.entry(flow).or_insert(v);
                     *l = l.max(t.finish);
-                    let key = Key {
-                        finish: t.finish,
-                        start: t.start,
-                        arrival: t.arrival,
-                    };
+                    let key = Key::new(t.finish, t.start, t.arrival);
                     let h = q.readd(id, t).unwrap();
                     model.push((key, id, h));
                 }

@@ -10,8 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fairq import DRRQueue, PolicyClass, QueueFull
+
+from fuzz.hostile import FUZZ, Boom, attempt, hostile
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "dynamo-policy.yaml"
 
@@ -338,6 +342,13 @@ def test_load_accepts_numpy_arrays() -> None:
         active_prefill_tokens=np.array([1, 102], dtype=np.uint32),
         max_num_batched_tokens=np.array([8, 8]),
     ) == ("chat-reuse", "r")
+    q.push_request("s", "chat", 10)
+    before = snap(q)
+    with pytest.raises(ValueError, match=r"active_prefill_tokens\[1\] must be an integer >= 0"):
+        q.pop(active_prefill_tokens=np.array([1, -3]), max_num_batched_tokens=8)
+    with pytest.raises(ValueError, match=r"max_num_batched_tokens has 1 entries"):
+        q.pop(active_prefill_tokens=np.array([1, 3]), max_num_batched_tokens=np.array([8]))
+    assert snap(q) == before
 
 
 # --- every configuration error names its field ------------------------------
@@ -493,3 +504,60 @@ def test_type_errors_name_what_is_wrong(tmp_path: Path) -> None:
 def test_worker_selection_is_accepted_and_not_interpreted() -> None:
     q = DRRQueue.from_config({"worker_selection": {"aggregated": "x", "instances": []}})
     assert q.class_names == ["default"]
+
+
+# --- hostile input (the fuzz suite's checks) --------------------------------
+
+DYNAMO_FIELDS = [
+    ("default_policy_family",),
+    ("uncached_isl_buckets",),
+    ("uncached_isl_buckets", 1, "min_tokens"),
+    ("uncached_isl_buckets", 1, "bucket"),
+    ("policy_classes",),
+    ("policy_classes", 1),
+    ("policy_classes", 1, "name"),
+    ("policy_classes", 1, "quantum"),
+    ("policy_classes", 1, "queue_policy"),
+    ("policy_classes", 1, "policy_family"),
+    ("policy_classes", 1, "cache_bucket"),
+    ("policy_classes", 1, "prefill_busy_threshold"),
+    ("policy_classes", 1, "prefill_busy_threshold_frac"),
+    ("policy_classes", 1, "busy_worker_ratio"),
+    ("policy_classes", 1, "request_queue_limit_per_worker"),
+    ("policy_classes", 1, "raw_isl_token_queue_limit_per_worker"),
+    ("policy_classes", 1, "cached_token_queue_limit_per_worker"),
+    ("models",),
+    ("models", "llama"),
+    ("models", "llama", "policy_classes", 0, "quantum"),
+    ("worker_selection",),
+]
+
+
+@given(where=st.sampled_from(DYNAMO_FIELDS), v=hostile)
+@FUZZ
+def test_dynamo_config_hostile_values(where: tuple[Any, ...], v: Any) -> None:
+    """Any value anywhere: a clean ValueError/TypeError (naming the field when
+    it is a leaf the schema knows), never a panic or a crash."""
+    cfg = copy.deepcopy(DOC)
+    cur: Any = cfg
+    for k in where[:-1]:
+        cur = cur[k]
+    cur[where[-1]] = v
+    ok, e = attempt(lambda: None, DRRQueue.from_config, cfg, user_exc=False)
+    if not ok and isinstance(e, ValueError) and isinstance(where[-1], str) and len(where) > 1:
+        assert where[-1] in str(e) or "must be a mapping" in str(e), e
+
+
+@given(tokens=hostile, mx=hostile)
+@FUZZ
+def test_load_snapshot_hostile_values(tokens: Any, mx: Any) -> None:
+    q = gated()
+    q.push_request("r", "chat", 4000)
+    q.push_request("s", "offline", 10)
+
+    def snap_() -> Any:
+        return snap(q)
+
+    ok, e = attempt(snap_, q.pop, active_prefill_tokens=tokens, max_num_batched_tokens=mx)
+    if not ok and isinstance(e, ValueError | TypeError) and not isinstance(e, Boom):
+        assert "active_prefill_tokens" in str(e) or "max_num_batched_tokens" in str(e), e

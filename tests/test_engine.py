@@ -147,9 +147,11 @@ POLICIES = [
 
 @pytest.fixture
 def fake_policies(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Route fairq.FCFS / fairq.VTC to the contract fake."""
+    """Route fairq.FCFS / fairq.VTC (and the scheduler factory's table) to the contract fake."""
     monkeypatch.setitem(vars(fairq), "FCFS", _FakeFCFS)
     monkeypatch.setitem(vars(fairq), "VTC", _FakeVTC)
+    monkeypatch.setitem(fairq.sched.POLICIES, "fcfs", _FakeFCFS)
+    monkeypatch.setitem(fairq.sched.POLICIES, "vtc", _FakeVTC)
 
 
 # ---------------------------------------------------------------------------

@@ -21,17 +21,23 @@ _LAZY: dict[str, str] = {
     # Deficit Round Robin across policy classes (fairq.drr)
     "DRRQueue": "fairq.drr",
     "PolicyClass": "fairq.drr",
+    "CacheBucket": "fairq.drr",
     # Weighted Fair Queuing and the dual-phase queue
     "WFQQueue": "fairq.wfq",
     "DualPhaseQueue": "fairq.dualphase",
+    "DualPhaseCollector": "fairq.dualphase",
     # Prefix cache model and local schedulers
     "RadixTree": "fairq.radix",
+    "LocalScheduler": "fairq.sched",
     "FCFS": "fairq.sched",
     "LPM": "fairq.sched",
     "VTC": "fairq.sched",
     "DLPM": "fairq.sched",
     "Admission": "fairq.sched",
+    "make_scheduler": "fairq.sched",
     # Distributed dispatch
+    "Dispatcher": "fairq.dispatch",
+    "make_dispatcher": "fairq.dispatch",
     "D2LPM": "fairq.dispatch",
     "RoundRobin": "fairq.dispatch",
     "LeastLoaded": "fairq.dispatch",
@@ -58,11 +64,15 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # pragma: no cover - type checkers see the real names
     from fairq.dispatch import D2LPM as D2LPM
     from fairq.dispatch import ClientRoundRobin as ClientRoundRobin
+    from fairq.dispatch import Dispatcher as Dispatcher
     from fairq.dispatch import LeastLoaded as LeastLoaded
     from fairq.dispatch import PrefixAffinity as PrefixAffinity
     from fairq.dispatch import RoundRobin as RoundRobin
+    from fairq.dispatch import make_dispatcher as make_dispatcher
+    from fairq.drr import CacheBucket as CacheBucket
     from fairq.drr import DRRQueue as DRRQueue
     from fairq.drr import PolicyClass as PolicyClass
+    from fairq.dualphase import DualPhaseCollector as DualPhaseCollector
     from fairq.dualphase import DualPhaseQueue as DualPhaseQueue
     from fairq.radix import RadixTree as RadixTree
     from fairq.sched import DLPM as DLPM
@@ -70,4 +80,6 @@ if TYPE_CHECKING:  # pragma: no cover - type checkers see the real names
     from fairq.sched import LPM as LPM
     from fairq.sched import VTC as VTC
     from fairq.sched import Admission as Admission
+    from fairq.sched import LocalScheduler as LocalScheduler
+    from fairq.sched import make_scheduler as make_scheduler
     from fairq.wfq import WFQQueue as WFQQueue

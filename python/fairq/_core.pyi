@@ -5,7 +5,7 @@ Each section belongs to one core module (rust/python/<name>.rs).
 
 from array import array
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
@@ -15,6 +15,11 @@ __version__: str
 TokenIds = (
     Sequence[int] | npt.NDArray[np.integer[Any]] | bytes | bytearray | memoryview | array[int]
 )
+
+# A request id as every API accepts it (one rule, rust/request_id.rs): a str
+# (lone surrogates included) or an int within 64 bits (int subclasses and
+# ``__index__`` integers such as numpy's; not bool). Ids come back as int or str.
+RequestIdLike = str | int | SupportsIndex
 
 class QueueFull(RuntimeError):
     """A push would exceed a per-class limit; nothing was enqueued.
@@ -27,10 +32,14 @@ class QueueFull(RuntimeError):
     (``current`` is the usage the push would have made).
     """
 
-    class_name: str
-    limit: str
-    current: int
-    max: int
+    @property
+    def class_name(self) -> str: ...
+    @property
+    def limit(self) -> str: ...
+    @property
+    def current(self) -> int: ...
+    @property
+    def max(self) -> int: ...
 
 # --- tokens ---------------------------------------------------------------
 def as_tokens(tokens: TokenIds, field: str = "tokens") -> list[int]: ...
@@ -297,26 +306,26 @@ class _LocalScheduler:
 
     def add(
         self,
-        request_id: str | int,
+        request_id: RequestIdLike,
         client: str,
         tokens: TokenIds,
         item: Any = None,
         namespace: Namespace = None,
     ) -> None:
         """Queue a request; a duplicate ``request_id`` is a ``ValueError``."""
-    def remove(self, request_id: str | int) -> Any:
+    def remove(self, request_id: RequestIdLike) -> Any:
         """Remove a waiting request and return its item (unknown: ``KeyError``)."""
     def schedule(self, token_budget: int, max_requests: int | None = None) -> list[Admission]:
         """Admit waiting requests in policy order while their extend tokens fit
         ``token_budget`` (and ``max_requests``), charging the policy counters."""
-    def charge_output(self, request_id: str | int, n_tokens: int = 1) -> None:
+    def charge_output(self, request_id: RequestIdLike, n_tokens: int = 1) -> None:
         """Charge ``n_tokens`` decoded output tokens of a running request."""
-    def recharge_extend(self, request_id: str | int, extend_len: int) -> int:
+    def recharge_extend(self, request_id: RequestIdLike, extend_len: int) -> int:
         """Replace a running request's charged extend tokens by the engine's
         real value; returns the old value."""
-    def charged_extend(self, request_id: str | int) -> int:
+    def charged_extend(self, request_id: RequestIdLike) -> int:
         """Extend tokens currently charged for a running request."""
-    def finish(self, request_id: str | int) -> None:
+    def finish(self, request_id: RequestIdLike) -> None:
         """A running request is done (unknown: ``KeyError``)."""
     def service(self, client: str) -> float:
         """Tokens served to ``client``: ``w_e * extend + w_q * output``."""
@@ -371,10 +380,10 @@ class DLPM(_LocalScheduler):
 class Dispatcher:
     """Base of every dispatcher (not constructible)."""
 
-    def dispatch(self, request_id: int | str, client: str, tokens: TokenIds) -> int: ...
-    def on_finish(self, request_id: int | str, output_tokens: int) -> int: ...
+    def dispatch(self, request_id: RequestIdLike, client: str, tokens: TokenIds) -> int: ...
+    def on_finish(self, request_id: RequestIdLike, output_tokens: int) -> int: ...
     def on_evict(self, worker: int, tokens: TokenIds, kept: int = 0) -> int: ...
-    def worker_of(self, request_id: int | str) -> int: ...
+    def worker_of(self, request_id: RequestIdLike) -> int: ...
     def longest_match(self, tokens: TokenIds) -> tuple[int, list[int]]: ...
     def held_len(self, worker: int, tokens: TokenIds) -> int: ...
     @property
@@ -388,7 +397,7 @@ class Dispatcher:
     @property
     def policy(self) -> str: ...
     def clients(self) -> list[str]: ...
-    def __contains__(self, request_id: int | str) -> bool: ...
+    def __contains__(self, request_id: RequestIdLike) -> bool: ...
     def __len__(self) -> int: ...
 
 class D2LPM(Dispatcher):

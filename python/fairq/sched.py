@@ -56,9 +56,187 @@ have service, counter and deficit 0.
 
 from __future__ import annotations
 
-from fairq._core import DLPM, FCFS, LPM, VTC, Admission
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from fairq._core import DLPM, FCFS, LPM, VTC, Admission, RadixTree
+
+if TYPE_CHECKING:
+    from fairq._core import Namespace, TokenIds
+
+
+@runtime_checkable
+class LocalScheduler(Protocol):
+    """The interface FCFS, LPM, VTC and DLPM share (a structural type: the four
+    are separate classes; ``isinstance(s, LocalScheduler)`` holds for each).
+
+    Vocabulary (``docs/ARCHITECTURE.md``, glossary): a *client* is whom
+    fairness is measured between; ``tokens`` are token ids (the prompt);
+    *extend* tokens are the uncached part of a prompt; ``schedule`` with
+    nothing admissible returns ``[]``.
+    """
+
+    def add(
+        self,
+        request_id: str | int,
+        client: str,
+        tokens: TokenIds,
+        item: Any = None,
+        namespace: Namespace = None,
+    ) -> None:
+        """Queue a request; a duplicate ``request_id`` is a ``ValueError``."""
+
+    def remove(self, request_id: str | int) -> Any:
+        """Remove a waiting request and return its item (unknown: ``KeyError``)."""
+
+    def schedule(self, token_budget: int, max_requests: int | None = None) -> list[Admission]:
+        """Admit waiting requests in policy order while their extend tokens fit
+        ``token_budget`` (and ``max_requests``), charging the policy counters;
+        ``[]`` when nothing is admissible."""
+
+    def charge_output(self, request_id: str | int, n_tokens: int = 1) -> None:
+        """Charge ``n_tokens`` decoded output tokens of a running request."""
+
+    def recharge_extend(self, request_id: str | int, extend_len: int) -> int:
+        """Replace a running request's charged extend tokens by the engine's
+        real value; returns the old value."""
+
+    def charged_extend(self, request_id: str | int) -> int:
+        """Extend tokens currently charged for a running request."""
+
+    def finish(self, request_id: str | int) -> None:
+        """A running request is done (unknown: ``KeyError``)."""
+
+    def service(self, client: str) -> float:
+        """Tokens served to ``client``: ``w_e * extend + w_q * output`` (VTC:
+        ``w_in``/``w_out``, the same roles)."""
+
+    def set_weight(self, client: str, w: float) -> None:
+        """Client weight (> 0, finite) dividing its VTC/DLPM charges."""
+
+    def weight(self, client: str) -> float:
+        """The client's weight (1.0 unless set)."""
+
+    def clients(self) -> list[str]:
+        """Every client seen so far."""
+
+    def num_waiting(self, client: str) -> int:
+        """The client's waiting requests."""
+
+    @property
+    def num_running(self) -> int:
+        """Admitted requests not finished yet."""
+
+    @property
+    def tree(self) -> RadixTree | None:
+        """The prefix cache the scheduler matches against (FCFS/VTC: may be None)."""
+
+    def __len__(self) -> int:
+        """Number of waiting requests."""
+
 
 Scheduler = FCFS | LPM | VTC | DLPM
-"""Any local scheduler (they share one interface)."""
+"""Any of the four local schedulers (each is a :class:`LocalScheduler`)."""
 
-__all__ = ["DLPM", "FCFS", "LPM", "VTC", "Admission", "Scheduler"]
+if TYPE_CHECKING:  # pragma: no cover - mypy checks the four classes keep to the protocol
+
+    def _conforms(f: FCFS, lp: LPM, v: VTC, d: DLPM) -> list[LocalScheduler]:
+        return [f, lp, v, d]
+
+
+#: Local policy name -> its scheduler class (what :func:`make_scheduler` builds).
+POLICIES: dict[str, type[FCFS] | type[LPM] | type[VTC] | type[DLPM]] = {
+    "fcfs": FCFS,
+    "lpm": LPM,
+    "vtc": VTC,
+    "dlpm": DLPM,
+}
+
+#: The options (keyword arguments besides the tree) each local policy takes.
+POLICY_OPTIONS: dict[str, tuple[str, ...]] = {
+    "fcfs": (),
+    "lpm": (),
+    "vtc": ("w_in", "w_out"),
+    "dlpm": ("quantum", "w_e", "w_q"),
+}
+
+
+def policy_name(name: str) -> str:
+    """``name`` as a key of :data:`POLICIES` (case and surrounding space ignored).
+
+    Raises:
+        TypeError: ``name`` is not a string.
+        ValueError: not a local policy; the message lists the known ones.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"policy must be a string, got {type(name).__name__}")
+    key = name.strip().lower()
+    if key not in POLICIES:
+        known = ", ".join(sorted(POLICIES))
+        raise ValueError(f"unknown fairq policy {name!r}; known policies: {known}")
+    return key
+
+
+def make_scheduler(name: str, tree: RadixTree | None = None, **options: Any) -> Scheduler:
+    """The local scheduler ``name`` (``fcfs``, ``lpm``, ``vtc``, ``dlpm``) over ``tree``.
+
+    The one factory the simulator and the engine integrations build their
+    schedulers with. ``options`` are the policy's own keyword arguments
+    (:data:`POLICY_OPTIONS`: DLPM needs ``quantum``); their values are checked
+    by the scheduler itself.
+
+    Raises:
+        TypeError, ValueError: unknown policy (see :func:`policy_name`), an
+            option the policy does not take (named with the ones it takes), or
+            a bad option value.
+    """
+    key = policy_name(name)
+    allowed = POLICY_OPTIONS[key]
+    for opt in options:
+        if opt not in allowed:
+            raise ValueError(
+                f"policy {key!r} has no option {opt!r} (options: {', '.join(allowed) or 'none'})"
+            )
+    cls: Any = POLICIES[key]
+    return cls(tree, **options)
+
+
+def admit(
+    scheduler: LocalScheduler,
+    token_budget: int,
+    max_requests: int,
+    *,
+    head_budget: int | None = None,
+) -> list[Admission]:
+    """One engine step's admissions from a local scheduler.
+
+    ``scheduler.schedule(token_budget, max_requests)`` (nothing when either is
+    ``<= 0``). If that admits nothing and ``head_budget`` is given (a positive
+    number of tokens: the engine has no other prefill under way), the policy's
+    first request is admitted alone with ``head_budget`` tokens of room: a
+    prompt larger than one step's budget is prefilled in chunks over several
+    steps instead of never being admitted. Every local scheduler is
+    work-conserving within one call (DLPM repeats its walk and bulk-refills),
+    so that request is the one the policy would admit next.
+    """
+    if max_requests <= 0:
+        return []
+    admitted = scheduler.schedule(token_budget, max_requests) if token_budget > 0 else []
+    if not admitted and head_budget is not None and head_budget > 0:
+        admitted = scheduler.schedule(head_budget, 1)
+    return admitted
+
+
+__all__ = [
+    "DLPM",
+    "FCFS",
+    "LPM",
+    "POLICIES",
+    "POLICY_OPTIONS",
+    "VTC",
+    "Admission",
+    "LocalScheduler",
+    "Scheduler",
+    "admit",
+    "make_scheduler",
+    "policy_name",
+]

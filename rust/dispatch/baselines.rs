@@ -12,15 +12,16 @@ use super::check_weight;
 use super::tree::WorkerSet;
 use crate::error::{Error, Result};
 
-/// Lowest-`load` member of `it` (first one on ties). `it` must be non-empty.
-pub fn argmin(load: &[u64], it: impl Iterator<Item = usize>) -> usize {
+/// The lowest-`load` member of `workers` (the first one on ties), `None` if
+/// there is none: the one least-loaded choice of every dispatcher.
+pub fn argmin(load: &[u64], workers: impl Iterator<Item = usize>) -> Option<usize> {
     let mut best: Option<usize> = None;
-    for w in it {
+    for w in workers {
         if best.map_or(true, |b| load[w] < load[b]) {
             best = Some(w);
         }
     }
-    best.expect("argmin over a non-empty worker set")
+    best
 }
 
 /// Prefix-affinity thresholds.
@@ -71,9 +72,9 @@ impl AffinityConfig {
             matched as f64 / input_len as f64
         };
         if imbalanced || matched == 0 || ratio < self.match_threshold {
-            argmin(load, 0..n)
+            argmin(load, 0..n).expect("at least one worker")
         } else {
-            argmin(load, g.iter())
+            argmin(load, g.iter()).expect("a match is held by some worker")
         }
     }
 }

@@ -18,6 +18,7 @@
 use super::baselines::argmin;
 use super::tree::WorkerSet;
 use super::{check_quantum, check_weight};
+use crate::deficit::{add_saturating, refill, rounds_until_positive};
 use crate::error::Result;
 
 /// D2LPM knobs.
@@ -76,50 +77,24 @@ impl State {
     }
 
     /// Add `Q_w` to every `q[c][w]` as many rounds as the paper's while loop
-    /// would, in O(W).
+    /// would (the rounds after which some `q[c][w] > 0`), in O(W), with the
+    /// closed-form refill DLPM uses ([`crate::deficit`]).
     fn refill(&mut self, c: usize) {
         let qw = self.cfg.worker_quantum;
         let row = &mut self.q[c];
-        if qw.is_infinite() {
-            row.iter_mut().for_each(|x| *x = f64::INFINITY);
-            self.refills = self.refills.saturating_add(1);
+        let Some(rounds) = rounds_until_positive(row.iter().copied(), qw) else {
             return;
-        }
-        // Rounds for w: smallest k with q + k*Q > 0, i.e. floor(-q/Q) + 1;
-        // the fewest rounds are those of the largest counter.
-        let best = row.iter().copied().fold(f64::MIN, f64::max);
-        let k = ((-best / qw).floor() + 1.0).max(1.0);
-        if k.is_finite() {
-            // fused: no overflow of k*Q on the way to a finite result
-            row.iter_mut().for_each(|x| *x = k.mul_add(qw, *x));
-        } else {
-            // -best/Q overflows (Q tiny next to the debt): k*Q is -best plus
-            // at most Q. `+= inf` would hand out infinite credit.
-            row.iter_mut().for_each(|x| *x = (*x - best) + qw);
-        }
-        self.refills = self.refills.saturating_add(k as u64);
-        // Guard against rounding leaving every counter at exactly 0 (more
-        // rounds, as the while loop would do). Bounded: when the debt is
-        // beyond float precision adding `Q` changes nothing, and an unbounded
-        // loop would spin forever; then the least-indebted worker(s) get `Q`.
-        for _ in 0..64 {
-            if row.iter().any(|&x| x > 0.0) {
-                return;
-            }
-            row.iter_mut().for_each(|x| *x += qw);
-            self.refills = self.refills.saturating_add(1);
-        }
-        if row.iter().all(|&x| x <= 0.0) {
-            let best = row.iter().copied().fold(f64::MIN, f64::max);
-            row.iter_mut().filter(|x| **x == best).for_each(|x| *x = qw);
-        }
+        };
+        self.refills = self.refills.saturating_add(rounds.count);
+        refill(row.iter_mut(), qw, rounds);
+        debug_assert!(row.iter().any(|&x| x > 0.0));
     }
 
     /// Charge `cost` to `q[c][w]`, saturating at `f64::MIN`: an overflowing
     /// charge (`w_e * tokens` beyond `f64::MAX`) must not leave `-inf`,
     /// which a refill would turn into NaN and no worker would be eligible.
     fn charge(x: &mut f64, cost: f64) {
-        *x = (*x - cost).max(f64::MIN);
+        *x = add_saturating(*x, -cost);
     }
 
     /// Algorithm 2's SelectWorker plus the dispatch-time charge.
@@ -134,8 +109,10 @@ impl State {
         let row = &self.q[c];
         let w = {
             let cand = g.iter().filter(|&w| row[w] > 0.0);
-            let best = argmin_opt(load, cand);
-            best.unwrap_or_else(|| argmin(load, (0..n).filter(|&w| row[w] > 0.0)))
+            argmin(load, cand).unwrap_or_else(|| {
+                argmin(load, (0..n).filter(|&w| row[w] > 0.0))
+                    .expect("a refill leaves some worker with credit")
+            })
         };
         Self::charge(&mut self.q[c][w], self.cfg.w_e * input_len as f64);
         w
@@ -146,16 +123,6 @@ impl State {
             Self::charge(&mut row[w], self.cfg.w_q * output_tokens as f64);
         }
     }
-}
-
-fn argmin_opt(load: &[u64], it: impl Iterator<Item = usize>) -> Option<usize> {
-    let mut best: Option<usize> = None;
-    for w in it {
-        if best.map_or(true, |b| load[w] < load[b]) {
-            best = Some(w);
-        }
-    }
-    best
 }
 
 #[cfg(test)]

@@ -24,33 +24,7 @@ pub use baselines::AffinityConfig;
 pub use d2lpm::D2lpmConfig;
 use tree::WorkerTree;
 
-/// A request id as the caller gives it (Python: int or str).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum RequestId {
-    Int(i64),
-    Str(String),
-}
-
-impl std::fmt::Display for RequestId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RequestId::Int(i) => write!(f, "{i}"),
-            RequestId::Str(s) => write!(f, "{s:?}"),
-        }
-    }
-}
-
-impl From<i64> for RequestId {
-    fn from(v: i64) -> Self {
-        RequestId::Int(v)
-    }
-}
-
-impl From<&str> for RequestId {
-    fn from(v: &str) -> Self {
-        RequestId::Str(v.to_string())
-    }
-}
+pub use crate::request_id::RequestId;
 
 #[derive(Debug, Clone)]
 struct Inflight {
@@ -270,7 +244,9 @@ impl Dispatcher {
                 *next = (w + 1) % self.num_workers;
                 w
             }
-            Policy::LeastLoaded => baselines::argmin(&self.load, 0..self.num_workers),
+            Policy::LeastLoaded => {
+                baselines::argmin(&self.load, 0..self.num_workers).expect("at least one worker")
+            }
             Policy::ClientRoundRobin { next } => {
                 if next.len() <= c {
                     // A new client starts where the previous new client would

@@ -13,6 +13,8 @@
 
 use std::collections::HashMap;
 
+use crate::radix::common_prefix;
+
 /// A fixed-width bitset over worker indices.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerSet {
@@ -99,10 +101,6 @@ pub struct Match {
     pub len: usize,
     /// Workers holding exactly that longest prefix (all workers when `len == 0`).
     pub workers: WorkerSet,
-}
-
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 impl WorkerTree {

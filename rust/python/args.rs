@@ -15,7 +15,7 @@ use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-fn type_name(v: &Bound<'_, PyAny>) -> String {
+pub(crate) fn type_name(v: &Bound<'_, PyAny>) -> String {
     v.get_type()
         .name()
         .map(|n| n.to_string())
@@ -23,7 +23,7 @@ fn type_name(v: &Bound<'_, PyAny>) -> String {
 }
 
 /// `str(v)`, shortened when long (a 2**2000 would fill a screen).
-fn shown(v: &Bound<'_, PyAny>) -> String {
+pub(crate) fn shown(v: &Bound<'_, PyAny>) -> String {
     let s = v.to_string();
     let n = s.chars().count();
     if n <= 40 {
@@ -31,6 +31,14 @@ fn shown(v: &Bound<'_, PyAny>) -> String {
     } else {
         format!("{}... ({n} digits)", s.chars().take(20).collect::<String>())
     }
+}
+
+/// A count or an index: an int already extracted (see [`int_arg`]) that
+/// must be `>= 0`; otherwise a `ValueError` naming the field. The one
+/// non-negative check of the bindings.
+pub fn non_negative(field: &str, v: i64) -> PyResult<usize> {
+    usize::try_from(v)
+        .map_err(|_| PyValueError::new_err(format!("{field} must be an int >= 0, got {v}")))
 }
 
 /// `v` as an `i64`; out of range: `ValueError`, not an int: `TypeError`.

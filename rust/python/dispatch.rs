@@ -3,41 +3,13 @@
 //! the core dispatcher and every shared method; each policy is a subclass
 //! with its own constructor and policy-specific getters.
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PyString};
 
 use super::args;
 use super::tokens::extract_tokens;
-use crate::dispatch::{AffinityConfig, D2lpmConfig, Dispatcher, Policy, RequestId};
-
-fn request_id(obj: &Bound<'_, PyAny>) -> PyResult<RequestId> {
-    if let Ok(s) = obj.downcast::<PyString>() {
-        let s = s.to_str().map_err(|_| {
-            PyValueError::new_err("request_id must be a valid str, got one with lone surrogates")
-        })?;
-        return Ok(RequestId::Str(s.to_string()));
-    }
-    if obj.downcast::<PyInt>().is_ok() {
-        return obj.extract::<i64>().map(RequestId::Int).map_err(|_| {
-            PyValueError::new_err(format!(
-                "request_id = {obj} is out of range (int ids must fit in 64 bits)"
-            ))
-        });
-    }
-    Err(PyTypeError::new_err(format!(
-        "request_id must be an int or a str, got {}",
-        obj.get_type().name()?
-    )))
-}
-
-fn worker_index(field: &str, v: i64) -> PyResult<usize> {
-    usize::try_from(v).map_err(|_| PyValueError::new_err(format!("{field} must be >= 0, got {v}")))
-}
-
-fn count(field: &str, v: i64) -> PyResult<u64> {
-    u64::try_from(v).map_err(|_| PyValueError::new_err(format!("{field} must be >= 0, got {v}")))
-}
+use crate::dispatch::{AffinityConfig, D2lpmConfig, Dispatcher, Policy};
+use crate::python::request_id;
 
 fn num_workers(v: i64) -> PyResult<usize> {
     if v < 1 {
@@ -64,7 +36,7 @@ impl PyDispatcher {
         #[pyo3(from_py_with = args::client)] client: String,
         tokens: &Bound<'_, PyAny>,
     ) -> PyResult<usize> {
-        let id = self::request_id(request_id)?;
+        let id = request_id::parse(request_id)?;
         let toks = extract_tokens(tokens, "tokens")?;
         Ok(self.inner.dispatch(id, &client, &toks)?)
     }
@@ -76,8 +48,8 @@ impl PyDispatcher {
         request_id: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = args::output_tokens)] output_tokens: i64,
     ) -> PyResult<usize> {
-        let id = self::request_id(request_id)?;
-        let n = count("output_tokens", output_tokens)?;
+        let id = request_id::parse(request_id)?;
+        let n = args::non_negative("output_tokens", output_tokens)? as u64;
         Ok(self.inner.on_finish(&id, n)?)
     }
 
@@ -92,15 +64,15 @@ impl PyDispatcher {
         tokens: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = args::kept)] kept: i64,
     ) -> PyResult<usize> {
-        let w = worker_index("worker", worker)?;
-        let kept = worker_index("kept", kept)?;
+        let w = args::non_negative("worker", worker)?;
+        let kept = args::non_negative("kept", kept)?;
         let toks = extract_tokens(tokens, "tokens")?;
         Ok(self.inner.on_evict(w, &toks, kept)?)
     }
 
     /// Worker serving an in-flight request (KeyError if not in flight).
     fn worker_of(&self, request_id: &Bound<'_, PyAny>) -> PyResult<usize> {
-        let id = self::request_id(request_id)?;
+        let id = request_id::parse(request_id)?;
         Ok(self.inner.worker_of(&id)?)
     }
 
@@ -117,7 +89,7 @@ impl PyDispatcher {
         #[pyo3(from_py_with = args::worker)] worker: i64,
         tokens: &Bound<'_, PyAny>,
     ) -> PyResult<usize> {
-        let w = worker_index("worker", worker)?;
+        let w = args::non_negative("worker", worker)?;
         let toks = extract_tokens(tokens, "tokens")?;
         Ok(self.inner.held_len(&toks, w)?)
     }
@@ -159,7 +131,7 @@ impl PyDispatcher {
 
     /// Whether `request_id` is in flight.
     fn __contains__(&self, request_id: &Bound<'_, PyAny>) -> PyResult<bool> {
-        Ok(self.inner.is_inflight(&self::request_id(request_id)?))
+        Ok(self.inner.is_inflight(&request_id::parse(request_id)?))
     }
 
     /// Requests in flight.
@@ -214,7 +186,7 @@ impl PyD2LPM {
         #[pyo3(from_py_with = args::client)] client: String,
         #[pyo3(from_py_with = args::worker)] worker: i64,
     ) -> PyResult<f64> {
-        let w = worker_index("worker", worker)?;
+        let w = args::non_negative("worker", worker)?;
         Ok(slf.as_super().inner.deficit(&client, w)?)
     }
 

@@ -126,6 +126,14 @@ fn non_negative_int(field: &str, v: &Bound<'_, PyAny>) -> PyResult<u64> {
     }
 }
 
+fn raw_isl_tokens_arg(v: &Bound<'_, PyAny>) -> PyResult<u64> {
+    non_negative_int("raw_isl_tokens", v)
+}
+
+fn cached_tokens_arg(v: &Bound<'_, PyAny>) -> PyResult<u64> {
+    non_negative_int("cached_tokens", v)
+}
+
 /// `policy_family`: None or a str, naming the field on error.
 fn family_opt(v: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
     if v.is_none() {
@@ -159,6 +167,9 @@ fn int_list(field: &str, v: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
         }
         return Ok(out);
     }
+    if let Some(out) = from_numpy(field, v)? {
+        return Ok(out);
+    }
     let it = v.try_iter().map_err(|_| {
         PyTypeError::new_err(format!(
             "{field} must be a sequence of ints (one per worker), got {}",
@@ -170,6 +181,48 @@ fn int_list(field: &str, v: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
     it.enumerate()
         .map(|(i, x)| non_negative_int(&format!("{field}[{i}]"), &x?))
         .collect()
+}
+
+/// A 1-D numpy integer array read with one `astype` + `tobytes` copy
+/// (abi3 has no buffer protocol before 3.11); None for anything else,
+/// which takes the element-by-element path (and its error messages).
+fn from_numpy(field: &str, v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<u64>>> {
+    // Not imported yet: `v` cannot be a numpy array (and no import is tried).
+    let modules = v.py().import("sys")?.getattr("modules")?;
+    let Ok(np) = modules.get_item("numpy") else {
+        return Ok(None);
+    };
+    if !v.is_instance(&np.getattr("ndarray")?)? {
+        return Ok(None);
+    }
+    let kind: String = v.getattr("dtype")?.getattr("kind")?.extract()?;
+    let ndim: usize = v.getattr("ndim")?.extract()?;
+    if ndim != 1 || (kind != "i" && kind != "u") {
+        return Ok(None);
+    }
+    let signed = kind == "i";
+    let bytes = v
+        .call_method1("astype", (if signed { "<i8" } else { "<u8" },))?
+        .call_method0("tobytes")?;
+    let bytes: &[u8] = bytes.downcast::<pyo3::types::PyBytes>()?.as_bytes();
+    bytes
+        .chunks_exact(8)
+        .enumerate()
+        .map(|(i, c)| {
+            let b: [u8; 8] = c.try_into().expect("chunks of 8");
+            if signed {
+                let x = i64::from_le_bytes(b);
+                u64::try_from(x).map_err(|_| {
+                    PyValueError::new_err(format!(
+                        "{field}[{i}] must be an integer >= 0 (at most 2**64-1), got {x}"
+                    ))
+                })
+            } else {
+                Ok(u64::from_le_bytes(b))
+            }
+        })
+        .collect::<PyResult<Vec<u64>>>()
+        .map(Some)
 }
 
 /// Rust core of `fairq.DRRQueue` (use that class; it adds file reading and
@@ -356,22 +409,20 @@ impl PyDrrCore {
     /// `max(1, raw_isl_tokens - cached_tokens)` and enqueue. Returns the
     /// ticket; an error (bad value, unknown family in fairq's schema,
     /// `QueueFull`) enqueues nothing.
-    #[pyo3(signature = (item, policy_family=None, raw_isl_tokens=None, cached_tokens=None, *, strict_priority=0, priority_jump=0.0, arrival=None))]
+    #[pyo3(signature = (item, policy_family=None, raw_isl_tokens=0, cached_tokens=0, *, strict_priority=0, priority_jump=0.0, arrival=None))]
     #[allow(clippy::too_many_arguments)]
     fn push_request(
         &mut self,
         py: Python<'_>,
         item: Py<PyAny>,
         #[pyo3(from_py_with = family_opt)] policy_family: Option<String>,
-        raw_isl_tokens: Option<&Bound<'_, PyAny>>,
-        cached_tokens: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = raw_isl_tokens_arg)] raw_isl_tokens: u64,
+        #[pyo3(from_py_with = cached_tokens_arg)] cached_tokens: u64,
         #[pyo3(from_py_with = args::strict_priority)] strict_priority: i64,
         #[pyo3(from_py_with = args::priority_jump)] priority_jump: f64,
         #[pyo3(from_py_with = args::arrival_opt)] arrival: Option<f64>,
     ) -> PyResult<u64> {
-        let raw = raw_isl_tokens.map_or(Ok(0), |v| non_negative_int("raw_isl_tokens", v))?;
-        let cached = cached_tokens.map_or(Ok(0), |v| non_negative_int("cached_tokens", v))?;
-        let snapshot = Snapshot::new(raw, cached)?;
+        let snapshot = Snapshot::new(raw_isl_tokens, cached_tokens)?;
         let arrival = self.arrival(py, arrival)?;
         let (_, ticket) = self.q.push_request(
             policy_family.as_deref(),

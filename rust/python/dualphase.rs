@@ -23,11 +23,6 @@ pub struct PyDualPhase {
     next_key: u64,
 }
 
-fn count(field: &str, v: i64) -> PyResult<usize> {
-    usize::try_from(v)
-        .map_err(|_| PyValueError::new_err(format!("{field} must be an integer >= 0, got {v}")))
-}
-
 impl PyDualPhase {
     fn key_of(&self, request_id: &Bound<'_, PyAny>) -> PyResult<u64> {
         match self.keys.bind(request_id.py()).get_item(request_id)? {
@@ -55,7 +50,7 @@ impl PyDualPhase {
         #[pyo3(from_py_with = args::think_batch_multiplier)] think_batch_multiplier: f64,
         #[pyo3(from_py_with = args::min_think_reservation)] min_think_reservation: i64,
     ) -> PyResult<Self> {
-        let r = count("min_think_reservation", min_think_reservation)?;
+        let r = args::non_negative("min_think_reservation", min_think_reservation)?;
         Ok(PyDualPhase {
             core: DualPhase::new(think_batch_multiplier, r)?,
             keys: PyDict::new(py).unbind(),
@@ -150,8 +145,8 @@ impl PyDualPhase {
         #[pyo3(from_py_with = args::output_budget)] output_budget: i64,
         #[pyo3(from_py_with = args::available_blocks)] available_blocks: i64,
     ) -> PyResult<(Slots<'py>, Slots<'py>)> {
-        let b = count("output_budget", output_budget)?;
-        let a = count("available_blocks", available_blocks)?;
+        let b = args::non_negative("output_budget", output_budget)?;
+        let a = args::non_negative("available_blocks", available_blocks)?;
         let batch = self.core.schedule(b, a);
         Ok((
             self.slots(py, &batch.output)?,

@@ -4,7 +4,9 @@
 //!
 //! One file per core concept, each exposing `register(m)`:
 //! `vllm` (drop-in queues), `drr`, `wfq`, `dualphase`, `radix`, `sched`
-//! (FCFS/LPM/VTC/DLPM local schedulers), `dispatch` (D2LPM and baselines).
+//! (FCFS/LPM/VTC/DLPM local schedulers), `dispatch` (D2LPM and baselines);
+//! `request_id` (the one request-id parser), `args` and `tokens` (argument
+//! conversions) are shared by all.
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyIndexError, PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
@@ -17,6 +19,7 @@ pub mod dispatch;
 pub mod drr;
 pub mod dualphase;
 pub mod radix;
+pub mod request_id;
 pub mod sched;
 pub mod tokens;
 pub mod vllm;

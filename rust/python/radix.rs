@@ -118,12 +118,8 @@ impl PyRadixTree {
 
     /// Free LRU unlocked leaves until `n_tokens` are freed; returns tokens freed.
     fn evict(&mut self, #[pyo3(from_py_with = args::n_tokens)] n_tokens: i64) -> PyResult<usize> {
-        if n_tokens < 0 {
-            return Err(PyValueError::new_err(format!(
-                "n_tokens must be an int >= 0, got {n_tokens}"
-            )));
-        }
-        Ok(self.inner.evict(n_tokens as usize))
+        let n_tokens = args::non_negative("n_tokens", n_tokens)?;
+        Ok(self.inner.evict(n_tokens))
     }
 
     #[getter]

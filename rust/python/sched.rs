@@ -3,60 +3,15 @@
 //! (`LocalScheduler<Py<PyAny>>`) and the same methods (one macro); they differ
 //! in constructor and in `counter` (VTC) / `deficit` (DLPM).
 
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyInt, PyString};
 
 use crate::python::args;
 use crate::python::radix::{extract_namespace, PyRadixTree};
+use crate::python::request_id;
 use crate::python::tokens::extract_tokens;
 use crate::radix::RadixTree;
-use crate::sched::{Admission, LocalScheduler, Policy, RequestId};
-
-fn extract_id(obj: &Bound<'_, PyAny>) -> PyResult<RequestId> {
-    if let Ok(s) = obj.downcast::<PyString>() {
-        let s = s.to_str().map_err(|_| {
-            PyValueError::new_err("request_id must be a valid str, got one with lone surrogates")
-        })?;
-        return Ok(RequestId::from(s));
-    }
-    let bad_type = || -> PyResult<PyErr> {
-        Ok(PyTypeError::new_err(format!(
-            "request_id must be a str or an int, got {}",
-            obj.get_type().name()?
-        )))
-    };
-    if obj.is_instance_of::<PyBool>() || obj.is_instance_of::<PyFloat>() {
-        return Err(bad_type()?);
-    }
-    // ints and int-like objects (numpy integers: anything with __index__)
-    match obj.extract::<i64>() {
-        Ok(i) => Ok(RequestId::Int(i)),
-        Err(_) if obj.is_instance_of::<PyInt>() => Err(PyValueError::new_err(format!(
-            "request_id = {obj} is out of the 64-bit int range"
-        ))),
-        Err(_) => Err(bad_type()?),
-    }
-}
-
-fn id_to_py(py: Python<'_>, id: &RequestId) -> PyObject {
-    match id {
-        RequestId::Int(i) => i.into_pyobject(py).expect("int").into_any().unbind(),
-        RequestId::Str(_) => {
-            let s = id.as_str().expect("sched ids are valid str");
-            PyString::new(py, s).into_any().unbind()
-        }
-    }
-}
-
-fn check_count(field: &str, v: i64) -> PyResult<usize> {
-    if v < 0 {
-        return Err(PyValueError::new_err(format!(
-            "{field} must be an int >= 0, got {v}"
-        )));
-    }
-    Ok(v as usize)
-}
+use crate::sched::{Admission, LocalScheduler, Policy};
 
 fn check_weight(field: &str, v: f64) -> PyResult<f64> {
     Ok(crate::error::check_positive(field, v)?)
@@ -96,7 +51,7 @@ impl PyAdmission {
 fn to_admissions(py: Python<'_>, v: Vec<Admission<PyObject>>) -> Vec<PyAdmission> {
     v.into_iter()
         .map(|a| PyAdmission {
-            request_id: id_to_py(py, &a.id),
+            request_id: request_id::to_py(py, &a.id),
             client: a.client,
             item: a.item,
             input_len: a.input_len,
@@ -145,7 +100,7 @@ macro_rules! sched_class {
                 item: Option<PyObject>,
                 namespace: Option<&Bound<'_, PyAny>>,
             ) -> PyResult<()> {
-                let id = extract_id(request_id)?;
+                let id = request_id::parse(request_id)?;
                 let toks = extract_tokens(tokens, "tokens")?;
                 let ns = extract_namespace(namespace)?;
                 let item = item.unwrap_or_else(|| py.None());
@@ -156,7 +111,7 @@ macro_rules! sched_class {
 
             /// Remove a waiting request; returns its item (unknown -> KeyError).
             fn remove(&mut self, request_id: &Bound<'_, PyAny>) -> PyResult<PyObject> {
-                let id = extract_id(request_id)?;
+                let id = request_id::parse(request_id)?;
                 Ok(self.core.remove(&id)?)
             }
 
@@ -169,9 +124,9 @@ macro_rules! sched_class {
                 #[pyo3(from_py_with = args::token_budget)] token_budget: i64,
                 #[pyo3(from_py_with = args::max_requests)] max_requests: Option<i64>,
             ) -> PyResult<Vec<PyAdmission>> {
-                let budget = check_count("token_budget", token_budget)?;
+                let budget = args::non_negative("token_budget", token_budget)?;
                 let maxr = max_requests
-                    .map(|m| check_count("max_requests", m))
+                    .map(|m| args::non_negative("max_requests", m))
                     .transpose()?;
                 let t = borrow_tree(py, &self.tree)?;
                 let tr: Option<&RadixTree> = t.as_deref().map(|x| &x.inner);
@@ -187,8 +142,8 @@ macro_rules! sched_class {
                 request_id: &Bound<'_, PyAny>,
                 #[pyo3(from_py_with = args::n_tokens)] n_tokens: i64,
             ) -> PyResult<()> {
-                let id = extract_id(request_id)?;
-                let n = check_count("n_tokens", n_tokens)?;
+                let id = request_id::parse(request_id)?;
+                let n = args::non_negative("n_tokens", n_tokens)?;
                 Ok(self.core.charge_output(&id, n)?)
             }
 
@@ -204,21 +159,21 @@ macro_rules! sched_class {
                 request_id: &Bound<'_, PyAny>,
                 #[pyo3(from_py_with = args::extend_len)] extend_len: i64,
             ) -> PyResult<usize> {
-                let id = extract_id(request_id)?;
-                let n = check_count("extend_len", extend_len)?;
+                let id = request_id::parse(request_id)?;
+                let n = args::non_negative("extend_len", extend_len)?;
                 Ok(self.core.recharge_extend(&id, n)?)
             }
 
             /// Extend tokens charged for a running request (admission or the
             /// last `recharge_extend`); not running -> KeyError.
             fn charged_extend(&self, request_id: &Bound<'_, PyAny>) -> PyResult<usize> {
-                let id = extract_id(request_id)?;
+                let id = request_id::parse(request_id)?;
                 Ok(self.core.charged_extend(&id)?)
             }
 
             /// A running request finished (unknown -> KeyError).
             fn finish(&mut self, request_id: &Bound<'_, PyAny>) -> PyResult<()> {
-                let id = extract_id(request_id)?;
+                let id = request_id::parse(request_id)?;
                 Ok(self.core.finish(&id)?)
             }
 

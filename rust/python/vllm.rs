@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyInt, PyIterator, PyList, PyString, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
+use crate::python::request_id;
 use crate::registry::IdMap;
 use crate::request_queue::{FcfsQueue, Num, PriorityKey, PriorityQueue, RequestId};
 
@@ -152,29 +153,7 @@ fn read_num(obj: &Bound<'_, PyAny>, name: &Bound<'_, PyString>, field: &str) -> 
 }
 
 fn read_request_id(obj: &Bound<'_, PyAny>) -> PyResult<RequestId> {
-    let py = obj.py();
-    let v = attr(obj, intern!(py, "request_id"))?;
-    if let Ok(s) = v.downcast::<PyString>() {
-        return Ok(RequestId::Str(match s.to_str() {
-            Ok(s) => s.as_bytes().into(),
-            // Lone surrogates: their surrogatepass UTF-8 keeps code-point order.
-            Err(_) => s
-                .call_method1(intern!(py, "encode"), ("utf-8", "surrogatepass"))?
-                .extract::<Vec<u8>>()?
-                .into(),
-        }));
-    }
-    if v.is_instance_of::<PyInt>() {
-        return v
-            .extract::<i64>()
-            .map(RequestId::Int)
-            .map_err(|_| out_of_range("request_id", &v));
-    }
-    Err(PyTypeError::new_err(format!(
-        "request_id must be a str or int, got {} {}",
-        type_name(&v),
-        repr_of(&v)
-    )))
+    request_id::parse(&attr(obj, intern!(obj.py(), "request_id"))?)
 }
 
 fn read_key(obj: &Bound<'_, PyAny>) -> PyResult<PriorityKey> {

@@ -128,15 +128,10 @@ impl PyWfqQueue {
     fn first_handle(&self, item: &Bound<'_, PyAny>) -> Option<Handle> {
         match self.ids.get(&ident(item))? {
             Handles::One(h) => Some(*h),
-            Handles::Many(v) => v.iter().copied().min_by(|a, b| {
-                let ta = self.core.get(*a).expect("live").1;
-                let tb = self.core.get(*b).expect("live").1;
-                ta.finish
-                    .total_cmp(&tb.finish)
-                    .then(ta.start.total_cmp(&tb.start))
-                    .then(ta.arrival.total_cmp(&tb.arrival))
-                    .then(ta.seq.cmp(&tb.seq))
-            }),
+            Handles::Many(v) => v
+                .iter()
+                .copied()
+                .min_by_key(|h| self.core.get(*h).expect("live").1.queue_order()),
         }
     }
 

@@ -39,7 +39,7 @@ use super::book::Book;
 use super::policy::AdmissionOrder;
 use super::prefix::{LpmKey, PrefixIndex};
 use super::Admission;
-use crate::deficit::{add_saturating, refill_steps, rounds_until_positive};
+use crate::deficit::{add_saturating, refill, rounds_until_positive};
 use crate::radix::RadixTree;
 
 #[derive(Debug)]
@@ -106,16 +106,11 @@ impl Dlpm {
             .zip(&self.deficits)
             .filter(|(cl, _)| cl.waiting > 0)
             .map(|(_, &q)| q);
-        let k = rounds_until_positive(waiting, self.quantum);
-        if k == 0 {
+        let Some(rounds) = rounds_until_positive(waiting, self.quantum) else {
             return;
-        }
-        self.refills = self.refills.saturating_add(k);
-        for q in &mut self.deficits {
-            if *q <= 0.0 {
-                *q = refill_steps(*q, self.quantum, k).1;
-            }
-        }
+        };
+        self.refills = self.refills.saturating_add(rounds.count);
+        refill(&mut self.deficits, self.quantum, rounds);
         self.credit_clients_waiting = (0..book.clients.len() as u32)
             .filter(|&c| self.waits_with_credit(book, c))
             .count();

@@ -200,11 +200,9 @@ def test_dlpm_tiny_quantum_is_not_infinite_credit() -> None:
 @pytest.mark.parametrize(
     "call",
     [
-        lambda s: s.add("\ud800", "c", [1]),
         lambda s: s.add("a", "\ud800", [1]),
         lambda s: s.set_weight("\ud800", 1.0),
         lambda s: s.service("\ud800"),
-        lambda s: s.remove("\ud800"),
     ],
 )
 def test_schedulers_lone_surrogates_name_field(call: Callable[[Any], Any]) -> None:

@@ -23,8 +23,6 @@ import fairq
         lambda: fairq.DRRQueue().deficit("\ud800"),
         lambda: fairq.D2LPM(2, 1.0).dispatch(1, "\ud800", [1]),
         lambda: fairq.D2LPM(2, 1.0).deficit("\ud800", 0),
-        lambda: fairq.RoundRobin(2).dispatch("\ud800", "c", [1]),
-        lambda: fairq.RoundRobin(2).worker_of("\ud800"),
         lambda: fairq.RadixTree().match([1], "\ud800"),
     ],
 )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from collections.abc import Iterable, Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -87,8 +88,11 @@ def read_key(request: Any) -> tuple[Any, Any, tuple[int, Any]]:
             )
         v = getattr(request, field)
         if field == "request_id":
-            if not isinstance(v, (str, int)):
-                raise TypeError(f"request_id must be a str or int, got {type(v).__name__} {v!r}")
+            # fairq's one request-id rule (rust/request_id.rs)
+            if isinstance(v, bool) or not isinstance(v, (str, int)) and not hasattr(v, "__index__"):
+                raise TypeError(f"request_id must be an int or a str, got {type(v).__name__}")
+            if not isinstance(v, str):
+                v = operator.index(v)
         elif isinstance(v, float):
             if math.isnan(v):
                 raise ValueError(f"{field} must not be NaN")

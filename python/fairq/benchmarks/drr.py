@@ -151,8 +151,12 @@ def _load_profile(c: int) -> dict[str, Any]:
     }
 
 
-def _load_case(c: int, w: int, ops: int) -> tuple[float, float]:
-    tokens = [1000] * (w - 1) + [0]  # all busy but the last worker: full scans
+def _load_case(c: int, w: int, ops: int, as_numpy: bool = False) -> tuple[float, float]:
+    tokens: Any = [1000] * (w - 1) + [0]  # all busy but the last worker: full scans
+    if as_numpy:
+        import numpy as np
+
+        tokens = np.array(tokens, dtype=np.int64)
     per_class = -(-ops // c) + 1
 
     def setup() -> Any:
@@ -186,6 +190,18 @@ def run_load(quick: bool = False) -> list[Row]:
         f, b = _load_case(8, w, ops)
         rows.append(
             Row("drr", "pop with load snapshot, C=8, 2 busy rules", f"W={w}", f, b, LOAD_BASELINE)
+        )
+    for w in (256, 4096):
+        f, b = _load_case(8, w, ops, as_numpy=True)
+        rows.append(
+            Row(
+                "drr",
+                "pop with load snapshot as a numpy int64 array, C=8",
+                f"W={w}",
+                f,
+                b,
+                LOAD_BASELINE,
+            )
         )
     for c in (8, 64, 512):
         f, b = _load_case(c, 64, ops)

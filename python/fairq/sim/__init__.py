@@ -10,8 +10,17 @@ cache, a local scheduler each, and a dispatcher across them.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fairq.sim.engine import LOCAL_POLICIES, SimConfig, Simulator, simulate
-from fairq.sim.metrics import jain, max_backlogged_gap, service_over_time, summarize
+from fairq.sim.metrics import (
+    deprecated_name,
+    jain_index,
+    max_backlogged_gap,
+    percentile,
+    service_over_time,
+    summarize,
+)
 from fairq.sim.model import PRESETS, StepModel
 from fairq.sim.workloads import (
     SimRequest,
@@ -31,12 +40,17 @@ __all__ = [
     "StepModel",
     "TraceError",
     "Workload",
-    "jain",
+    "jain_index",
     "load_trace",
     "make_workload",
     "max_backlogged_gap",
     "parse_trace",
+    "percentile",
     "service_over_time",
     "simulate",
     "summarize",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    return deprecated_name(__name__, name)  # jain -> jain_index

@@ -39,28 +39,11 @@ from typing import Any
 
 import numpy as np
 
+from fairq.sched import POLICIES, POLICY_OPTIONS, admit, make_scheduler, policy_name
 from fairq.sim.model import StepModel
 from fairq.sim.workloads import SimRequest, Workload
 
-LOCAL_POLICIES = ("fcfs", "lpm", "vtc", "dlpm")
-
-
-def make_scheduler(
-    name: str, tree: Any, *, quantum: float, w_e: float = 1.0, w_q: float = 2.0
-) -> Any:
-    """A local scheduler by name (``fcfs``, ``lpm``, ``vtc``, ``dlpm``)."""
-    import fairq
-
-    key = name.lower()
-    if key == "fcfs":
-        return fairq.FCFS(tree)
-    if key == "lpm":
-        return fairq.LPM(tree)
-    if key == "vtc":
-        return fairq.VTC(tree, w_in=w_e, w_out=w_q)
-    if key == "dlpm":
-        return fairq.DLPM(tree, quantum=quantum, w_e=w_e, w_q=w_q)
-    raise ValueError(f"policy must be one of {', '.join(LOCAL_POLICIES)}; got {name!r}")
+LOCAL_POLICIES = tuple(POLICIES)
 
 
 class _Run:
@@ -126,10 +109,19 @@ class Worker:
         self.model = cfg.model
         self.cap = int(cfg.model.kv_capacity)
         self.tree = fairq.RadixTree()
+        policy = policy_name(cfg.policy)
+        # the simulator's knobs by option name (VTC's w_in/w_out play w_e/w_q's roles)
+        knobs = {
+            "quantum": cfg.user_quantum,
+            "w_e": cfg.w_e,
+            "w_q": cfg.w_q,
+            "w_in": cfg.w_e,
+            "w_out": cfg.w_q,
+        }
         self.sched = make_scheduler(
-            cfg.policy, self.tree, quantum=cfg.user_quantum, w_e=cfg.w_e, w_q=cfg.w_q
+            policy, self.tree, **{opt: knobs[opt] for opt in POLICY_OPTIONS[policy]}
         )
-        self.lazy_charge = cfg.policy.lower() in ("vtc", "dlpm")
+        self.lazy_charge = policy in ("vtc", "dlpm")
         self.runs: dict[int, _Run] = {}
         self.prefill_q: deque[_Run] = deque()
         self.decoding: dict[int, _Run] = {}
@@ -219,16 +211,10 @@ class Worker:
         mem = self.cap - locked - self.reserved
         pending = sum(r.remaining for r in self.prefill_q)
         budget = min(self.model.prefill_budget - pending, mem)
-        adm: list[Any] = []
-        if budget > 0:
-            adm = sched.schedule(budget, room)
-        if not adm and not self.prefill_q and mem > 0:
-            # Nothing fits this step's prefill budget: admit the policy's
-            # first request whole and prefill it in chunks over several steps.
-            # (Every local scheduler is work-conserving within one call, DLPM
-            # included: it repeats its walk and bulk-refills, so one call
-            # admits whatever the policy would admit.)
-            adm = sched.schedule(mem, 1)
+        # Nothing fits this step's prefill budget and nothing is prefilling:
+        # the policy's first request is admitted whole (within free memory)
+        # and prefilled in chunks over several steps.
+        adm: list[Any] = admit(sched, budget, room, head_budget=None if self.prefill_q else mem)
         if not adm:
             self.dirty = False
             return

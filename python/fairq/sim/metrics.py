@@ -4,7 +4,7 @@
   ``(input_tokens + 2 * output_tokens) / makespan`` over finished requests;
   also ``tokens_per_s`` (input + output) and ``requests_per_s``.
 - ``cache_hit``: cached prompt tokens / prompt tokens at admission.
-- ``jain``: Jain's index ``(sum x)^2 / (n * sum x^2)`` over per-client
+- ``jain`` (:func:`jain_index`): Jain's index ``(sum x)^2 / (n * sum x^2)`` over per-client
   service rates during the time when every client is backlogged (has a
   request waiting for admission); NaN if that never happens.
 - ``p50/p99`` of end-to-end latency and time to first token, per request,
@@ -19,6 +19,9 @@
 
 from __future__ import annotations
 
+import math
+import warnings
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,15 +29,22 @@ import numpy as np
 from fairq.sim.engine import Simulator
 
 
-def jain(xs: list[float] | np.ndarray) -> float:
-    """Jain's fairness index of non-negative allocations (1 = equal)."""
-    x = np.asarray(xs, dtype=float)
-    if x.size == 0:
+def jain_index(values: Iterable[float]) -> float:
+    """Jain's fairness index ``(sum x)^2 / (n * sum x^2)`` in ``[1/n, 1]`` (1 = equal).
+
+    An empty input or all zeros gives 1.0 (nothing to be unfair about).
+    Raises ValueError on a negative or non-finite value (naming its index).
+    The one definition (``fairq.integrations.transformers.jain_index`` is this
+    function; ``fairq.sim.jain`` its deprecated old name).
+    """
+    xs = [float(v) for v in values]
+    for i, x in enumerate(xs):
+        if not math.isfinite(x) or x < 0:
+            raise ValueError(f"values[{i}] must be finite and >= 0, got {x!r}")
+    sq = sum(x * x for x in xs)
+    if not xs or sq == 0:
         return 1.0
-    s2 = float((x * x).sum())
-    if s2 == 0:
-        return 1.0
-    return float(x.sum() ** 2 / (x.size * s2))
+    return sum(xs) ** 2 / (len(xs) * sq)
 
 
 def max_backlogged_gap(samples: np.ndarray, backlog: np.ndarray) -> float:
@@ -64,8 +74,13 @@ def max_backlogged_gap(samples: np.ndarray, backlog: np.ndarray) -> float:
     return best
 
 
-def _pct(xs: list[float], q: float) -> float:
-    return float(np.percentile(xs, q)) if xs else float("nan")
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (``q`` in [0, 100]); NaN for no values."""
+    if not 0 <= q <= 100:
+        raise ValueError(f"q must be in [0, 100], got {q!r}")
+    if not values:
+        return float("nan")
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
 
 
 def summarize(sim: Simulator) -> dict[str, Any]:
@@ -119,9 +134,9 @@ def summarize(sim: Simulator) -> dict[str, Any]:
             d = np.diff(serv, axis=0)[allb].sum(axis=0)
             window = float(np.diff(ts)[allb].sum())
             if window > 0:
-                jain_v = jain(d / window)
+                jain_v = jain_index(d / window)
                 da = np.diff(act, axis=0)[allb].sum(axis=0)
-                jain_a = jain(da / window)
+                jain_a = jain_index(da / window)
     gap = max_backlogged_gap(serv, back) if len(ts) else 0.0
     gap_actual = max_backlogged_gap(act, back) if len(ts) else 0.0
     per_client = {
@@ -152,12 +167,12 @@ def summarize(sim: Simulator) -> dict[str, Any]:
         "jain_window_s": window,
         "max_gap": gap,
         "max_gap_actual": gap_actual,
-        "e2e_p50_s": _pct(e2e, 50),
-        "e2e_p99_s": _pct(e2e, 99),
-        "ttft_p50_s": _pct(ttft, 50),
-        "ttft_p99_s": _pct(ttft, 99),
-        "program_p50_s": _pct(prog_lat, 50),
-        "program_p99_s": _pct(prog_lat, 99),
+        "e2e_p50_s": percentile(e2e, 50),
+        "e2e_p99_s": percentile(e2e, 99),
+        "ttft_p50_s": percentile(ttft, 50),
+        "ttft_p99_s": percentile(ttft, 99),
+        "program_p50_s": percentile(prog_lat, 50),
+        "program_p99_s": percentile(prog_lat, 99),
         "per_client": per_client,
         "steps": steps,
         "wall_s": sim.wall_s,
@@ -186,3 +201,25 @@ def service_over_time(sim: Simulator, bins: int = 60) -> dict[str, Any]:
         "service_rate": {c: rate[:, i].tolist() for i, c in enumerate(sim.clients)},
         "response": resp,
     }
+
+
+#: deprecated name -> the name that replaced it (same object)
+_RENAMED = {"jain": "jain_index"}
+
+
+def deprecated_name(module: str, name: str) -> Any:
+    """The object a deprecated name of ``module`` stands for, with a
+    ``DeprecationWarning`` at the caller's line; else ``AttributeError``."""
+    new = _RENAMED.get(name)
+    if new is None:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    warnings.warn(
+        f"{module}.{name} is deprecated; use {module}.{new} (the same function)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return globals()[new]
+
+
+def __getattr__(name: str) -> Any:
+    return deprecated_name(__name__, name)

@@ -32,6 +32,25 @@ constants on a real engine):
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+#: The step-time constants, in the order of the formula above.
+STEP_COSTS = ("c0", "c_prefill", "c_decode", "c_kv")
+
+
+def step_time(costs: Any, prefill_tokens: float, batch_size: float, kv_tokens_read: float) -> float:
+    """Seconds one engine step takes under the linear model above.
+
+    ``costs``: anything with the :data:`STEP_COSTS` attributes (a
+    :class:`StepModel`, or a fitted
+    :class:`fairq.integrations.transformers.StepTimeModel`).
+    """
+    return (
+        costs.c0
+        + costs.c_prefill * prefill_tokens
+        + costs.c_decode * batch_size
+        + costs.c_kv * kv_tokens_read
+    )
 
 
 @dataclass(frozen=True)
@@ -56,13 +75,8 @@ class StepModel:
                 raise ValueError(f"StepModel.{name} must be >= 1, got {getattr(self, name)!r}")
 
     def step_time(self, prefill_tokens: int, batch_size: int, kv_tokens_read: int) -> float:
-        """Seconds one step takes."""
-        return (
-            self.c0
-            + self.c_prefill * prefill_tokens
-            + self.c_decode * batch_size
-            + self.c_kv * kv_tokens_read
-        )
+        """Seconds one step takes (:func:`step_time`)."""
+        return step_time(self, prefill_tokens, batch_size, kv_tokens_read)
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)

@@ -36,11 +36,13 @@ class PriorityRequestQueue(PriorityQueueCore, RequestQueue):
     Ordered by ``(priority, arrival_time, request_id)`` ascending, read once
     at ``add_request``, then by insertion. ``priority`` and ``arrival_time``
     are ``int`` or ``float`` (compared exactly, as Python does; NaN is a
-    ``ValueError``; integers must fit in 64 bits); ``request_id`` is ``str``
-    (code-point order) or ``int``, and every ``int`` id sorts before every
-    ``str`` id. A missing attribute is a ``TypeError`` naming it. Adding an
-    object that is already queued is a ``ValueError``. ``prepend_request(s)``
-    is the same as ``add_request`` (all-or-nothing for a batch);
+    ``ValueError``; integers must fit in 64 bits); ``request_id`` follows the
+    one request-id rule of every fairq API: a ``str`` (code-point order, lone
+    surrogates included) or an integer within 64 bits (numpy integers too,
+    not ``bool``), and every integer id sorts before every ``str`` id. A
+    missing attribute is a ``TypeError`` naming it. Adding an object that is
+    already queued is a ``ValueError``. ``prepend_request(s)`` is the same as
+    ``add_request`` (all-or-nothing for a batch);
     ``remove_request`` is O(log n) (``ValueError`` if absent); iteration
     yields a snapshot in priority order without changing the queue.
     """

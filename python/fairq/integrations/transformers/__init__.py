@@ -27,11 +27,10 @@ from fairq.integrations.transformers.fit import (
     StepSample,
     StepTimeModel,
     fit_step_time,
-    jain_index,
-    percentile,
 )
 from fairq.integrations.transformers.policies import POLICIES, check_policy, policy_options
 from fairq.integrations.transformers.workload import EngineRequest, multi_client_workload
+from fairq.sim.metrics import jain_index, percentile
 
 _ENGINE_NAMES = {
     "FairqScheduler",

@@ -24,8 +24,6 @@ from typing import Any
 from fairq.integrations.transformers.fit import (
     StepSample,
     fit_step_time,
-    jain_index,
-    percentile,
 )
 from fairq.integrations.transformers.policies import POLICIES, check_policy
 from fairq.integrations.transformers.workload import (
@@ -33,6 +31,7 @@ from fairq.integrations.transformers.workload import (
     from_sim_workload,
     multi_client_workload,
 )
+from fairq.sim.metrics import jain_index, percentile
 
 _TF_RANGE = ">=5.17,<5.24"
 

@@ -1,20 +1,21 @@
-"""Step-time model fitting and fairness metrics (pure Python + numpy).
+"""Step-time model fitting (pure Python + numpy).
 
-The simulator models one engine step as
-
-    t = c0 + c_prefill * prefill_tokens + c_decode * batch_size + c_kv * kv_tokens_read
-
-``fit_step_time`` finds the constants by least squares on measured steps so the
-simulator's defaults can be calibrated against a real engine.
+The simulator models one engine step with the linear model of
+:mod:`fairq.sim.model` (``t = c0 + c_prefill * prefill_tokens + c_decode *
+batch_size + c_kv * kv_tokens_read``). ``fit_step_time`` finds the constants
+by least squares on measured steps so the simulator's defaults can be
+calibrated against a real engine.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
+from fairq.sim.model import STEP_COSTS, step_time
 
 
 @dataclass(frozen=True)
@@ -46,13 +47,8 @@ class StepTimeModel:
     n_steps: int
 
     def predict(self, prefill_tokens: float, batch_size: float, kv_tokens_read: float) -> float:
-        """Predicted step time in seconds."""
-        return (
-            self.c0
-            + self.c_prefill * prefill_tokens
-            + self.c_decode * batch_size
-            + self.c_kv * kv_tokens_read
-        )
+        """Predicted step time in seconds (:func:`fairq.sim.model.step_time`)."""
+        return step_time(self, prefill_tokens, batch_size, kv_tokens_read)
 
     def as_dict(self) -> dict[str, float]:
         """Plain dict (for JSON)."""
@@ -60,15 +56,7 @@ class StepTimeModel:
 
     def simulate_args(self) -> str:
         """The ``fairq simulate`` options that use these constants."""
-        return " ".join(
-            f"--model {k}={v:.6g}"
-            for k, v in (
-                ("c0", self.c0),
-                ("c_prefill", self.c_prefill),
-                ("c_decode", self.c_decode),
-                ("c_kv", self.c_kv),
-            )
-        )
+        return " ".join(f"--model {k}={getattr(self, k):.6g}" for k in STEP_COSTS)
 
 
 def fit_step_time(samples: Sequence[StepSample], nonnegative: bool = True) -> StepTimeModel:
@@ -123,28 +111,3 @@ def fit_step_time(samples: Sequence[StepSample], nonnegative: bool = True) -> St
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else (1.0 if ss_res == 0 else 0.0)
     c0, cp, cd, ck = (float(c) for c in coef)
     return StepTimeModel(c0, cp, cd, ck, r2, len(samples))
-
-
-def jain_index(values: Iterable[float]) -> float:
-    """Jain's fairness index ``(sum x)^2 / (n * sum x^2)`` in ``[1/n, 1]``.
-
-    An empty input or all zeros gives 1.0 (nothing to be unfair about).
-    Raises ValueError on a negative or non-finite value.
-    """
-    xs = [float(v) for v in values]
-    for i, x in enumerate(xs):
-        if not math.isfinite(x) or x < 0:
-            raise ValueError(f"values[{i}] must be finite and >= 0, got {x!r}")
-    sq = sum(x * x for x in xs)
-    if not xs or sq == 0:
-        return 1.0
-    return sum(xs) ** 2 / (len(xs) * sq)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (``q`` in [0, 100]); NaN for no values."""
-    if not 0 <= q <= 100:
-        raise ValueError(f"q must be in [0, 100], got {q!r}")
-    if not values:
-        return float("nan")
-    return float(np.percentile(np.asarray(values, dtype=np.float64), q))

@@ -14,30 +14,32 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from fairq.sched import POLICIES as _SCHEDULERS
+from fairq.sched import make_scheduler, policy_name
+
+#: the engine's default options (DLPM's quantum sized for one engine batch)
+_ENGINE_DEFAULTS: dict[str, dict[str, float]] = {
+    "vtc": {"w_in": 1.0, "w_out": 2.0},
+    "dlpm": {"quantum": 512.0, "w_e": 1.0, "w_q": 2.0},
+}
+
 #: policy name -> (fairq class name, keyword arguments it accepts with defaults)
 POLICIES: dict[str, tuple[str, dict[str, float]]] = {
-    "fcfs": ("FCFS", {}),
-    "lpm": ("LPM", {}),
-    "vtc": ("VTC", {"w_in": 1.0, "w_out": 2.0}),
-    "dlpm": ("DLPM", {"quantum": 512.0, "w_e": 1.0, "w_q": 2.0}),
+    key: (cls.__name__, dict(_ENGINE_DEFAULTS.get(key, {}))) for key, cls in _SCHEDULERS.items()
 }
 
 
 def check_policy(name: str) -> str:
-    """Return the normalized policy name or raise ``ValueError`` naming the choices."""
-    if not isinstance(name, str):
-        raise TypeError(f"policy must be a string, got {type(name).__name__}")
-    key = name.strip().lower()
-    if key.startswith("fairq-"):
-        key = key[len("fairq-") :]
-    if key not in POLICIES:
-        known = ", ".join(sorted(POLICIES))
-        raise ValueError(f"unknown fairq policy {name!r}; known policies: {known}")
-    return key
+    """Return the normalized policy name (a ``"fairq-"`` prefix is accepted)
+    or raise ``ValueError`` naming the choices (:func:`fairq.sched.policy_name`)."""
+    if isinstance(name, str) and name.strip().lower().startswith("fairq-"):
+        name = name.strip()[len("fairq-") :]
+    return policy_name(name)
 
 
 def policy_options(name: str, options: Mapping[str, Any] | None = None) -> dict[str, float]:
-    """Defaults for ``name`` overridden by ``options``; rejects unknown or bad options."""
+    """Defaults for ``name`` overridden by ``options``; rejects unknown or bad
+    options when the scheduler class is made, before the engine builds it."""
     key = check_policy(name)
     defaults = dict(POLICIES[key][1])
     for opt, value in (options or {}).items():
@@ -57,10 +59,7 @@ def policy_options(name: str, options: Mapping[str, Any] | None = None) -> dict[
 
 
 def build_policy(name: str, tree: Any, options: Mapping[str, Any] | None = None) -> Any:
-    """Instantiate the fairq scheduler for ``name`` over ``tree``."""
-    import fairq
-
+    """Instantiate the fairq scheduler for ``name`` over ``tree``
+    (:func:`fairq.sched.make_scheduler` with the engine's defaults)."""
     key = check_policy(name)
-    opts = policy_options(key, options)
-    cls = getattr(fairq, POLICIES[key][0])
-    return cls(tree, **opts)
+    return make_scheduler(key, tree, **policy_options(key, options))

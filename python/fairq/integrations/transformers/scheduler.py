@@ -64,6 +64,7 @@ from fairq.integrations.transformers.policies import (
     check_policy,
     policy_options,
 )
+from fairq.sched import admit
 
 #: transformers releases this module was written and tested against.
 SUPPORTED_TRANSFORMERS = ">=5.17,<5.24"
@@ -441,13 +442,11 @@ class FairqScheduler(_Observer, Scheduler):
     def _admit(self, token_budget: int, slots: int, chunk_running: bool) -> None:
         if len(self.fq) == 0 or self._held or self._requeued or slots <= 0:
             return
-        admissions = []
-        if token_budget > 0:
-            admissions = self.fq.schedule(token_budget, max_requests=slots)
-        if not admissions and not chunk_running:
-            # The policy's head does not fit one batch: admit it anyway, the
-            # engine prefills it in chunks (as it does for FIFO).
-            admissions = self.fq.schedule(_HUGE_BUDGET, max_requests=1)
+        # The policy's head does not fit one batch: admit it anyway, the engine
+        # prefills it in chunks (as it does for FIFO).
+        admissions: list[Any] = admit(
+            self.fq, token_budget, slots, head_budget=None if chunk_running else _HUGE_BUDGET
+        )
         for adm in admissions:
             rid = adm.request_id
             entry = self._entries[rid]
