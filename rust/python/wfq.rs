@@ -1,39 +1,34 @@
 //! Bindings for `crate::wfq`: `fairq._core.WFQQueue`.
 //!
-//! The core stores the Python item as an opaque payload and flows as `u64`
-//! ids. This layer only translates:
-//! - flow keys (any hashable) <-> ids, through a dict; ids whose flow state
-//!   the core dropped are forgotten here too;
-//! - item identity (`id(item)`) -> heap handles, for O(log n) removal and
-//!   re-keying (items are compared by identity, like vLLM requests);
-//! - the tags of popped items, held against a *weak* reference so
-//!   `prepend(item)` can restore them after preemption without keeping
-//!   finished items alive.
+//! The core ([`ItemQueue`]) holds the queue, the identity map (object id ->
+//! heap handles) and the tags of popped items; items are opaque payloads
+//! identified by their address (`id(item)`, compared by identity like vLLM
+//! requests). This layer only translates:
+//! - flow keys (any hashable) <-> `u64` ids, through a dict; ids whose flow
+//!   state the core dropped are forgotten here too;
+//! - liveness of popped items: a *weak* reference per remembered item, so
+//!   `prepend(item)` restores its tags only if `item` is the very object
+//!   popped (an address can be reused once it dies), without keeping
+//!   finished items alive. Dead ones are swept from here and the core.
 
-use pyo3::exceptions::{PyIndexError, PyKeyError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple, PyWeakrefMethods, PyWeakrefReference};
 
-use crate::heap::Handle;
 use crate::python::args;
-use crate::wfq::{FastMap, Tags, VirtualClock, Wfq};
+use crate::wfq::{FastMap, ItemQueue, Tags, VirtualClock};
 
-/// Live handles of one item (an item may be queued more than once).
-enum Handles {
-    One(Handle),
-    Many(Vec<Handle>),
-}
-
+/// What the binding keeps of a popped item besides the core's tags.
 struct Departed {
     wref: Py<PyWeakrefReference>,
+    /// The Python flow key (the core's flow id may be dropped meanwhile).
     flow_key: Option<Py<PyAny>>,
-    tags: Tags<u64>,
 }
 
 const SWEEP_MIN: usize = 1024;
 
-fn ident(obj: &Bound<'_, PyAny>) -> usize {
-    obj.as_ptr() as usize
+fn ident(obj: &Bound<'_, PyAny>) -> u64 {
+    obj.as_ptr() as usize as u64
 }
 
 /// Weighted Fair Queuing on per-flow virtual finish times.
@@ -48,12 +43,11 @@ fn ident(obj: &Bound<'_, PyAny>) -> usize {
 /// the full description.
 #[pyclass(module = "fairq._core", name = "WFQQueue", subclass)]
 pub struct PyWfqQueue {
-    core: Wfq<u64, Py<PyAny>>,
-    ids: FastMap<usize, Handles>,
+    core: ItemQueue<u64, Py<PyAny>>,
     flow_ids: Py<PyDict>,
     flow_keys: FastMap<u64, Py<PyAny>>,
     next_flow: u64,
-    departed: FastMap<usize, Departed>,
+    departed: FastMap<u64, Departed>,
     sweep_at: usize,
     /// Types seen not to support weak references (skips a failing call and
     /// its exception on every pop). Only negative answers are cached, so a
@@ -93,78 +87,44 @@ impl PyWfqQueue {
         }
     }
 
-    fn push_handle(&mut self, id: usize, h: Handle) {
-        match self.ids.get_mut(&id) {
-            None => {
-                self.ids.insert(id, Handles::One(h));
-            }
-            Some(Handles::One(h0)) => {
-                let h0 = *h0;
-                self.ids.insert(id, Handles::Many(vec![h0, h]));
-            }
-            Some(Handles::Many(v)) => v.push(h),
-        }
-    }
-
-    fn drop_handle(&mut self, id: usize, h: Handle) {
-        let remove_all = match self.ids.get_mut(&id) {
-            Some(Handles::One(_)) => true,
-            Some(Handles::Many(v)) => {
-                v.retain(|x| *x != h);
-                if v.len() == 1 {
-                    let only = v[0];
-                    self.ids.insert(id, Handles::One(only));
-                }
-                false
-            }
-            None => false,
-        };
-        if remove_all {
-            self.ids.remove(&id);
-        }
-    }
-
-    /// The handle of `item` that comes first in queue order.
-    fn first_handle(&self, item: &Bound<'_, PyAny>) -> Option<Handle> {
-        match self.ids.get(&ident(item))? {
-            Handles::One(h) => Some(*h),
-            Handles::Many(v) => v
-                .iter()
-                .copied()
-                .min_by_key(|h| self.core.get(*h).expect("live").1.queue_order()),
-        }
-    }
-
-    fn remember(&mut self, item: &Bound<'_, PyAny>, tags: Tags<u64>) {
+    /// Keep a weak reference to a popped `item` whose tags the core now
+    /// remembers; an item that cannot be weakly referenced is not
+    /// remembered (the core forgets it too).
+    fn remember(&mut self, item: &Bound<'_, PyAny>, flow: Option<u64>) {
         let py = item.py();
+        let id = ident(item);
         let tp = item.get_type().as_ptr() as usize;
-        if self.no_weakref.contains_key(&tp) {
-            return;
-        }
-        let Ok(wref) = PyWeakrefReference::new(item) else {
-            // Not weak-referenceable: not remembered.
+        let wref = if self.no_weakref.contains_key(&tp) {
+            None
+        } else {
+            PyWeakrefReference::new(item).ok()
+        };
+        let Some(wref) = wref else {
             self.no_weakref.insert(tp, ());
+            self.departed.remove(&id);
+            self.core.forget(id);
             return;
         };
-        let flow_key = tags
-            .flow
-            .and_then(|id| self.flow_keys.get(&id))
+        let flow_key = flow
+            .and_then(|f| self.flow_keys.get(&f))
             .map(|k| k.clone_ref(py));
         self.departed.insert(
-            ident(item),
+            id,
             Departed {
                 wref: wref.unbind(),
                 flow_key,
-                tags,
             },
         );
         if self.departed.len() > self.sweep_at {
             self.departed
                 .retain(|_, d| d.wref.bind(py).upgrade().is_some());
+            let departed = &self.departed;
+            self.core.retain_departed(|id| departed.contains_key(&id));
             self.sweep_at = SWEEP_MIN.max(2 * self.departed.len());
         }
     }
 
+    /// The binding's record of `item` if it is the very object popped.
     fn departed_of(&self, item: &Bound<'_, PyAny>) -> Option<&Departed> {
         let d = self.departed.get(&ident(item))?;
         let alive = d.wref.bind(item.py()).upgrade()?;
@@ -182,18 +142,19 @@ impl PyWfqQueue {
         let resolved = self.resolve_flow(flow)?;
         // Validate before registering anything.
         self.core
+            .wfq()
             .preview(resolved.map(|r| r.0).as_ref(), tokens, weight, arrival)?;
         if let (Some((id, true)), Some(key)) = (resolved, flow) {
             self.register_flow(key, id)?;
         }
-        let h = self.core.add(
+        self.core.add(
+            ident(item),
             item.clone().unbind(),
             resolved.map(|r| r.0),
             tokens,
             weight,
             arrival,
         )?;
-        self.push_handle(ident(item), h);
         self.departed.remove(&ident(item));
         self.forget_dropped_flows(item.py());
         Ok(())
@@ -235,8 +196,7 @@ impl PyWfqQueue {
             }
         };
         Ok(PyWfqQueue {
-            core: Wfq::with_clock(clock),
-            ids: FastMap::default(),
+            core: ItemQueue::with_clock(clock),
             flow_ids: PyDict::new(py).unbind(),
             flow_keys: FastMap::default(),
             next_flow: 0,
@@ -249,7 +209,7 @@ impl PyWfqQueue {
     /// ``"start"`` or ``"finish"``: how ``pop()`` advances ``virtual_time``.
     #[getter]
     fn virtual_clock(&self) -> &'static str {
-        self.core.virtual_clock().as_str()
+        self.core.wfq().virtual_clock().as_str()
     }
 
     /// Queue ``item`` needing ``tokens`` tokens (prompt + max new tokens).
@@ -273,14 +233,12 @@ impl PyWfqQueue {
     /// ``virtual_time`` advances to its start (clock ``"start"``) or finish
     /// (clock ``"finish"``) tag if that is larger.
     fn pop(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let h = self
+        let (_, item, tags) = self
             .core
-            .peek_handle()
-            .ok_or_else(|| PyIndexError::new_err("pop from empty heap"))?;
-        let (item, tags) = self.core.pop().expect("non-empty");
-        let b = item.bind(py);
-        self.drop_handle(ident(b), h);
-        self.remember(b, tags);
+            .pop()
+            .ok_or_else(|| pyo3::exceptions::PyIndexError::new_err("pop from empty heap"))?;
+        let flow = tags.flow;
+        self.remember(item.bind(py), flow);
         self.forget_dropped_flows(py);
         Ok(item)
     }
@@ -289,8 +247,8 @@ impl PyWfqQueue {
     fn peek(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         self.core
             .peek()
-            .map(|(_, v, _)| v.clone_ref(py))
-            .ok_or_else(|| PyIndexError::new_err("peek from empty heap"))
+            .map(|v| v.clone_ref(py))
+            .ok_or_else(|| pyo3::exceptions::PyIndexError::new_err("peek from empty heap"))
     }
 
     /// Remove ``item`` (by identity). ``ValueError`` if it is not queued.
@@ -307,11 +265,9 @@ impl PyWfqQueue {
 
     /// Remove ``item`` if queued; return whether it was.
     fn discard(&mut self, item: &Bound<'_, PyAny>) -> bool {
-        let Some(h) = self.first_handle(item) else {
+        if self.core.discard(ident(item)).is_none() {
             return false;
-        };
-        self.core.remove(h);
-        self.drop_handle(ident(item), h);
+        }
         self.forget_dropped_flows(item.py());
         true
     }
@@ -334,14 +290,12 @@ impl PyWfqQueue {
         let py = item.py();
         if let Some(d) = self.departed_of(item) {
             let flow_key = d.flow_key.as_ref().map(|k| k.clone_ref(py));
-            let mut tags = d.tags.clone();
             let resolved = self.resolve_flow(flow_key.as_ref().map(|k| k.bind(py)))?;
             if let (Some((id, true)), Some(key)) = (resolved, &flow_key) {
                 self.register_flow(key.bind(py), id)?;
             }
-            tags.flow = resolved.map(|r| r.0);
-            let h = self.core.readd(item.clone().unbind(), tags)?;
-            self.push_handle(ident(item), h);
+            self.core
+                .readd(ident(item), item.clone().unbind(), resolved.map(|r| r.0))?;
             self.departed.remove(&ident(item));
             return Ok(());
         }
@@ -361,6 +315,7 @@ impl PyWfqQueue {
 
     /// Drop the remembered tags of a popped ``item``; returns whether any.
     fn forget(&mut self, item: &Bound<'_, PyAny>) -> bool {
+        self.core.forget(ident(item));
         self.departed.remove(&ident(item)).is_some()
     }
 
@@ -372,55 +327,93 @@ impl PyWfqQueue {
         item: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = args::remaining)] remaining: f64,
     ) -> PyResult<f64> {
-        let h = self
-            .first_handle(item)
-            .ok_or_else(|| PyKeyError::new_err("update_remaining(item): item not in queue"))?;
-        Ok(self.core.update_remaining(h, remaining)?)
+        Ok(self.core.update_remaining(ident(item), remaining)?)
     }
 
     /// ``{"flow", "weight", "start", "finish", "arrival", "remaining", "seq"}``
     /// of a queued item (its first occurrence). ``KeyError`` if not queued.
     fn tags<'py>(&self, item: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
-        let h = self
-            .first_handle(item)
+        let t = self
+            .core
+            .tags(ident(item))
             .ok_or_else(|| PyKeyError::new_err("tags(item): item not in queue"))?;
-        let (_, t) = self.core.get(h).expect("live");
         self.tags_dict(item.py(), &t)
     }
 
     /// ``(start, finish)`` virtual times of a queued item. ``KeyError`` if absent.
     fn times<'py>(&self, item: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
-        let h = self
-            .first_handle(item)
+        let t = self
+            .core
+            .tags(ident(item))
             .ok_or_else(|| PyKeyError::new_err("times(item): item not in queue"))?;
-        let (_, t) = self.core.get(h).expect("live");
         PyTuple::new(item.py(), [t.start, t.finish])
+    }
+
+    /// Validate a batch of fresh adds ``[(flow, tokens, weight, arrival),
+    /// ...]``, made in that order, without adding anything: raises what the
+    /// first failing ``add`` would raise (each start chains on the finish of
+    /// the previous request of its flow in the batch). Used by
+    /// ``WFQRequestQueue.prepend_requests`` (all or nothing).
+    fn check_adds(&self, batch: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = batch.py();
+        let new_flows = PyDict::new(py);
+        let mut rows: Vec<(Option<u64>, f64, f64, f64)> = Vec::new();
+        for row in batch.try_iter()? {
+            let (flow, tokens, weight, arrival): (
+                Bound<'_, PyAny>,
+                Bound<'_, PyAny>,
+                Bound<'_, PyAny>,
+                Bound<'_, PyAny>,
+            ) = row?.extract()?;
+            let flow_id = match self.resolve_flow(Some(&flow))? {
+                None => None,
+                Some((id, false)) => Some(id),
+                Some((_, true)) => Some(match new_flows.get_item(&flow)? {
+                    Some(id) => id.extract::<u64>()?,
+                    None => {
+                        let id = self.next_flow + new_flows.len() as u64;
+                        new_flows.set_item(&flow, id)?;
+                        id
+                    }
+                }),
+            };
+            rows.push((
+                flow_id,
+                args::float_arg("tokens", &tokens)?,
+                args::float_arg("weight", &weight)?,
+                args::float_arg("arrival", &arrival)?,
+            ));
+        }
+        Ok(self
+            .core
+            .wfq()
+            .preview_batch(rows.iter().map(|(f, t, w, a)| (f.as_ref(), *t, *w, *a)))?)
     }
 
     /// The global virtual time ``V`` (never decreases).
     #[getter]
     fn virtual_time(&self) -> f64 {
-        self.core.virtual_time()
+        self.core.wfq().virtual_time()
     }
 
     /// Number of flows whose state the queue holds.
     #[getter]
     fn flow_count(&self) -> usize {
-        self.core.flow_count()
+        self.core.wfq().flow_count()
     }
 
     /// ``F_last`` of ``flow``, or ``None`` if the queue holds no state for it
     /// (then its next request starts at ``V``).
     fn flow_last_finish(&self, flow: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
         Ok(match self.resolve_flow(Some(flow))? {
-            Some((id, false)) => self.core.flow_last_finish(&id),
+            Some((id, false)) => self.core.wfq().flow_last_finish(&id),
             _ => None,
         })
     }
 
     /// Items in pop order (a snapshot list; the queue is not changed).
     fn items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let v: Vec<_> = self.core.iter_sorted().map(|(_, v)| v.bind(py)).collect();
+        let v: Vec<_> = self.core.iter_sorted().map(|v| v.bind(py)).collect();
         PyList::new(py, v)
     }
 
@@ -437,16 +430,16 @@ impl PyWfqQueue {
     }
 
     fn __contains__(&self, item: &Bound<'_, PyAny>) -> bool {
-        self.ids.contains_key(&ident(item))
+        self.core.contains(ident(item))
     }
 
     fn __repr__(&self) -> String {
         format!(
             "WFQQueue(len={}, virtual_time={}, flows={}, virtual_clock={:?})",
             self.core.len(),
-            self.core.virtual_time(),
-            self.core.flow_count(),
-            self.core.virtual_clock().as_str()
+            self.core.wfq().virtual_time(),
+            self.core.wfq().flow_count(),
+            self.core.wfq().virtual_clock().as_str()
         )
     }
 }

@@ -11,8 +11,9 @@ calls) plus the code that reads a request's scheduling inputs **once**, at
   ``flow_key`` (an attribute name, a callable ``request -> hashable | None``,
   or ``None`` for "every request is its own flow");
 - ``weight``: the request's ``weight`` attribute, ``default_weight`` (1.0)
-  when missing; ``<= 0``, NaN or infinite is a ``ValueError`` (never replaced
-  by the default: that would hide a client bug);
+  when missing; ``<= 0``, NaN or infinite is a ``ValueError`` from the core
+  naming ``weight`` (never replaced by the default: that would hide a client
+  bug);
 - ``arrival_time`` (0.0 when missing; a tie-break only);
 - tokens needed = prompt length (``num_prompt_tokens``, else
   ``len(prompt_token_ids)``) + ``max_tokens`` (``sampling_params.max_tokens``,
@@ -146,24 +147,26 @@ class WFQRequestQueue(WFQQueue, RequestQueue):
             return getattr(request, fk, None)
         return fk(request)
 
-    def _read(self, request: Any) -> tuple[Hashable | None, int, float, float]:
+    def _read(self, request: Any) -> tuple[Hashable | None, int, Any, float]:
+        """The request's (flow, tokens, weight, arrival), type-checked; the
+        weight's value (finite, > 0) is validated by the core when added."""
         weight = getattr(request, "weight", _MISSING)
         if weight is _MISSING or weight is None:
             weight = self._default_weight
-        if isinstance(weight, bool) or not isinstance(weight, int | float):
+        if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
             raise TypeError(f"request weight must be a number, got {type(weight).__name__}")
-        if not math.isfinite(weight) or weight <= 0:
-            raise ValueError(f"request weight must be a finite number > 0, got {weight!r}")
         arrival = getattr(request, "arrival_time", 0.0)
         if isinstance(arrival, bool) or not isinstance(arrival, numbers.Real):
             raise TypeError(f"request arrival_time must be a number, got {type(arrival).__name__}")
+        # Checked here, not left to the core, only to name the request's
+        # attribute (the core's field is ``arrival``).
         try:
             arrival = float(arrival)
         except OverflowError:
             raise ValueError(f"request arrival_time is too large, got {arrival!r}") from None
         if not math.isfinite(arrival):
             raise ValueError(f"request arrival_time must be a finite number, got {arrival!r}")
-        return self._flow_of(request), request_tokens(request), float(weight), arrival
+        return self._flow_of(request), request_tokens(request), weight, arrival
 
     def add_request(self, request: Any) -> None:
         """Queue ``request`` with its flow, weight, arrival and size read now."""
@@ -198,7 +201,8 @@ class WFQRequestQueue(WFQQueue, RequestQueue):
             if id(r) in fresh and (r in self or id(r) in seen):
                 raise ValueError("request is already in the queue")
             seen.add(id(r))
-        self._check_fresh([fresh[id(r)] for r in rs if id(r) in fresh])
+        # the core validates the fresh ones as a batch (flows chain): all or nothing
+        self.check_adds([fresh[id(r)] for r in rs if id(r) in fresh])
         for r in rs:
             args = fresh.get(id(r))
             if args is None:
@@ -206,35 +210,6 @@ class WFQRequestQueue(WFQQueue, RequestQueue):
             else:
                 flow, tokens, weight, arrival = args
                 self.add(r, tokens=tokens, flow=flow, weight=weight, arrival=arrival)
-
-    def _check_fresh(self, batch: list[tuple[Hashable | None, int, float, float]]) -> None:
-        """Raise what ``add`` would raise for any of ``batch`` (added in order),
-        before anything is added: the virtual finish time ``F = max(V,
-        F_last[flow]) + tokens / weight`` must be finite, chaining per flow."""
-        v = self.virtual_time
-        last: dict[Hashable, float] = {}
-        for flow, tokens, weight, _ in batch:
-            try:
-                t = float(tokens)
-            except OverflowError:
-                raise ValueError(
-                    "request tokens must be a finite number, got an int too large for a "
-                    f"float ({len(str(tokens))} digits)"
-                ) from None
-            start = v
-            if flow is not None:
-                prev = last.get(flow)
-                if prev is None:
-                    prev = self.flow_last_finish(flow)
-                if prev is not None:
-                    start = max(v, prev)
-            finish = start + t / weight
-            if not math.isfinite(finish):
-                raise ValueError(
-                    f"virtual finish time overflows: start {start} + tokens {t} / weight {weight}"
-                )
-            if flow is not None:
-                last[flow] = finish
 
     def remove_request(self, request: Any) -> None:
         """Remove ``request`` (by identity) in O(log n); ``ValueError`` if absent."""

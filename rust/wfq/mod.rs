@@ -52,6 +52,10 @@
 use std::hash::Hash;
 
 use crate::error::{check_non_negative, check_positive, Error, Result};
+mod items;
+
+pub use items::ItemQueue;
+
 use crate::heap::{Handle, IndexedHeap};
 use crate::ordf64::OrdF64;
 
@@ -256,6 +260,35 @@ impl<K: Hash + Eq + Clone, V> Wfq<K, V> {
             .map_or(self.vtime, |f| f.last_finish);
         let start = self.vtime.max(last);
         Ok((start, finish_of(start, tokens, weight)?))
+    }
+
+    /// Validate a batch of adds, made in order, without changing anything:
+    /// `Ok` iff adding each in turn would succeed (each request's start
+    /// chains on the finish of the previous one of its flow in the batch).
+    pub fn preview_batch<'a>(
+        &self,
+        batch: impl IntoIterator<Item = (Option<&'a K>, f64, f64, f64)>,
+    ) -> Result<()>
+    where
+        K: 'a,
+    {
+        let mut last: FastMap<&K, f64> = FastMap::default();
+        for (flow, tokens, weight, arrival) in batch {
+            check_positive("weight", weight)?;
+            check_non_negative("tokens", tokens)?;
+            check_finite("arrival", arrival)?;
+            let prev = flow.and_then(|k| {
+                last.get(k)
+                    .copied()
+                    .or_else(|| self.flows.get(k).map(|f| f.last_finish))
+            });
+            let start = prev.map_or(self.vtime, |p| self.vtime.max(p));
+            let finish = finish_of(start, tokens, weight)?;
+            if let Some(k) = flow {
+                last.insert(k, finish);
+            }
+        }
+        Ok(())
     }
 
     /// Add a request of `tokens` tokens with `weight` to `flow`.
