@@ -6,6 +6,7 @@
 #   docs/results/regenerate.sh sim        # the simulator comparison and sweeps (~1 min on 2 cores)
 #   docs/results/regenerate.sh bench      # fairq bench, every suite (~10 min on 2 cores)
 #   docs/results/regenerate.sh engine     # fairq engine-bench on CPU (needs fairq[engine], ~1 min)
+#   docs/results/regenerate.sh wheel      # .ci/build-wheel: the auditwheel report, sizes (~3 min)
 #   docs/results/regenerate.sh splice     # only re-copy the tables into the docs
 #
 # Needs an installed fairq (`pip install .`). Run it on a quiet machine: the
@@ -36,8 +37,37 @@ for part in "${parts[@]}"; do
       fairq engine-bench --model small --requests-per-client 8 --max-new-tokens 32 \
         --quantum 128 --json engine-bench-cpu-small.json | tee engine-bench-cpu-small.md
       ;;
+    wheel)
+      tmp=$(mktemp -d)
+      ../../.ci/build-wheel "$tmp" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; exit 1; }
+      {
+        echo "# The release wheel"
+        echo
+        echo "\`.ci/build-wheel OUTDIR\` on $(uname -m) $(uname -s), $(ldd --version | head -1)," \
+          "rustc $(rustc --version | cut -d' ' -f2), CPython $(python3 -c 'import platform; print(platform.python_version())')."
+        echo
+        echo "## auditwheel show"
+        echo
+        echo '```'
+        cat "$tmp/auditwheel.txt"
+        echo '```'
+        echo
+        echo "## .ci/check_dist.py"
+        echo
+        echo '```'
+        python3 ../../.ci/check_dist.py "$tmp"
+        echo '```'
+        echo
+        echo "## Wheel contents"
+        echo
+        echo '```'
+        python3 -m zipfile -l "$tmp"/fairq-*.whl
+        echo '```'
+      } >wheel.md
+      rm -rf "$tmp"
+      ;;
     splice) ;;
-    *) echo "unknown part: $part (sim, bench, engine, splice)" >&2; exit 2 ;;
+    *) echo "unknown part: $part (sim, bench, engine, wheel, splice)" >&2; exit 2 ;;
   esac
 done
 python splice.py

@@ -4,8 +4,10 @@
 //! too large to convert to C long", "int too large to convert to float") for
 //! huge ints without saying which argument was wrong. These helpers turn that
 //! into a `ValueError` naming the field and the value, and a wrong type into
-//! a `TypeError` naming the field; any other exception (one raised by a
-//! user's `__index__` / `__float__`) propagates unchanged. Use them through
+//! a `TypeError` naming the field; a plain `ValueError` from `__float__`
+//! (numpy < 2.3 rejecting `np.array(["a"])`) gets the field named, with the
+//! original as its cause; any other exception (one raised by a user's
+//! `__index__` / `__float__`) propagates unchanged. Use them through
 //! `#[pyo3(from_py_with = ...)]` with the small named extractors below, so
 //! signatures keep their plain Rust types and defaults.
 
@@ -56,8 +58,9 @@ pub fn int_arg(field: &str, v: &Bound<'_, PyAny>) -> PyResult<i64> {
     })
 }
 
-/// `v` as an `f64`; an int too large for a float: `ValueError`, not a
-/// number: `TypeError`. (NaN and infinities pass; callers validate them.)
+/// `v` as an `f64`; an int too large for a float, or a plain `ValueError`
+/// from its `__float__`: `ValueError` naming the field; not a number:
+/// `TypeError`. (NaN and infinities pass; callers validate them.)
 pub fn float_arg(field: &str, v: &Bound<'_, PyAny>) -> PyResult<f64> {
     v.extract::<f64>().map_err(|e| {
         let py = v.py();
@@ -68,6 +71,13 @@ pub fn float_arg(field: &str, v: &Bound<'_, PyAny>) -> PyResult<f64> {
             ))
         } else if e.is_instance_of::<PyTypeError>(py) {
             PyTypeError::new_err(format!("{field} must be a number, got {}", type_name(v)))
+        } else if e.get_type(py).is(py.get_type::<PyValueError>()) {
+            // A `__float__` that rejects its value with a plain ValueError
+            // (numpy < 2.3 for `np.array(["a"])`: "could not convert string
+            // to float") names no field; say which one, keep it as the cause.
+            let named = PyValueError::new_err(format!("{field} must be a number: {e}"));
+            named.set_cause(py, Some(e));
+            named
         } else {
             e
         }

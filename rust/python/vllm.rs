@@ -9,8 +9,6 @@
 //! queue itself, as in `q.remove_requests(q)`) is safe, and every input is
 //! validated before anything is mutated.
 
-use std::sync::OnceLock;
-
 use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -20,9 +18,6 @@ use pyo3::{PyTraverseError, PyVisit};
 use crate::python::request_id;
 use crate::registry::IdMap;
 use crate::request_queue::{FcfsQueue, Num, PriorityKey, PriorityQueue, RequestId};
-
-/// `deque.remove` changed its message in CPython 3.11.
-static DEQUE_MSG_HAS_REPR: OnceLock<bool> = OnceLock::new();
 
 fn oid(obj: &Bound<'_, PyAny>) -> u64 {
     obj.as_ptr() as usize as u64
@@ -243,12 +238,11 @@ impl PyFcfsQueue {
         match removed {
             Some(_) => Ok(()),
             None => {
-                let msg = if *DEQUE_MSG_HAS_REPR.get().unwrap_or(&true) {
-                    format!("{} is not in deque", repr_of(request))
-                } else {
-                    "deque.remove(x): x not in deque".to_owned()
-                };
-                Err(PyValueError::new_err(msg))
+                // deque.remove's message since CPython 3.10 (fairq's floor).
+                Err(PyValueError::new_err(format!(
+                    "{} is not in deque",
+                    repr_of(request)
+                )))
             }
         }
     }
@@ -457,7 +451,6 @@ impl PyPriorityQueue {
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let _ = DEQUE_MSG_HAS_REPR.set(m.py().version_info() >= (3, 11));
     m.add_class::<PyFcfsQueue>()?;
     m.add_class::<PyPriorityQueue>()?;
     Ok(())
