@@ -64,3 +64,39 @@ def test_deprecated_jain_warns_and_is_jain_index(module: str) -> None:
         assert mod.jain_index([1.0, 1.0]) == 1.0  # the new name does not warn
     with pytest.raises(AttributeError, match="no attribute 'jains'"):
         _ = mod.jains
+
+
+def _public_classes() -> list[type]:
+    import fairq._core as core
+
+    return [
+        obj for name, obj in vars(core).items() if not name.startswith("_") and inspect.isclass(obj)
+    ]
+
+
+@pytest.mark.parametrize("cls", _public_classes(), ids=lambda c: c.__name__)
+def test_every_public_class_and_member_is_documented(cls: type) -> None:
+    """``help(fairq.X)`` shows the contract: the class and every public
+    method and property of the extension carry a docstring (issue 10, item 6)."""
+    assert (cls.__doc__ or "").strip(), f"{cls.__name__} has no docstring"
+    for name, member in vars(cls).items():
+        if name.startswith("_"):
+            continue
+        assert (getattr(member, "__doc__", None) or "").strip(), f"{cls.__name__}.{name}"
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        ("FCFS", ["arrival order", "exactly once", "KeyError"]),
+        ("LPM", ["longest", "skipped"]),
+        ("VTC", ["smallest counter", "Lift", "w_in"]),
+        ("DLPM", ["deficit", "quantum", "Theorem 4.1"]),
+        ("D2LPM", ["worker_quantum", "least-loaded", "on_evict"]),
+        ("RadixTree", ["page_size", "evict", "namespace"]),
+    ],
+)
+def test_policy_docstrings_state_the_contract(name: str, words: list[str]) -> None:
+    doc = getattr(fairq, name).__doc__
+    for word in words:
+        assert word in doc, f"help(fairq.{name}) does not mention {word!r}"

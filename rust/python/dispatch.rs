@@ -153,9 +153,22 @@ fn base(d: crate::Result<Dispatcher>) -> PyResult<PyDispatcher> {
     Ok(PyDispatcher { inner: d? })
 }
 
-/// D2LPM (Algorithm 2): per-(client, worker) deficits with worker quantum
-/// `Q_w` decide how long a client sticks to the workers holding its prefix.
-/// `worker_quantum` may be `float("inf")` (pure affinity, no fairness).
+/// D2LPM, the distributed dispatcher (paper Algorithm 2).
+///
+/// Keeps a global prefix tree of which worker holds what, a queue size per
+/// worker and a deficit per (client, worker) (`deficit(client, worker)`; new:
+/// 0). `dispatch(request_id, client, tokens)`: G = the workers holding the
+/// longest matched prefix (all if none); avail = workers where the client's
+/// deficit is > 0, refilled by `worker_quantum` (Q_w) on every worker while
+/// avail is empty; the least-loaded worker of G & avail (or of avail when
+/// that is empty) gets the request, its deficit there drops by
+/// `w_e * len(tokens)`, its load by one, and the tree records the tokens on
+/// it. `on_finish(request_id, output_tokens)` charges `w_q * output_tokens`
+/// and frees the load; `on_evict(worker, tokens, kept=0)` removes the worker
+/// from the nodes beyond `tokens[:kept]`. Reports never block. Bound: service
+/// of backlogged clients differs by at most 2 * W * (U + Q_u) with DLPM on
+/// every worker. `worker_quantum` may be `float("inf")` (pure affinity, no
+/// fairness); weights > 0 and finite (ValueError naming the field).
 #[pyclass(extends = PyDispatcher, module = "fairq._core", name = "D2LPM")]
 pub struct PyD2LPM;
 

@@ -706,11 +706,23 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     let qf = m.getattr("QueueFull")?;
     let property = py.import("builtins")?.getattr("property")?;
-    for (i, name) in ["class_name", "limit", "current", "max"].iter().enumerate() {
+    let fields = [
+        ("class_name", "The policy class the push was for."),
+        (
+            "limit",
+            "The limit's field name, e.g. 'request_queue_limit_per_worker'.",
+        ),
+        (
+            "current",
+            "The usage before the push (class limits: the usage it would make).",
+        ),
+        ("max", "The limit (per-worker limits: times num_workers)."),
+    ];
+    for (i, (name, doc)) in fields.iter().enumerate() {
         let k = i + 1;
         let code = format!("lambda self: self.args[{k}] if len(self.args) > {k} else None");
         let f = py.eval(&std::ffi::CString::new(code)?, None, None)?;
-        qf.setattr(*name, property.call1((f,))?)?;
+        qf.setattr(*name, property.call1((f, py.None(), py.None(), *doc))?)?;
     }
     Ok(())
 }

@@ -58,11 +58,13 @@ impl PyDualPhase {
         })
     }
 
+    /// Think slots per output slot of budget (>= 1.0).
     #[getter]
     fn think_batch_multiplier(&self) -> f64 {
         self.core.think_batch_multiplier()
     }
 
+    /// Think slots kept while output is below its budget (0: none).
     #[getter]
     fn min_think_reservation(&self) -> usize {
         self.core.min_think_reservation()

@@ -36,6 +36,19 @@ pub fn extract_namespace(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Namespace> 
 }
 
 /// Token radix tree modelling an engine's prefix (KV) cache.
+///
+/// Holds token-id sequences the way an engine's prefix cache holds KV pages:
+/// `match(tokens)` is the length of the longest cached prefix (whole pages of
+/// `page_size` tokens; a pure query, no LRU touch), `insert(tokens)` caches a
+/// sequence and returns how much was already there, `evict(n)` frees
+/// least-recently-used unlocked leaves until `n` tokens are freed, and
+/// `lock`/`unlock` pin a prefix against eviction (every `lock` needs its own
+/// `unlock`). With a `capacity` (tokens) `insert` evicts LRU leaves to make
+/// room. `namespace` (None, a str or an int) keeps separate trees in one
+/// object (e.g. one per LoRA adapter or cache salt). Token ids: a list, tuple,
+/// numpy integer array, `array.array`, memoryview or uint32 buffer; each id a
+/// non-negative int < 2**32. The local schedulers LPM and DLPM read it to
+/// order requests; an engine integration inserts what it really cached.
 #[pyclass(name = "RadixTree", module = "fairq._core")]
 pub struct PyRadixTree {
     pub inner: RadixTree,
@@ -122,18 +135,22 @@ impl PyRadixTree {
         Ok(self.inner.evict(n_tokens))
     }
 
+    /// Tokens cached.
     #[getter]
     fn size(&self) -> usize {
         self.inner.size()
     }
+    /// Cached tokens not pinned by a lock (what evict can free).
     #[getter]
     fn evictable_size(&self) -> usize {
         self.inner.evictable_size()
     }
+    /// Token capacity (None: unbounded).
     #[getter]
     fn capacity(&self) -> Option<usize> {
         self.inner.capacity()
     }
+    /// Tokens per page: matches and inserts count whole pages.
     #[getter]
     fn page_size(&self) -> usize {
         self.inner.page_size()

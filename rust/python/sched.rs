@@ -13,23 +13,25 @@ use crate::python::tokens::extract_tokens;
 use crate::radix::RadixTree;
 use crate::sched::{Admission, LocalScheduler, Policy};
 
-fn check_weight(field: &str, v: f64) -> PyResult<f64> {
-    Ok(crate::error::check_positive(field, v)?)
-}
-
 /// One admitted request, as returned by `schedule`.
 #[pyclass(name = "Admission", module = "fairq._core", frozen)]
 pub struct PyAdmission {
+    /// The request id as given to `add`.
     #[pyo3(get)]
     request_id: PyObject,
+    /// The client the request was added for.
     #[pyo3(get)]
     client: String,
+    /// The item given to `add` (None if none was).
     #[pyo3(get)]
     item: PyObject,
+    /// Prompt tokens.
     #[pyo3(get)]
     input_len: usize,
+    /// Prompt tokens served from the prefix cache at admission (the tree's match).
     #[pyo3(get)]
     cached_len: usize,
+    /// Prompt tokens to compute: input_len - cached_len (what was charged).
     #[pyo3(get)]
     extend_len: usize,
 }
@@ -212,11 +214,13 @@ macro_rules! sched_class {
                 self.core.rematches()
             }
 
+            /// Admitted requests not finished yet.
             #[getter]
             fn num_running(&self) -> usize {
                 self.core.num_running()
             }
 
+            /// The RadixTree this scheduler matches against (None if none).
             #[getter]
             fn tree(&self, py: Python<'_>) -> Option<Py<PyRadixTree>> {
                 self.tree.as_ref().map(|t| t.clone_ref(py))
@@ -249,7 +253,25 @@ macro_rules! sched_class {
 sched_class!(
     PyFcfs,
     "FCFS",
-    "First come, first served (stops at the first request that does not fit).",
+    "First come, first served.
+
+Admits waiting requests in arrival order (the order of add) and stops at the
+first request whose extend tokens do not fit token_budget, so a large request
+is never overtaken. With a RadixTree the admissions report the tree's cached
+prefix (cached_len) and charge only the rest (extend_len); without one every
+prompt token is extend. Client weights are stored but do not change the order.
+
+Contract shared by FCFS, LPM, VTC and DLPM (fairq.LocalScheduler):
+add(request_id, client, tokens, item=None, namespace=None) queues a request
+(duplicate id: ValueError); schedule(token_budget, max_requests=None) admits
+in policy order and returns Admissions ([] when nothing may go); admitted
+requests are running until finish(request_id); charge_output(request_id, n)
+charges decoded tokens; remove(request_id) drops a waiting request and returns
+its item (unknown: KeyError). service(client) = w_e*extend + w_q*output
+tokens served (VTC: w_in and w_out in those roles; FCFS, LPM: 1 and 2), not
+divided by the client's weight.
+Every failing call raises before changing anything. Every request added
+leaves exactly once: admitted then finished, or removed.",
     {
         #[new]
         #[pyo3(signature = (tree = None))]
@@ -266,7 +288,16 @@ sched_class!(
 sched_class!(
     PyLpm,
     "LPM",
-    "Longest prefix match first (skips requests that do not fit).",
+    "Longest prefix match first.
+
+Each schedule orders the waiting requests by the length of their longest
+match in `tree` (the engine's prefix cache, a RadixTree), longest first, ties
+in arrival order, and admits in that order; a request whose extend tokens do
+not fit the budget left is skipped, not a stop. Matches are kept current
+incrementally: a request is parked on the tree node where its match ends and
+re-matched only when an insert or evict changes that node. Maximises cache
+reuse; not fair: a client with a hot prefix can starve the others
+(ALGORITHMS.md section 6). Shared contract: see help(fairq.FCFS).",
     {
         #[new]
         fn new(tree: Py<PyRadixTree>) -> PyResult<Self> {
@@ -282,7 +313,18 @@ sched_class!(
 sched_class!(
     PyVtc,
     "VTC",
-    "Virtual Token Counter (Sheng et al.), artifact rules.",
+    "Virtual Token Counter (Sheng et al.), artifact rules.
+
+Keeps a counter per client (counter(client); new client: 0). Admission
+repeatedly takes the waiting client with the smallest counter and admits its
+oldest request if it fits, stopping at the first that does not; an admission
+adds w_in * input_len / weight, charge_output(n) adds w_out * n / weight.
+Lift: when a client's waiting queue goes from empty to non-empty its counter
+becomes max(counter, min counter of the other clients with waiting requests),
+so an idle client banks no credit. Backlogged clients' weighted service stays
+within a bound of each other; cache locality is ignored (ALGORITHMS.md
+section 5). w_in, w_out: > 0 and finite (ValueError naming the field).
+Shared contract: see help(fairq.FCFS).",
     {
         #[new]
         #[pyo3(signature = (tree = None, w_in = 1.0, w_out = 2.0))]
@@ -291,8 +333,6 @@ sched_class!(
             #[pyo3(from_py_with = args::w_in)] w_in: f64,
             #[pyo3(from_py_with = args::w_out)] w_out: f64,
         ) -> PyResult<Self> {
-            let w_in = check_weight("w_in", w_in)?;
-            let w_out = check_weight("w_out", w_out)?;
             Ok(Self {
                 core: LocalScheduler::new(Policy::Vtc { w_in, w_out })?,
                 tree,
@@ -310,7 +350,21 @@ sched_class!(
 sched_class!(
     PyDlpm,
     "DLPM",
-    "Deficit Longest Prefix Match (paper Algorithm 1).",
+    "Deficit Longest Prefix Match (paper Algorithm 1).
+
+Walks the waiting requests in LPM order (longest match in `tree` first) and
+gates each by its client's deficit q (deficit(client); new client: 0):
+a request of a client with q > 0 is admitted if its extend tokens fit, and
+q -= w_e * extend_len / weight; charge_output(n) takes w_q * n / weight. When
+the walk meets a client with q <= 0 and no client with waiting requests has
+q > 0, every known client with q <= 0 gets q += quantum (the paper's Q_u;
+consecutive refills are applied in bulk, counted in `refills`). One schedule
+call repeats the walk until a walk admits nothing (work conserving).
+Bound (Theorem 4.1): two continuously backlogged clients' service differs by
+at most 2 * (U + quantum), U = w_e * max input + w_q * max running tokens.
+quantum -> 0 behaves like VTC, quantum -> inf like LPM. quantum, w_e, w_q:
+> 0 and finite (ValueError naming the field). Shared contract: see
+help(fairq.FCFS).",
     {
         #[new]
         #[pyo3(signature = (tree, quantum, w_e = 1.0, w_q = 2.0))]
@@ -320,9 +374,6 @@ sched_class!(
             #[pyo3(from_py_with = args::w_e)] w_e: f64,
             #[pyo3(from_py_with = args::w_q)] w_q: f64,
         ) -> PyResult<Self> {
-            let quantum = check_weight("quantum", quantum)?;
-            let w_e = check_weight("w_e", w_e)?;
-            let w_q = check_weight("w_q", w_q)?;
             Ok(Self {
                 core: LocalScheduler::new(Policy::Dlpm { quantum, w_e, w_q })?,
                 tree: Some(tree),
