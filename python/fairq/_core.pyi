@@ -5,12 +5,36 @@ Each section belongs to one core module (rust/python/<name>.rs).
 
 from array import array
 from collections.abc import Hashable, Sequence
-from typing import Any, SupportsIndex
+from typing import Any, SupportsIndex, final
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import Self, disjoint_base
 
 __version__: str
+__all__ = [
+    "Admission",
+    "ClientRoundRobin",
+    "D2LPM",
+    "DLPM",
+    "Dispatcher",
+    "DualPhaseQueue",
+    "FCFS",
+    "FCFSQueueCore",
+    "LPM",
+    "LeastLoaded",
+    "PrefixAffinity",
+    "PriorityQueueCore",
+    "QueueFull",
+    "RadixTree",
+    "RoundRobin",
+    "VTC",
+    "WFQQueue",
+    "_DRRCore",
+    "__version__",
+    "_drr_check_class",
+    "as_tokens",
+]
 
 TokenIds = (
     Sequence[int] | npt.NDArray[np.integer[Any]] | bytes | bytearray | memoryview | array[int]
@@ -48,34 +72,36 @@ def as_tokens(tokens: TokenIds, field: str = "tokens") -> list[int]: ...
 from collections.abc import Iterable as _Iterable  # noqa: E402
 from collections.abc import Iterator as _Iterator  # noqa: E402
 
+@disjoint_base
 class FCFSQueueCore:
     """Rust half of ``fairq.vllm.FCFSRequestQueue`` (use that class)."""
 
-    def __init__(self) -> None: ...
-    def add_request(self, request: Any) -> None: ...
+    def __new__(cls) -> Self: ...
+    def add_request(self, request: Any, /) -> None: ...
     def pop_request(self) -> Any: ...
     def peek_request(self) -> Any: ...
     def prepend_request(self, request: Any) -> None: ...
     def prepend_requests(self, requests: _Iterable[Any]) -> None: ...
     def remove_request(self, request: Any) -> None: ...
     def remove_requests(self, requests: _Iterable[Any]) -> None: ...
-    def __contains__(self, request: object) -> bool: ...
+    def __contains__(self, request: object, /) -> bool: ...
     def __len__(self) -> int: ...
     def __bool__(self) -> bool: ...
     def __iter__(self) -> _Iterator[Any]: ...
 
+@disjoint_base
 class PriorityQueueCore:
     """Rust half of ``fairq.vllm.PriorityRequestQueue`` (use that class)."""
 
-    def __init__(self) -> None: ...
-    def add_request(self, request: Any) -> None: ...
+    def __new__(cls) -> Self: ...
+    def add_request(self, request: Any, /) -> None: ...
     def pop_request(self) -> Any: ...
     def peek_request(self) -> Any: ...
     def prepend_request(self, request: Any) -> None: ...
     def prepend_requests(self, requests: _Iterable[Any]) -> None: ...
     def remove_request(self, request: Any) -> None: ...
     def remove_requests(self, requests: _Iterable[Any]) -> None: ...
-    def __contains__(self, request: object) -> bool: ...
+    def __contains__(self, request: object, /) -> bool: ...
     def __len__(self) -> int: ...
     def __bool__(self) -> bool: ...
     def __iter__(self) -> _Iterator[Any]: ...
@@ -89,6 +115,7 @@ def _drr_check_class(fields: Mapping[str, Any]) -> None:
     """Validate one policy class's fields with the core's resolver (raises
     ``ValueError``/``TypeError`` naming the field)."""
 
+@disjoint_base
 class _DRRCore:
     """Rust core of ``fairq.DRRQueue`` (Deficit Round Robin across policy classes).
 
@@ -176,10 +203,9 @@ class _DRRCore:
 from collections.abc import Iterator as _WfqIterator  # noqa: E402
 from typing import Literal as _WfqLiteral  # noqa: E402
 
-from typing_extensions import Self as _WfqSelf  # noqa: E402
-
 _WfqClock = _WfqLiteral["start", "finish"]
 
+@disjoint_base
 class WFQQueue:
     """Weighted Fair Queuing on per-flow virtual finish times (see ``fairq.wfq``).
 
@@ -188,8 +214,7 @@ class WFQQueue:
     raise ``ValueError``.
     """
 
-    def __new__(cls, *, virtual_clock: _WfqClock = "start") -> _WfqSelf: ...
-    def __init__(self, *, virtual_clock: _WfqClock = "start") -> None: ...
+    def __new__(cls, *, virtual_clock: _WfqClock = "start") -> Self: ...
     @property
     def virtual_clock(self) -> _WfqClock: ...
     def add(
@@ -230,15 +255,16 @@ class WFQQueue:
     def __iter__(self) -> _WfqIterator[Any]: ...
     def __len__(self) -> int: ...
     def __bool__(self) -> bool: ...
-    def __contains__(self, item: object) -> bool: ...
+    def __contains__(self, item: object, /) -> bool: ...
 
 # --- dualphase (rust/python/dualphase.rs) ----------------------------------
+@disjoint_base
 class DualPhaseQueue:
     """Think / output dual-phase queue (see ``fairq.dualphase``)."""
 
-    def __init__(
-        self, think_batch_multiplier: float = 2.5, min_think_reservation: int = 1
-    ) -> None: ...
+    def __new__(
+        cls, think_batch_multiplier: float = 2.5, min_think_reservation: int = 1
+    ) -> Self: ...
     @property
     def think_batch_multiplier(self) -> float: ...
     @property
@@ -256,16 +282,17 @@ class DualPhaseQueue:
     def metrics(self) -> dict[str, int]: ...
     def __len__(self) -> int: ...
     def __bool__(self) -> bool: ...
-    def __contains__(self, request_id: object) -> bool: ...
+    def __contains__(self, request_id: object, /) -> bool: ...
 
 # --- radix (rust/python/radix.rs) ------------------------------------------
 
 Namespace = str | int | None
 
+@final
 class RadixTree:
     """Token radix tree modelling an engine's prefix (KV) cache."""
 
-    def __init__(self, capacity: int | None = None, page_size: int = 1) -> None: ...
+    def __new__(cls, capacity: int | None = None, page_size: int = 1) -> Self: ...
     def match(self, tokens: TokenIds, namespace: Namespace = None) -> int: ...
     def insert(self, tokens: TokenIds, namespace: Namespace = None) -> int: ...
     def lock(self, tokens: TokenIds, namespace: Namespace = None) -> int: ...
@@ -285,7 +312,11 @@ class RadixTree:
     def _check(self) -> None: ...
 
 # --- sched (rust/python/sched.rs) ------------------------------------------
+# FCFS, LPM, VTC and DLPM are separate classes at run time with the same
+# members (one Rust macro); their shared interface as a type is the Protocol
+# fairq.sched.LocalScheduler.
 
+@final
 class Admission:
     """One admitted request, as returned by ``schedule``."""
 
@@ -302,10 +333,11 @@ class Admission:
     @property
     def extend_len(self) -> int: ...
 
-class _LocalScheduler:
-    """The interface every local scheduler shares (a stub-only base: at run
-    time FCFS, LPM, VTC and DLPM are separate classes with these methods)."""
+@final
+class FCFS:
+    """First come, first served."""
 
+    def __new__(cls, tree: RadixTree | None = None) -> Self: ...
     def add(
         self,
         request_id: RequestIdLike,
@@ -346,31 +378,146 @@ class _LocalScheduler:
         """Number of waiting requests."""
     def _check(self) -> None: ...
 
-class FCFS(_LocalScheduler):
-    """First come, first served."""
-
-    def __init__(self, tree: RadixTree | None = None) -> None: ...
-
-class LPM(_LocalScheduler):
+@final
+class LPM:
     """Longest prefix match first."""
 
-    def __init__(self, tree: RadixTree) -> None: ...
+    def __new__(cls, tree: RadixTree) -> Self: ...
+    def add(
+        self,
+        request_id: RequestIdLike,
+        client: str,
+        tokens: TokenIds,
+        item: Any = None,
+        namespace: Namespace = None,
+    ) -> None:
+        """Queue a request; a duplicate ``request_id`` is a ``ValueError``."""
+    def remove(self, request_id: RequestIdLike) -> Any:
+        """Remove a waiting request and return its item (unknown: ``KeyError``)."""
+    def schedule(self, token_budget: int, max_requests: int | None = None) -> list[Admission]:
+        """Admit waiting requests in policy order while their extend tokens fit
+        ``token_budget`` (and ``max_requests``), charging the policy counters."""
+    def charge_output(self, request_id: RequestIdLike, n_tokens: int = 1) -> None:
+        """Charge ``n_tokens`` decoded output tokens of a running request."""
+    def recharge_extend(self, request_id: RequestIdLike, extend_len: int) -> int:
+        """Replace a running request's charged extend tokens by the engine's
+        real value; returns the old value."""
+    def charged_extend(self, request_id: RequestIdLike) -> int:
+        """Extend tokens currently charged for a running request."""
+    def finish(self, request_id: RequestIdLike) -> None:
+        """A running request is done (unknown: ``KeyError``)."""
+    def service(self, client: str) -> float:
+        """Tokens served to ``client``: ``w_e * extend + w_q * output``."""
+    def set_weight(self, client: str, w: float) -> None:
+        """Client weight (> 0, finite) dividing its VTC/DLPM charges."""
+    def weight(self, client: str) -> float: ...
+    def clients(self) -> list[str]: ...
+    def num_waiting(self, client: str) -> int: ...
+    @property
+    def num_running(self) -> int: ...
+    @property
+    def tree(self) -> RadixTree | None: ...
+    @property
+    def _rematches(self) -> int: ...
+    def __len__(self) -> int:
+        """Number of waiting requests."""
+    def _check(self) -> None: ...
 
-class VTC(_LocalScheduler):
+@final
+class VTC:
     """Virtual Token Counter (artifact rules)."""
 
-    def __init__(
-        self, tree: RadixTree | None = None, w_in: float = 1.0, w_out: float = 2.0
-    ) -> None: ...
+    def __new__(
+        cls, tree: RadixTree | None = None, w_in: float = 1.0, w_out: float = 2.0
+    ) -> Self: ...
+    def add(
+        self,
+        request_id: RequestIdLike,
+        client: str,
+        tokens: TokenIds,
+        item: Any = None,
+        namespace: Namespace = None,
+    ) -> None:
+        """Queue a request; a duplicate ``request_id`` is a ``ValueError``."""
+    def remove(self, request_id: RequestIdLike) -> Any:
+        """Remove a waiting request and return its item (unknown: ``KeyError``)."""
+    def schedule(self, token_budget: int, max_requests: int | None = None) -> list[Admission]:
+        """Admit waiting requests in policy order while their extend tokens fit
+        ``token_budget`` (and ``max_requests``), charging the policy counters."""
+    def charge_output(self, request_id: RequestIdLike, n_tokens: int = 1) -> None:
+        """Charge ``n_tokens`` decoded output tokens of a running request."""
+    def recharge_extend(self, request_id: RequestIdLike, extend_len: int) -> int:
+        """Replace a running request's charged extend tokens by the engine's
+        real value; returns the old value."""
+    def charged_extend(self, request_id: RequestIdLike) -> int:
+        """Extend tokens currently charged for a running request."""
+    def finish(self, request_id: RequestIdLike) -> None:
+        """A running request is done (unknown: ``KeyError``)."""
+    def service(self, client: str) -> float:
+        """Tokens served to ``client``: ``w_e * extend + w_q * output``."""
+    def set_weight(self, client: str, w: float) -> None:
+        """Client weight (> 0, finite) dividing its VTC/DLPM charges."""
+    def weight(self, client: str) -> float: ...
+    def clients(self) -> list[str]: ...
+    def num_waiting(self, client: str) -> int: ...
+    @property
+    def num_running(self) -> int: ...
+    @property
+    def tree(self) -> RadixTree | None: ...
+    @property
+    def _rematches(self) -> int: ...
+    def __len__(self) -> int:
+        """Number of waiting requests."""
+    def _check(self) -> None: ...
     def counter(self, client: str) -> float:
         """The client's virtual token counter."""
 
-class DLPM(_LocalScheduler):
+@final
+class DLPM:
     """Deficit Longest Prefix Match (paper Algorithm 1)."""
 
-    def __init__(
-        self, tree: RadixTree, quantum: float, w_e: float = 1.0, w_q: float = 2.0
-    ) -> None: ...
+    def __new__(
+        cls, tree: RadixTree, quantum: float, w_e: float = 1.0, w_q: float = 2.0
+    ) -> Self: ...
+    def add(
+        self,
+        request_id: RequestIdLike,
+        client: str,
+        tokens: TokenIds,
+        item: Any = None,
+        namespace: Namespace = None,
+    ) -> None:
+        """Queue a request; a duplicate ``request_id`` is a ``ValueError``."""
+    def remove(self, request_id: RequestIdLike) -> Any:
+        """Remove a waiting request and return its item (unknown: ``KeyError``)."""
+    def schedule(self, token_budget: int, max_requests: int | None = None) -> list[Admission]:
+        """Admit waiting requests in policy order while their extend tokens fit
+        ``token_budget`` (and ``max_requests``), charging the policy counters."""
+    def charge_output(self, request_id: RequestIdLike, n_tokens: int = 1) -> None:
+        """Charge ``n_tokens`` decoded output tokens of a running request."""
+    def recharge_extend(self, request_id: RequestIdLike, extend_len: int) -> int:
+        """Replace a running request's charged extend tokens by the engine's
+        real value; returns the old value."""
+    def charged_extend(self, request_id: RequestIdLike) -> int:
+        """Extend tokens currently charged for a running request."""
+    def finish(self, request_id: RequestIdLike) -> None:
+        """A running request is done (unknown: ``KeyError``)."""
+    def service(self, client: str) -> float:
+        """Tokens served to ``client``: ``w_e * extend + w_q * output``."""
+    def set_weight(self, client: str, w: float) -> None:
+        """Client weight (> 0, finite) dividing its VTC/DLPM charges."""
+    def weight(self, client: str) -> float: ...
+    def clients(self) -> list[str]: ...
+    def num_waiting(self, client: str) -> int: ...
+    @property
+    def num_running(self) -> int: ...
+    @property
+    def tree(self) -> RadixTree | None: ...
+    @property
+    def _rematches(self) -> int: ...
+    def __len__(self) -> int:
+        """Number of waiting requests."""
+    def _check(self) -> None: ...
     def deficit(self, client: str) -> float:
         """The client's deficit counter ``q[c]``."""
     @property
@@ -379,6 +526,7 @@ class DLPM(_LocalScheduler):
 
 # --- dispatch (rust/python/dispatch.rs) ------------------------------------
 
+@disjoint_base
 class Dispatcher:
     """Base of every dispatcher (not constructible)."""
 
@@ -399,13 +547,14 @@ class Dispatcher:
     @property
     def policy(self) -> str: ...
     def clients(self) -> list[str]: ...
-    def __contains__(self, request_id: RequestIdLike) -> bool: ...
+    def __contains__(self, request_id: RequestIdLike, /) -> bool: ...
     def __len__(self) -> int: ...
 
+@final
 class D2LPM(Dispatcher):
-    def __init__(
-        self, num_workers: int, worker_quantum: float, w_e: float = 1.0, w_q: float = 2.0
-    ) -> None: ...
+    def __new__(
+        cls, num_workers: int, worker_quantum: float, w_e: float = 1.0, w_q: float = 2.0
+    ) -> Self: ...
     def deficit(self, client: str, worker: int) -> float: ...
     @property
     def worker_quantum(self) -> float: ...
@@ -414,22 +563,26 @@ class D2LPM(Dispatcher):
     @property
     def w_q(self) -> float: ...
 
+@final
 class RoundRobin(Dispatcher):
-    def __init__(self, num_workers: int) -> None: ...
+    def __new__(cls, num_workers: int) -> Self: ...
 
+@final
 class LeastLoaded(Dispatcher):
-    def __init__(self, num_workers: int) -> None: ...
+    def __new__(cls, num_workers: int) -> Self: ...
 
+@final
 class ClientRoundRobin(Dispatcher):
-    def __init__(self, num_workers: int) -> None: ...
+    def __new__(cls, num_workers: int) -> Self: ...
 
+@final
 class PrefixAffinity(Dispatcher):
-    def __init__(
-        self,
+    def __new__(
+        cls,
         num_workers: int,
         abs_threshold: float = 32.0,
         rel_threshold: float = 1.5,
         match_threshold: float = 0.5,
-    ) -> None: ...
+    ) -> Self: ...
     @property
     def thresholds(self) -> tuple[float, float, float]: ...
