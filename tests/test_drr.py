@@ -363,6 +363,7 @@ def test_queue_full_carries_its_fields_and_enqueues_nothing() -> None:
     assert (e.class_name, e.limit, e.current, e.max) == ("r", "max_queued_requests", 3, 2)
     assert e.args[1:] == ("r", "max_queued_requests", 3, 2)
     assert "max_queued_requests" in str(e)
+    assert str(e) == e.args[0]  # the message, not the args tuple
     assert snapshot(q) == before
     q.push(4, "t", 60)
     with pytest.raises(QueueFull) as ei:

@@ -724,5 +724,12 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         let f = py.eval(&std::ffi::CString::new(code)?, None, None)?;
         qf.setattr(*name, property.call1((f, py.None(), py.None(), *doc))?)?;
     }
+    // str(e) is the message alone, not the args tuple.
+    let to_str = py.eval(
+        c"lambda self: str(self.args[0]) if self.args else ''",
+        None,
+        None,
+    )?;
+    qf.setattr("__str__", to_str)?;
     Ok(())
 }
