@@ -30,6 +30,23 @@ fn int_id(v: &Bound<'_, PyAny>, int: &Bound<'_, PyAny>) -> PyResult<RequestId> {
     })
 }
 
+/// `numpy.bool` (`np.True_`): not a Python `bool`, but numpy < 2.3 (the
+/// numpy of CPython 3.10) gives it an `__index__`, so it must be refused by
+/// type before the `__index__` path, as `bool` is.
+fn is_numpy_bool(v: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let py = v.py();
+    let t = v.get_type();
+    let module = t.getattr(intern!(py, "__module__"))?;
+    if !module
+        .downcast::<PyString>()
+        .is_ok_and(|m| m.to_str().is_ok_and(|m| m == "numpy"))
+    {
+        return Ok(false);
+    }
+    let name = t.name()?;
+    Ok(matches!(name.to_str()?, "bool" | "bool_"))
+}
+
 /// Parse a request id (usable as `#[pyo3(from_py_with = request_id::parse)]`).
 pub fn parse(v: &Bound<'_, PyAny>) -> PyResult<RequestId> {
     let py = v.py();
@@ -45,7 +62,7 @@ pub fn parse(v: &Bound<'_, PyAny>) -> PyResult<RequestId> {
         };
         return Ok(RequestId::Str(bytes));
     }
-    if v.is_instance_of::<PyBool>() {
+    if v.is_instance_of::<PyBool>() || is_numpy_bool(v)? {
         return Err(not_an_id(v));
     }
     if v.is_instance_of::<PyInt>() {
