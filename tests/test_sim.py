@@ -352,6 +352,32 @@ def test_cli_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert png.stat().st_size > 1000
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["simulate", "--workload", "qa-S1", "--workers", "1", "--policy", "vtc", "--duration", "3"],
+        ["bench", "--suite", "drr", "--quick"],
+    ],
+    ids=["simulate", "bench"],
+)
+def test_cli_json_dash_writes_the_document_alone_to_stdout(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--json -``: stdout parses as one JSON document; the table goes to stderr
+    (issue 15, item 6)."""
+    from fairq.cli import main
+
+    assert main([*argv, "--json", "-"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)  # nothing else on stdout
+    assert isinstance(doc, dict) and (doc.get("results") or doc.get("rows"))
+    assert "|---" in err  # the Markdown table went to stderr
+    # and without --json the table is on stdout as before
+    assert main(argv) == 0
+    out, _ = capsys.readouterr()
+    assert "|---" in out
+
+
 def test_cli_trace_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from fairq.cli import main
 

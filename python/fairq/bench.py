@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import pkgutil
 import platform
 import sys
@@ -12,6 +11,7 @@ from typing import Any
 
 import fairq.benchmarks as suites_pkg
 from fairq.benchmarks import Row, markdown_table
+from fairq.cli import write_json
 
 
 def available_suites() -> list[str]:
@@ -27,7 +27,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="suite to run (repeatable; default: all)",
     )
     p.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
-    p.add_argument("--json", metavar="FILE", help="also write all rows as JSON to FILE")
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        help="also write all rows as JSON to FILE ('-': stdout, tables on stderr)",
+    )
 
 
 def machine() -> str:
@@ -54,8 +58,7 @@ def run(args: argparse.Namespace) -> int:
             "machine": machine(),
             "rows": [r.as_dict() for r in all_rows],
         }
-        with open(args.json, "w") as f:
-            json.dump(payload, f, indent=2)
+        write_json(args, payload, indent=2)
     return 0
 
 

@@ -3,14 +3,24 @@
 Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
 ``run(args) -> int``; this file only dispatches, so importing the CLI does not
 import matplotlib, the simulator or transformers.
+
+``--json -`` (every command that has ``--json``): the JSON document alone goes
+to standard output, so ``fairq simulate --json - | jq`` parses; tables,
+progress and notes go to standard error. ``main`` arranges it once for every
+command: it points ``sys.stdout`` at standard error while the command runs,
+and the command writes its document with :func:`write_json`, which knows the
+real standard output.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import json
 import sys
 from collections.abc import Sequence
+from typing import Any, TextIO
 
 from fairq import __version__
 
@@ -42,6 +52,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def write_json(args: argparse.Namespace, payload: Any, *, indent: int = 1) -> None:
+    """Write ``payload`` as JSON where ``args.json`` says: a file, or ``-``
+    for the real standard output (the document alone; see the module doc)."""
+    text = json.dumps(payload, indent=indent)
+    if args.json == "-":
+        out: TextIO = getattr(args, "_json_stdout", None) or sys.stdout
+        out.write(text + "\n")
+        out.flush()
+    else:
+        with open(args.json, "w") as f:
+            f.write(text + "\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -53,7 +76,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as e:
         print(f"fairq {args.command}: unavailable ({e})", file=sys.stderr)
         return 2
-    return int(mod.run(args) or 0)
+    if getattr(args, "json", None) != "-":
+        return int(mod.run(args) or 0)
+    # --json -: stdout carries the JSON document alone; the rest goes to stderr.
+    args._json_stdout = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):
+        return int(mod.run(args) or 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,12 +9,12 @@ RR+LPM/ClientRR+VTC/PrefixAffinity+LPM/D2LPM+DLPM) and prints the table.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
 from typing import Any
 
+from fairq.cli import write_json
 from fairq.sim.runner import (
     DEFAULT_PRESET,
     DEFAULT_SUITE,
@@ -82,7 +82,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=["quantum"],
         help="run the Q_u (1 worker) and Q_w (4 workers) sweeps instead (Figures 1 and 10)",
     )
-    p.add_argument("--json", metavar="FILE", help="write all results as JSON ('-' for stdout)")
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        help="write all results as JSON ('-': the document alone on stdout, tables on stderr)",
+    )
     p.add_argument("--plot", metavar="FILE.png", help="draw service and response time over time")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -180,12 +184,7 @@ def run(args: argparse.Namespace) -> int:
             # per-client service over time (binned); response points stay in the plot
             "results": [_without_response(r) for r in results],
         }
-        text = json.dumps(_clean(payload), indent=1)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w") as f:
-                f.write(text)
+        write_json(args, _clean(payload))
     return 0
 
 

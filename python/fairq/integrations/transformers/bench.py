@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from fairq.cli import write_json
 from fairq.integrations.transformers.fit import (
     StepSample,
     fit_step_time,
@@ -401,7 +401,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-requests-per-batch", type=int, default=4)
     parser.add_argument("--quantum", type=float, default=128.0, help="DLPM quantum")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", default=None, help="write the results as JSON to this path")
+    parser.add_argument(
+        "--json",
+        default=None,
+        help="write the results as JSON to this path ('-': the document alone on stdout)",
+    )
     parser.add_argument("--quick", action="store_true", help="small workload (smoke test)")
 
 
@@ -513,7 +517,7 @@ def run(args: argparse.Namespace) -> int:
             "results": results,
             "step_time_fit": fit.as_dict() if fit else None,
         }
-        with open(args.json, "w") as fh:
-            json.dump(payload, fh, indent=2)
-        print(f"wrote {args.json}")
+        write_json(args, payload, indent=2)
+        if args.json != "-":
+            print(f"wrote {args.json}")
     return 0
