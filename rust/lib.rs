@@ -36,6 +36,7 @@ pub mod registry;
 pub mod request_id;
 pub mod request_queue;
 pub mod sched;
+pub mod value;
 pub mod wfq;
 
 #[cfg(test)]

@@ -26,8 +26,8 @@
 use std::collections::HashMap;
 
 use super::resolve::build_matrix;
-use super::value::Path;
 use crate::error::{Error, Result};
+use crate::value::Path;
 
 /// Within-class order of a policy class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,8 +1,8 @@
 //! Deficit Round Robin across policy classes (ALGORITHMS.md section 2),
 //! configured by Dynamo's router policy files.
 //!
-//! - [`value`]: the raw configuration document ([`Value`]) the bindings
-//!   hand down (what YAML/JSON parse to);
+//! - the raw configuration document is a [`crate::value::Value`] (what
+//!   YAML/JSON parse to), shared with saved fairness state;
 //! - [`resolve`](mod@resolve): raw document -> resolved [`PolicyProfile`],
 //!   validated once, here (as Dynamo's `policy_config.rs` does);
 //! - [`config`]: the resolved profile (classes, buckets, families,
@@ -14,13 +14,12 @@ pub mod config;
 pub mod load;
 pub mod queue;
 pub mod resolve;
-pub mod value;
 
 #[cfg(test)]
 mod tests;
 
+pub use crate::value::Value;
 pub use config::{Bucket, BusyRule, ClassConfig, Limits, PolicyProfile, QueueOrder, Schema};
 pub use load::{LoadSnapshot, MaxBatched};
 pub use queue::{ClassStats, DrrQueue, Entry, PushArgs, Snapshot};
 pub use resolve::{check_class, resolve};
-pub use value::Value;

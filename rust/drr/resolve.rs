@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use super::config::{
     Bucket, BusyRule, ClassConfig, Classifier, Limits, Matrix, PolicyProfile, QueueOrder, Schema,
 };
-use super::value::{as_u64, Fields, Path, Value};
 use crate::error::{Error, Result};
+use crate::value::{as_u64, Fields, Path, Value};
 
 const DYNAMO_TOP: &[&str] = &[
     "default_policy_family",

@@ -5,104 +5,13 @@
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{
-    PyBool, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PyMapping, PySet, PyString, PyTuple,
-};
+use pyo3::types::{PyBool, PyDict, PyFrozenSet, PyInt, PyList, PySet, PyString, PyTuple};
 
 use crate::drr::{
     resolve, DrrQueue, LoadSnapshot, MaxBatched, PolicyProfile, PushArgs, Schema, Snapshot, Value,
 };
 use crate::python::args;
-
-/// Nesting deeper than this is not a policy document (and guards cycles).
-const MAX_DEPTH: usize = 32;
-
-/// Convert a parsed YAML/JSON object (dicts, lists, str, int, float, bool,
-/// None) into the core's [`Value`]. Other objects become `Value::Other`,
-/// which the core rejects naming the field; only a non-str mapping key or a
-/// document nested deeper than 32 levels fail here (naming the path).
-fn to_value(v: &Bound<'_, PyAny>, path: &str, depth: usize) -> PyResult<Value> {
-    if depth > MAX_DEPTH {
-        return Err(PyValueError::new_err(format!(
-            "policy config is nested deeper than {MAX_DEPTH} levels at {path}"
-        )));
-    }
-    if v.is_none() {
-        return Ok(Value::Null);
-    }
-    if let Ok(b) = v.downcast::<PyBool>() {
-        return Ok(Value::Bool(b.is_true()));
-    }
-    if v.is_instance_of::<PyInt>() {
-        return Ok(match v.extract::<i128>() {
-            Ok(i) => Value::Int(i),
-            Err(_) => Value::BigInt(format!(
-                "an integer of {} bits",
-                v.call_method0("bit_length")?
-            )),
-        });
-    }
-    if let Ok(f) = v.downcast::<PyFloat>() {
-        return Ok(Value::Float(f.value()));
-    }
-    if let Ok(s) = v.downcast::<PyString>() {
-        return Ok(match s.to_str() {
-            Ok(s) => Value::Str(s.to_owned()),
-            Err(_) => Value::Other("str that is not valid UTF-8 (lone surrogate)".into()),
-        });
-    }
-    let item = |x: &Bound<'_, PyAny>, i: usize| to_value(x, &format!("{path}[{i}]"), depth + 1);
-    let seq: Option<Vec<Bound<'_, PyAny>>> = if let Ok(l) = v.downcast::<PyList>() {
-        Some(l.iter().collect())
-    } else if let Ok(t) = v.downcast::<PyTuple>() {
-        Some(t.iter().collect())
-    } else {
-        None
-    };
-    if let Some(seq) = seq {
-        return seq
-            .iter()
-            .enumerate()
-            .map(|(i, x)| item(x, i))
-            .collect::<PyResult<_>>()
-            .map(Value::List);
-    }
-    let pairs: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)> = if let Ok(d) = v.downcast::<PyDict>() {
-        d.iter().collect()
-    } else if let Ok(m) = v.downcast::<PyMapping>() {
-        m.items()?
-            .iter()
-            .map(|kv| kv.extract())
-            .collect::<PyResult<_>>()?
-    } else {
-        return Ok(Value::Other(v.get_type().name()?.to_string()));
-    };
-    let mut out = Vec::with_capacity(pairs.len());
-    for (k, x) in pairs {
-        let key = match k.downcast::<PyString>().map(|s| s.to_str()) {
-            Ok(Ok(s)) => s.to_owned(),
-            _ => {
-                let at = if path.is_empty() {
-                    "the policy config"
-                } else {
-                    path
-                };
-                return Err(PyTypeError::new_err(format!(
-                    "{at}: mapping keys must be strings, got {}",
-                    k.repr().map_or_else(|_| "?".into(), |r| r.to_string())
-                )));
-            }
-        };
-        let sub = if path.is_empty() {
-            key.clone()
-        } else {
-            format!("{path}.{key}")
-        };
-        let xv = to_value(&x, &sub, depth + 1)?;
-        out.push((key, xv));
-    }
-    Ok(Value::Map(out))
-}
+use crate::python::value::to_value;
 
 /// Extract a non-negative integer, naming `field` on error.
 fn non_negative_int(field: &str, v: &Bound<'_, PyAny>) -> PyResult<u64> {
@@ -336,7 +245,7 @@ impl PyDrrCore {
         let profile = match config.filter(|c| !c.is_none()) {
             None if model.is_none() && !document => PolicyProfile::synthetic(Schema::Fairq),
             None => resolve(&Value::Null, model.as_deref())?,
-            Some(c) => resolve(&to_value(c, "", 0)?, model.as_deref())?,
+            Some(c) => resolve(&to_value(c, "the policy config")?, model.as_deref())?,
         };
         let q = DrrQueue::new(profile, n);
         let names = (0..q.num_classes())
@@ -695,7 +604,10 @@ impl PyDrrCore {
 /// raises ValueError/TypeError naming the field. Used by `fairq.PolicyClass`.
 #[pyfunction]
 fn _drr_check_class(fields: &Bound<'_, PyAny>) -> PyResult<()> {
-    Ok(crate::drr::check_class(&to_value(fields, "", 0)?)?)
+    Ok(crate::drr::check_class(&to_value(
+        fields,
+        "the policy config",
+    )?)?)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -22,6 +22,7 @@ pub mod radix;
 pub mod request_id;
 pub mod sched;
 pub mod tokens;
+pub mod value;
 pub mod vllm;
 pub mod wfq;
 

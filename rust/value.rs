@@ -1,7 +1,14 @@
-//! The raw configuration value the resolver reads: what a YAML or JSON
-//! document parses to. The core owns no parser; the Python binding converts
-//! the parsed object into a [`Value`] once and hands it to
-//! [`resolve`](super::config::resolve), which is the only validator.
+//! [`Value`]: a document in the JSON / YAML data model, and the path-naming
+//! readers ([`Fields`], [`Path`]) that validate one.
+//!
+//! The core owns no parser. Documents come in from the caller as a
+//! [`Value`] (the Python binding converts a parsed object once,
+//! `rust/python/value.rs`) and the core is their only validator, naming the
+//! offending field by its path (`policy_classes[2].quantum`,
+//! `clients[3].deficit`). Two kinds of documents use it: DRR policy configs
+//! ([`crate::drr::resolve`]) and saved fairness state
+//! ([`crate::sched::LocalScheduler::state`] / `load_state`), which also goes
+//! out as a [`Value`].
 
 use crate::error::{Error, Result};
 
