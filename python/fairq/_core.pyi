@@ -374,6 +374,11 @@ class FCFS:
     def tree(self) -> RadixTree | None: ...
     @property
     def _rematches(self) -> int: ...
+    def state_dict(self) -> dict[str, Any]:
+        """The fairness state as plain JSON data (not the waiting requests)."""
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a ``state_dict()`` into this (empty) scheduler; then re-add
+        the waiting requests in their original order."""
     def __len__(self) -> int:
         """Number of waiting requests."""
     def _check(self) -> None: ...
@@ -419,6 +424,11 @@ class LPM:
     def tree(self) -> RadixTree | None: ...
     @property
     def _rematches(self) -> int: ...
+    def state_dict(self) -> dict[str, Any]:
+        """The fairness state as plain JSON data (not the waiting requests)."""
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a ``state_dict()`` into this (empty) scheduler; then re-add
+        the waiting requests in their original order."""
     def __len__(self) -> int:
         """Number of waiting requests."""
     def _check(self) -> None: ...
@@ -466,6 +476,11 @@ class VTC:
     def tree(self) -> RadixTree | None: ...
     @property
     def _rematches(self) -> int: ...
+    def state_dict(self) -> dict[str, Any]:
+        """The fairness state as plain JSON data (not the waiting requests)."""
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a ``state_dict()`` into this (empty) scheduler; then re-add
+        the waiting requests in their original order."""
     def __len__(self) -> int:
         """Number of waiting requests."""
     def _check(self) -> None: ...
@@ -515,6 +530,11 @@ class DLPM:
     def tree(self) -> RadixTree | None: ...
     @property
     def _rematches(self) -> int: ...
+    def state_dict(self) -> dict[str, Any]:
+        """The fairness state as plain JSON data (not the waiting requests)."""
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a ``state_dict()`` into this (empty) scheduler; then re-add
+        the waiting requests in their original order."""
     def __len__(self) -> int:
         """Number of waiting requests."""
     def _check(self) -> None: ...

@@ -56,6 +56,7 @@ have service, counter and deficit 0.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from fairq._core import DLPM, FCFS, LPM, VTC, Admission, RadixTree
@@ -129,6 +130,17 @@ class LocalScheduler(Protocol):
     @property
     def tree(self) -> RadixTree | None:
         """The prefix cache the scheduler matches against (FCFS/VTC: may be None)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The fairness state as plain JSON data: policy and options, every
+        client (weight, service, VTC counter or DLPM deficit, requests
+        waiting), DLPM's refills, the admitted unfinished requests. Not the
+        waiting requests (the caller re-adds them) nor the RadixTree."""
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore ``state`` into this scheduler, which holds no requests; then
+        re-add the waiting requests in their original order. Validates first
+        (errors name the field) and changes nothing on error."""
 
     def __len__(self) -> int:
         """Number of waiting requests."""

@@ -10,6 +10,7 @@ use crate::python::args;
 use crate::python::radix::{extract_namespace, PyRadixTree};
 use crate::python::request_id;
 use crate::python::tokens::extract_tokens;
+use crate::python::value::{from_value, to_value};
 use crate::radix::RadixTree;
 use crate::sched::{Admission, LocalScheduler, Policy};
 
@@ -238,6 +239,24 @@ macro_rules! sched_class {
                     self.core.num_running(),
                     self.core.clients().len()
                 )
+            }
+
+            /// The fairness state as plain JSON data: policy, options, every
+            /// client (weight, service, VTC counter / DLPM deficit, requests
+            /// waiting), DLPM's refills and the admitted, unfinished requests.
+            /// Not the waiting requests (re-add them after a load) nor the
+            /// RadixTree (the engine's cache).
+            fn state_dict(&self, py: Python<'_>) -> PyResult<PyObject> {
+                from_value(py, &self.core.state()?)
+            }
+
+            /// Restore a `state_dict()` into this scheduler, which must hold no
+            /// requests (a fresh one); then re-add the waiting requests in
+            /// their original order. Everything is validated first (errors
+            /// name the field, e.g. `clients[2].deficit`) and nothing changes
+            /// on error. The state's options replace the constructor's.
+            fn load_state_dict(&mut self, state: &Bound<'_, PyAny>) -> PyResult<()> {
+                Ok(self.core.load_state(&to_value(state, "the state")?)?)
             }
 
             /// Assert internal invariants (tests only).

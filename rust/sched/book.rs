@@ -219,6 +219,45 @@ impl<T> Book<T> {
         self.clients[c as usize].running -= 1;
     }
 
+    /// No request waiting or running.
+    pub fn is_empty(&self) -> bool {
+        self.waiting == 0 && self.running == 0
+    }
+
+    /// Running requests, in slot order.
+    pub fn running_requests(&self) -> impl Iterator<Item = &Req<T>> {
+        self.slots.iter().flatten().filter(|q| q.running)
+    }
+
+    /// Forget every client (the book holds no request) and take new service
+    /// weights: the first step of a state restore.
+    pub fn reset_clients(&mut self, service_weights: (f64, f64)) {
+        debug_assert!(self.is_empty());
+        self.clients.clear();
+        self.client_by_name.clear();
+        self.service_weights = service_weights;
+    }
+
+    /// Append a restored client (next index, first-seen order kept).
+    pub fn restore_client(&mut self, client: Client) {
+        let c = self.clients.len() as u32;
+        self.client_by_name.insert(client.name.clone(), c);
+        self.clients.push(client);
+    }
+
+    /// Store a restored running request (an admitted, unfinished one).
+    pub fn restore_running(&mut self, req: Req<T>) {
+        debug_assert!(req.running && req.item.is_none());
+        let c = req.client;
+        let r = self.insert(req);
+        self.slots[r as usize]
+            .as_mut()
+            .expect("just stored")
+            .running = true;
+        self.running += 1;
+        self.clients[c as usize].running += 1;
+    }
+
     /// Waiting requests (slot, request).
     pub fn waiting_requests(&self) -> impl Iterator<Item = (u32, &Req<T>)> {
         self.slots

@@ -38,6 +38,7 @@ use std::collections::BinaryHeap;
 use super::book::Book;
 use super::policy::AdmissionOrder;
 use super::prefix::{LpmKey, PrefixIndex};
+use super::state::SavedClient;
 use super::Admission;
 use crate::deficit::{add_saturating, refill, rounds_until_positive};
 use crate::radix::RadixTree;
@@ -122,6 +123,13 @@ impl AdmissionOrder for Dlpm {
     fn add_client(&mut self) {
         self.deficits.push(0.0);
         self.index.add_client();
+    }
+
+    fn load_counters(&mut self, clients: &[SavedClient], refills: u64) {
+        for (c, saved) in clients.iter().enumerate() {
+            self.deficits[c] = saved.counter;
+        }
+        self.refills = refills;
     }
 
     fn enqueue<T>(&mut self, book: &Book<T>, tree: Option<&RadixTree>, r: u32) {

@@ -12,6 +12,7 @@
 //! | [`policy`] | the seam: the [`policy::AdmissionOrder`] trait every policy implements and [`policy::Order`], the enum that dispatches to them |
 //! | [`prefix`] | prefix matching and parking against a [`RadixTree`], and the longest-match order (LPM and DLPM) |
 //! | [`fcfs`], [`lpm`], [`vtc`], [`dlpm`] | one module per policy: its order, its counters, its `schedule` walk |
+//! | [`state`] | saving and restoring the fairness state (`state` / `load_state`) |
 //!
 //! The policies in one line each (details in their modules and
 //! ALGORITHMS.md §5, §6):
@@ -30,6 +31,7 @@ mod fcfs;
 mod lpm;
 mod policy;
 mod prefix;
+mod state;
 mod vtc;
 
 #[cfg(test)]
@@ -39,6 +41,7 @@ use crate::error::{check_positive, Error, Result};
 use crate::radix::{Namespace, RadixTree};
 
 pub use crate::request_id::RequestId;
+pub use state::{FORMAT as STATE_FORMAT, VERSION as STATE_VERSION};
 
 use book::{Book, Req};
 use policy::{AdmissionOrder, Order};

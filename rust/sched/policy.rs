@@ -14,6 +14,7 @@ use super::dlpm::Dlpm;
 use super::fcfs::Fcfs;
 use super::lpm::Lpm;
 use super::prefix::PrefixIndex;
+use super::state::SavedClient;
 use super::vtc::Vtc;
 use super::{Admission, Policy};
 use crate::radix::RadixTree;
@@ -57,6 +58,12 @@ pub(super) trait AdmissionOrder {
         _admission_weight: f64,
     ) {
     }
+
+    /// A state restore: set each client's counter (VTC) or deficit (DLPM)
+    /// from `clients` (indices in order; every client already added) and
+    /// the refill count. VTC also remembers which clients had requests
+    /// waiting, so their first re-add is not lifted (see `state.rs`).
+    fn load_counters(&mut self, _clients: &[SavedClient], _refills: u64) {}
 
     /// VTC's virtual counter of client `c` (0 elsewhere).
     fn counter(&self, _c: u32) -> f64 {
@@ -136,6 +143,9 @@ impl AdmissionOrder for Order {
     }
     fn charge_output<T>(&mut self, book: &Book<T>, c: u32, tokens: f64) {
         each!(self, p => p.charge_output(book, c, tokens))
+    }
+    fn load_counters(&mut self, clients: &[SavedClient], refills: u64) {
+        each!(self, p => p.load_counters(clients, refills))
     }
     fn recharge_extend<T>(
         &mut self,

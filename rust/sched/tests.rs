@@ -1,6 +1,7 @@
 //! Unit tests of the local schedulers (every policy through the facade).
 
 use super::*;
+use crate::value::Value;
 
 fn ids<T>(v: &[Admission<T>]) -> Vec<RequestId> {
     v.iter().map(|a| a.id.clone()).collect()
@@ -349,4 +350,77 @@ fn dlpm_recharge_moves_the_positive_waiting_count() {
     d.recharge_extend(&int(0), 4).unwrap(); // a: q = 0
     assert_eq!(d.deficit("a"), 0.0);
     d.check_invariants(Some(&t));
+}
+
+#[test]
+fn state_round_trip_restores_counters_and_running_requests() {
+    let ns = Namespace::Default;
+    let mut t = RadixTree::new(None, 1).unwrap();
+    let mut s = LocalScheduler::new(Policy::Dlpm {
+        quantum: 4.0,
+        w_e: 1.0,
+        w_q: 2.0,
+    })
+    .unwrap();
+    s.set_weight("a", 2.0).unwrap();
+    s.add(Some(&mut t), int(1), "a", vec![1, 2, 3], (), ns.clone())
+        .unwrap();
+    s.add(Some(&mut t), int(2), "b", vec![4, 5], (), ns.clone())
+        .unwrap();
+    s.schedule(Some(&t), 100, None).unwrap();
+    s.charge_output(&int(2), 3).unwrap();
+    let state = s.state().unwrap();
+
+    let mut r = LocalScheduler::<()>::new(Policy::Dlpm {
+        quantum: 1.0,
+        w_e: 1.0,
+        w_q: 1.0,
+    })
+    .unwrap();
+    r.load_state(&state).unwrap();
+    assert_eq!(r.state().unwrap(), state);
+    assert_eq!(r.policy(), s.policy());
+    assert_eq!(r.num_running(), 2);
+    assert_eq!(r.deficit("a"), s.deficit("a"));
+    assert_eq!(r.weight("a"), 2.0);
+    assert_eq!(r.refills(), s.refills());
+    r.finish(&int(1)).unwrap();
+    assert_eq!(r.running_of("a"), 0);
+}
+
+#[test]
+fn bad_state_names_its_field_and_changes_nothing() {
+    let mut s = LocalScheduler::<()>::new(Policy::Vtc {
+        w_in: 1.0,
+        w_out: 2.0,
+    })
+    .unwrap();
+    s.add(None, int(1), "a", vec![1], (), Namespace::Default)
+        .unwrap();
+    let good = s.state().unwrap();
+    let Value::Map(mut pairs) = good.clone() else {
+        panic!("a state is a mapping")
+    };
+    for (k, v) in pairs.iter_mut() {
+        if k == "clients" {
+            *v = Value::List(vec![Value::map([
+                ("name", Value::str("a")),
+                ("weight", Value::Float(1.0)),
+                ("service", Value::Float(0.0)),
+                ("waiting", Value::Int(0)),
+                ("counter", Value::Float(f64::NAN)),
+            ])]);
+        }
+    }
+    let mut fresh = LocalScheduler::<()>::new(Policy::Vtc {
+        w_in: 1.0,
+        w_out: 2.0,
+    })
+    .unwrap();
+    let err = fresh.load_state(&Value::Map(pairs)).unwrap_err();
+    assert!(err.to_string().contains("clients[0].counter"), "{err}");
+    assert!(fresh.clients().is_empty());
+    // a scheduler holding requests refuses any state
+    let err = s.load_state(&good).unwrap_err();
+    assert!(err.to_string().contains("no requests"), "{err}");
 }

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::book::Book;
 use super::policy::AdmissionOrder;
+use super::state::SavedClient;
 use super::Admission;
 use crate::ordf64::OrdF64;
 use crate::radix::RadixTree;
@@ -23,6 +24,10 @@ pub(super) struct Vtc {
     queues: Vec<BTreeMap<u64, u32>>,
     /// Clients with waiting requests by (counter, client index).
     by_counter: BTreeSet<(OrdF64, u32)>,
+    /// Per client: it had requests waiting when a restored state was saved,
+    /// so its first re-added request must not lift it (its queue never went
+    /// empty in the scheduler that saved the state).
+    restored_waiting: Vec<bool>,
 }
 
 impl Vtc {
@@ -33,6 +38,7 @@ impl Vtc {
             counters: Vec::new(),
             queues: Vec::new(),
             by_counter: BTreeSet::new(),
+            restored_waiting: Vec::new(),
         }
     }
 
@@ -54,15 +60,25 @@ impl AdmissionOrder for Vtc {
     fn add_client(&mut self) {
         self.counters.push(0.0);
         self.queues.push(BTreeMap::new());
+        self.restored_waiting.push(false);
+    }
+
+    fn load_counters(&mut self, clients: &[SavedClient], _refills: u64) {
+        for (c, saved) in clients.iter().enumerate() {
+            self.counters[c] = saved.counter;
+            self.restored_waiting[c] = saved.waiting > 0;
+        }
     }
 
     fn enqueue<T>(&mut self, book: &Book<T>, _tree: Option<&RadixTree>, r: u32) {
         let q = book.req(r);
         let c = q.client;
         if book.clients[c as usize].waiting == 0 {
-            // Lift to the minimum counter of the other waiting clients.
+            // Lift to the minimum counter of the other waiting clients
+            // (not a client re-added after a restore: it was waiting).
             let counter = &mut self.counters[c as usize];
-            if let Some(&(OrdF64(min), _)) = self.by_counter.iter().next() {
+            let restored = std::mem::take(&mut self.restored_waiting[c as usize]);
+            if let (false, Some(&(OrdF64(min), _))) = (restored, self.by_counter.iter().next()) {
                 *counter = counter.max(min);
             }
             self.by_counter.insert((OrdF64(*counter), c));

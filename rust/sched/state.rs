@@ -1,0 +1,411 @@
+//! Saving and restoring a local scheduler's fairness state
+//! ([`LocalScheduler::state`], [`LocalScheduler::load_state`]).
+//!
+//! The state is a [`Value`] document (plain JSON data):
+//!
+//! ```text
+//! {"format": "fairq.LocalScheduler", "version": 1,
+//!  "policy": "fcfs" | "lpm" | "vtc" | "dlpm",
+//!  "options": {} | {"w_in", "w_out"} | {"quantum", "w_e", "w_q"},
+//!  "clients": [{"name", "weight", "service", "waiting", "counter" (VTC) | "deficit" (DLPM)}],
+//!  "running": [{"request_id", "client", "input_len", "charged_extend", "admission_weight"}],
+//!  "refills": n (DLPM)}
+//! ```
+//!
+//! What it holds: the policy and its options, every client in first-seen
+//! order (weight, service so far, VTC counter or DLPM deficit, how many
+//! requests it had waiting), DLPM's refill count, and the admitted,
+//! unfinished requests, so `charge_output`, `recharge_extend` and `finish`
+//! after a restore land as they would have. What it does not hold: the
+//! waiting requests (the engine's; the caller re-adds them, in their
+//! original order) and the prefix cache (the engine's `RadixTree`).
+//!
+//! The one rule that makes a restore exact: a client that had requests
+//! waiting when the state was saved is *not* lifted (VTC's rule for a client
+//! whose queue goes from empty to non-empty) when its first request is
+//! re-added, because in the uninterrupted scheduler its queue never went
+//! empty. Re-adding the waiting requests in their original order (relative
+//! order is all the arrival numbers carry) then gives the same admissions,
+//! counters and service as a scheduler that never stopped.
+//!
+//! Loading validates the whole document first, naming the field by its path
+//! (`clients[2].deficit must be a finite number, got nan`), and changes
+//! nothing on error. It needs a scheduler with no waiting or running
+//! requests (a fresh one); the state's options replace the scheduler's.
+
+use std::collections::{HashMap, HashSet};
+
+use super::book::{Client, Req};
+use super::policy::AdmissionOrder;
+use super::{LocalScheduler, Order, Policy, RequestId, NIL};
+use crate::error::{Error, Result};
+use crate::value::{as_u64, Fields, Path, Value};
+
+/// The `format` field of a local scheduler's state.
+pub const FORMAT: &str = "fairq.LocalScheduler";
+/// The state version this build writes and reads.
+pub const VERSION: u64 = 1;
+
+/// A client as saved: what the book keeps plus the policy's counter.
+#[derive(Debug, Clone)]
+pub(super) struct SavedClient {
+    pub name: String,
+    pub weight: f64,
+    pub service: f64,
+    pub waiting: usize,
+    /// VTC's counter or DLPM's deficit (0 for FCFS / LPM).
+    pub counter: f64,
+}
+
+struct SavedRunning {
+    id: RequestId,
+    client: u32,
+    input_len: usize,
+    charged_extend: usize,
+    admission_weight: f64,
+}
+
+fn policy_name(p: &Policy) -> &'static str {
+    match p {
+        Policy::Fcfs => "fcfs",
+        Policy::Lpm => "lpm",
+        Policy::Vtc { .. } => "vtc",
+        Policy::Dlpm { .. } => "dlpm",
+    }
+}
+
+/// The policy's counter field in a client entry.
+fn counter_field(p: &Policy) -> Option<&'static str> {
+    match p {
+        Policy::Vtc { .. } => Some("counter"),
+        Policy::Dlpm { .. } => Some("deficit"),
+        Policy::Fcfs | Policy::Lpm => None,
+    }
+}
+
+fn float(f: f64) -> Value {
+    Value::Float(f)
+}
+
+fn request_id_value(id: &RequestId, path: &Path) -> Result<Value> {
+    match id {
+        RequestId::Int(i) => Ok(Value::Int(*i as i128)),
+        RequestId::Str(_) => match id.as_str() {
+            Some(s) => Ok(Value::str(s)),
+            None => Err(path.err(format!(
+                "{id} holds a lone surrogate, which a JSON state cannot carry"
+            ))),
+        },
+    }
+}
+
+fn read_request_id(v: &Value, path: &Path) -> Result<RequestId> {
+    match v {
+        Value::Int(i) => i64::try_from(*i)
+            .map(RequestId::Int)
+            .map_err(|_| path.err(format!("must fit in 64 bits, got {i}"))),
+        Value::Str(s) => Ok(RequestId::from(s.as_str())),
+        other => Err(path.err(format!("must be an int or a str, got {}", other.describe()))),
+    }
+}
+
+/// A required finite number; `min` (exclusive when `strict`) if given.
+fn number(f: &Fields<'_>, name: &str, min: Option<(f64, bool)>) -> Result<f64> {
+    let path = f.at(name);
+    let x = f.opt_f64(name)?.ok_or_else(|| path.err("is required"))?;
+    if !x.is_finite() {
+        return Err(path.err(format!(
+            "must be a finite number, got {}",
+            Value::Float(x).describe()
+        )));
+    }
+    match min {
+        Some((m, true)) if x <= m => Err(path.err(format!("must be > {m}, got {x}"))),
+        Some((m, false)) if x < m => Err(path.err(format!("must be >= {m}, got {x}"))),
+        _ => Ok(x),
+    }
+}
+
+fn count(f: &Fields<'_>, name: &str) -> Result<usize> {
+    let v = f.required(name)?;
+    let n = as_u64(v, &f.at(name), 0)?;
+    usize::try_from(n).map_err(|_| f.at(name).err(format!("is too large, got {n}")))
+}
+
+/// The options document of a policy, and the policy it describes.
+fn read_options(kind: &Policy, v: &Value, path: Path) -> Result<Policy> {
+    let f = Fields::new(v, path, "options")?;
+    let known: &[&str] = match kind {
+        Policy::Fcfs | Policy::Lpm => &[],
+        Policy::Vtc { .. } => &["w_in", "w_out"],
+        Policy::Dlpm { .. } => &["quantum", "w_e", "w_q"],
+    };
+    f.deny_unknown(known, "", |_| None)?;
+    let positive = Some((0.0, true));
+    Ok(match kind {
+        Policy::Fcfs => Policy::Fcfs,
+        Policy::Lpm => Policy::Lpm,
+        Policy::Vtc { .. } => Policy::Vtc {
+            w_in: number(&f, "w_in", positive)?,
+            w_out: number(&f, "w_out", positive)?,
+        },
+        Policy::Dlpm { .. } => Policy::Dlpm {
+            quantum: number(&f, "quantum", positive)?,
+            w_e: number(&f, "w_e", positive)?,
+            w_q: number(&f, "w_q", positive)?,
+        },
+    })
+}
+
+fn options_value(p: &Policy) -> Value {
+    match *p {
+        Policy::Fcfs | Policy::Lpm => Value::map(Vec::<(&str, Value)>::new()),
+        Policy::Vtc { w_in, w_out } => Value::map([("w_in", float(w_in)), ("w_out", float(w_out))]),
+        Policy::Dlpm { quantum, w_e, w_q } => Value::map([
+            ("quantum", float(quantum)),
+            ("w_e", float(w_e)),
+            ("w_q", float(w_q)),
+        ]),
+    }
+}
+
+impl<T> LocalScheduler<T> {
+    /// The fairness state as a JSON-ready document (see the module docs).
+    /// Fails only for a running request whose id holds a lone surrogate.
+    pub fn state(&self) -> Result<Value> {
+        let counter = counter_field(&self.policy);
+        let clients = self
+            .book
+            .clients
+            .iter()
+            .enumerate()
+            .map(|(c, cl)| {
+                let mut pairs = vec![
+                    ("name", Value::str(cl.name.as_str())),
+                    ("weight", float(cl.weight)),
+                    ("service", float(cl.service)),
+                    ("waiting", Value::Int(cl.waiting as i128)),
+                ];
+                match counter {
+                    Some("counter") => pairs.push(("counter", float(self.order.counter(c as u32)))),
+                    Some(_) => pairs.push(("deficit", float(self.order.deficit(c as u32)))),
+                    None => {}
+                }
+                Value::map(pairs)
+            })
+            .collect();
+        let mut running: Vec<&Req<T>> = self.book.running_requests().collect();
+        running.sort_by_key(|q| q.seq);
+        let running = running
+            .into_iter()
+            .enumerate()
+            .map(|(i, q)| {
+                let at = Path::root().field("running").index(i).field("request_id");
+                Ok(Value::map([
+                    ("request_id", request_id_value(&q.id, &at)?),
+                    (
+                        "client",
+                        Value::str(self.book.clients[q.client as usize].name.as_str()),
+                    ),
+                    ("input_len", Value::Int(q.input_len as i128)),
+                    ("charged_extend", Value::Int(q.charged_extend as i128)),
+                    ("admission_weight", float(q.admission_weight)),
+                ]))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut doc = vec![
+            ("format", Value::str(FORMAT)),
+            ("version", Value::Int(VERSION as i128)),
+            ("policy", Value::str(policy_name(&self.policy))),
+            ("options", options_value(&self.policy)),
+            ("clients", Value::List(clients)),
+            ("running", Value::List(running)),
+        ];
+        if matches!(self.policy, Policy::Dlpm { .. }) {
+            doc.push(("refills", Value::Int(self.order.refills() as i128)));
+        }
+        Ok(Value::map(doc))
+    }
+
+    /// Restore a state written by [`Self::state`] into this scheduler, which
+    /// must hold no waiting or running request; the caller then re-adds the
+    /// waiting requests in their original order. Validates everything first
+    /// (errors name the field's path) and changes nothing on error.
+    pub fn load_state(&mut self, v: &Value) -> Result<()> {
+        if !self.book.is_empty() {
+            return Err(Error::value(format!(
+                "load_state needs a scheduler with no requests; this one has {} waiting and {} \
+                 running (load into a fresh scheduler, then re-add the waiting requests)",
+                self.book.waiting, self.book.running
+            )));
+        }
+        let f = Fields::new(v, Path::root(), "the state")?;
+        let mut known = vec![
+            "format", "version", "policy", "options", "clients", "running",
+        ];
+        if matches!(self.policy, Policy::Dlpm { .. }) {
+            known.push("refills");
+        }
+        f.deny_unknown(&known, "state: ", |_| None)?;
+        match f.required("format")? {
+            Value::Str(s) if s == FORMAT => {}
+            other => {
+                return Err(f.at("format").err(format!(
+                    "must be '{FORMAT}' (the state of a local scheduler), got {}",
+                    other.describe()
+                )))
+            }
+        }
+        let version = as_u64(f.required("version")?, &f.at("version"), 0)?;
+        if version != VERSION {
+            return Err(f.at("version").err(format!(
+                "is {version}: this fairq reads local-scheduler state version {VERSION}"
+            )));
+        }
+        let kind = policy_name(&self.policy);
+        match f.required("policy")? {
+            Value::Str(s) if s == kind => {}
+            other => {
+                return Err(f.at("policy").err(format!(
+                    "is {}, but this scheduler runs '{kind}' (load a state into a scheduler of \
+                     the same policy)",
+                    other.describe()
+                )))
+            }
+        }
+        let policy = read_options(&self.policy, f.required("options")?, f.at("options"))?;
+        let counter = counter_field(&policy);
+
+        let mut clients = Vec::new();
+        let mut index: HashMap<String, u32> = HashMap::new();
+        for (i, cv) in f
+            .opt_list("clients")?
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            let cf = Fields::new(cv, f.at("clients").index(i), "client")?;
+            let mut known = vec!["name", "weight", "service", "waiting"];
+            known.extend(counter);
+            cf.deny_unknown(&known, "", |_| None)?;
+            let name = match cf.required("name")? {
+                Value::Str(s) => s.clone(),
+                other => {
+                    return Err(cf
+                        .at("name")
+                        .err(format!("must be a string, got {}", other.describe())))
+                }
+            };
+            if index.insert(name.clone(), i as u32).is_some() {
+                return Err(cf
+                    .at("name")
+                    .err(format!("repeats client {name:?} (names are unique)")));
+            }
+            clients.push(SavedClient {
+                weight: number(&cf, "weight", Some((0.0, true)))?,
+                service: number(&cf, "service", Some((0.0, false)))?,
+                waiting: count(&cf, "waiting")?,
+                counter: match counter {
+                    Some("counter") => number(&cf, "counter", Some((0.0, false)))?,
+                    Some(field) => number(&cf, field, None)?,
+                    None => 0.0,
+                },
+                name,
+            });
+        }
+
+        let mut running = Vec::new();
+        let mut ids = HashSet::new();
+        for (i, rv) in f
+            .opt_list("running")?
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            let rf = Fields::new(rv, f.at("running").index(i), "running request")?;
+            rf.deny_unknown(
+                &[
+                    "request_id",
+                    "client",
+                    "input_len",
+                    "charged_extend",
+                    "admission_weight",
+                ],
+                "",
+                |_| None,
+            )?;
+            let id = read_request_id(rf.required("request_id")?, &rf.at("request_id"))?;
+            if !ids.insert(id.clone()) {
+                return Err(rf
+                    .at("request_id")
+                    .err(format!("repeats request_id {id} (ids are unique)")));
+            }
+            let client = match rf.required("client")? {
+                Value::Str(s) => *index.get(s).ok_or_else(|| {
+                    rf.at("client")
+                        .err(format!("names {s:?}, which is not in clients"))
+                })?,
+                other => {
+                    return Err(rf
+                        .at("client")
+                        .err(format!("must be a string, got {}", other.describe())))
+                }
+            };
+            let input_len = count(&rf, "input_len")?;
+            if input_len >= u32::MAX as usize {
+                return Err(rf
+                    .at("input_len")
+                    .err(format!("is too long, got {input_len}")));
+            }
+            let charged_extend = count(&rf, "charged_extend")?;
+            if charged_extend > input_len {
+                return Err(rf.at("charged_extend").err(format!(
+                    "({charged_extend}) exceeds input_len ({input_len})"
+                )));
+            }
+            running.push(SavedRunning {
+                id,
+                client,
+                input_len,
+                charged_extend,
+                admission_weight: number(&rf, "admission_weight", Some((0.0, true)))?,
+            });
+        }
+        let refills = if matches!(policy, Policy::Dlpm { .. }) {
+            as_u64(f.required("refills")?, &f.at("refills"), 0)?
+        } else {
+            0
+        };
+
+        // Valid: apply (nothing below fails).
+        self.policy = policy;
+        self.book.reset_clients(policy.service_weights());
+        self.order = Order::new(policy);
+        for saved in &clients {
+            self.book.restore_client(Client {
+                name: saved.name.clone(),
+                weight: saved.weight,
+                service: saved.service,
+                waiting: 0,
+                running: 0,
+            });
+            self.order.add_client();
+        }
+        self.order.load_counters(&clients, refills);
+        for r in running {
+            self.book.restore_running(Req {
+                id: r.id,
+                client: r.client,
+                tokens: Vec::new(),
+                root: NIL,
+                input_len: r.input_len,
+                item: None,
+                seq: 0,
+                running: true,
+                charged_extend: r.charged_extend,
+                admission_weight: r.admission_weight,
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,283 @@
+"""Saving and restoring fairness state (issue 15, item 1): ``state_dict()`` /
+``load_state_dict()`` of the local schedulers.
+
+The property: run a random trace, save at a random point, build a fresh
+scheduler, load, re-add the waiting requests in their original order, run the
+rest; admissions, per-client service, counters / deficits and the final state
+equal an uninterrupted twin's exactly (not approximately).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_sched import OPS, PREFIXES
+
+from fairq import DLPM, FCFS, LPM, VTC, RadixTree
+
+Sched = FCFS | LPM | VTC | DLPM
+
+
+def make(policy: str, tree: RadixTree, quantum: float) -> Sched:
+    if policy == "fcfs":
+        return FCFS(tree)
+    if policy == "lpm":
+        return LPM(tree)
+    if policy == "vtc":
+        return VTC(tree, w_in=1.0, w_out=2.0)
+    return DLPM(tree, quantum=quantum)
+
+
+def observe(s: Sched) -> dict[str, Any]:
+    """Everything a caller can read of the fairness state."""
+    out: dict[str, Any] = {
+        "clients": s.clients(),
+        "service": [s.service(c) for c in s.clients()],
+        "weight": [s.weight(c) for c in s.clients()],
+        "waiting": [s.num_waiting(c) for c in s.clients()],
+        "len": len(s),
+        "running": s.num_running,
+    }
+    if isinstance(s, VTC):
+        out["counter"] = [s.counter(c) for c in s.clients()]
+    if isinstance(s, DLPM):
+        out["deficit"] = [s.deficit(c) for c in s.clients()]
+        out["refills"] = s.refills
+    return out
+
+
+def run_twins(policy: str, page: int, quantum: float, ops: list[Any], cut: int) -> None:
+    # The engine's caches: the same operations reach both trees.
+    trees = [RadixTree(capacity=40, page_size=page), RadixTree(capacity=40, page_size=page)]
+    twin = make(policy, trees[0], quantum)  # never interrupted
+    s = make(policy, trees[1], quantum)  # saved and restored at `cut`
+    waiting: dict[Any, tuple[str, list[int], Any]] = {}  # in arrival order
+    running: list[Any] = []
+    prompts: dict[Any, list[int]] = {}
+    n = 0
+    cut = min(cut, len(ops))
+    for i, op in enumerate([*ops, ("end",)]):
+        if i == cut:
+            state = json.loads(json.dumps(s.state_dict()))  # plain JSON round trip
+            assert state == twin.state_dict()
+            s = make(policy, trees[1], quantum * 7 + 1)  # options come from the state
+            s.load_state_dict(state)
+            for rid, (client, toks, item) in waiting.items():
+                s.add(rid, client, toks, item=item)
+            assert s.state_dict() == state
+            assert observe(s) == observe(twin)
+        kind = op[0]
+        if kind == "add":
+            _, client, p, suffix, _ = op
+            toks = PREFIXES[p] + suffix
+            rid: Any = n if n % 2 else f"r{n}"
+            n += 1
+            for x in (twin, s):
+                x.add(rid, client, toks, item=("item", rid))
+            waiting[rid] = (client, toks, ("item", rid))
+            prompts[rid] = toks
+        elif kind == "insert":
+            for t in trees:
+                t.insert(PREFIXES[op[1]] + op[2])
+        elif kind == "evict":
+            for t in trees:
+                t.evict(op[1])
+        elif kind == "schedule":
+            got = [
+                [
+                    (a.request_id, a.client, a.item, a.input_len, a.cached_len, a.extend_len)
+                    for a in x.schedule(op[1], max_requests=op[2])
+                ]
+                for x in (twin, s)
+            ]
+            assert got[0] == got[1]
+            for a in got[0]:
+                del waiting[a[0]]
+                running.append(a[0])
+                for t in trees:
+                    t.insert(prompts[a[0]])
+        elif kind in ("charge", "finish", "recharge") and running:
+            rid = running[op[1] % len(running)]
+            if kind == "charge":
+                for x in (twin, s):
+                    x.charge_output(rid, op[2])
+            elif kind == "finish":
+                for x in (twin, s):
+                    x.finish(rid)
+                running.remove(rid)
+            else:
+                ext = op[2] % (len(prompts[rid]) + 1)
+                assert twin.recharge_extend(rid, ext) == s.recharge_extend(rid, ext)
+        elif kind == "remove" and waiting:
+            rid = list(waiting)[op[1] % len(waiting)]
+            assert twin.remove(rid) == s.remove(rid)
+            del waiting[rid]
+        elif kind == "weight":
+            for x in (twin, s):
+                x.set_weight(op[1], op[2])
+        assert observe(s) == observe(twin)
+    s._check()
+    assert s.state_dict() == twin.state_dict()
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "lpm", "vtc", "dlpm"])
+@settings(max_examples=80)
+@given(
+    page=st.sampled_from([1, 2]),
+    quantum=st.sampled_from([2.0**-4, 0.5, 3.0, 10.0, 1e9]),
+    ops=st.lists(OPS, max_size=60),
+    cut=st.integers(0, 60),
+)
+def test_restore_then_readd_equals_an_uninterrupted_twin(
+    policy: str, page: int, quantum: float, ops: list[Any], cut: int
+) -> None:
+    run_twins(policy, page, quantum, ops, cut)
+
+
+def test_vtc_client_waiting_at_save_is_not_lifted_on_readd() -> None:
+    """The one rule a restore needs: in the uninterrupted scheduler a client
+    that was waiting never went empty, so its re-add must not lift it."""
+    s = VTC()
+    s.add("a1", "a", [1] * 10)
+    s.add("b1", "b", [1] * 10)
+    s.add("b2", "b", [1] * 10)
+    assert [a.request_id for a in s.schedule(10)] == ["a1"]  # a: 10, b: 0
+    state = s.state_dict()
+    assert [c["waiting"] for c in state["clients"]] == [0, 2]
+    r = VTC()
+    r.load_state_dict(state)
+    r.add("b2", "b", [1] * 10)  # b was waiting: stays at 0, not lifted
+    assert r.counter("b") == 0.0
+    r.add("a2", "a", [1] * 10)  # a was not: lifted to min(b) = 0, keeps 10
+    assert r.counter("a") == 10.0
+    assert [a.request_id for a in r.schedule(10)] == ["b2"]
+
+
+def test_running_requests_survive_a_restore() -> None:
+    t = RadixTree()
+    s = DLPM(t, quantum=100.0, w_e=1.0, w_q=2.0)
+    s.set_weight("a", 2.0)
+    s.add(7, "a", [1, 2, 3, 4])
+    s.add("s\u00e9", "b", [5, 6])
+    s.schedule(100)
+    r = DLPM(RadixTree(), quantum=1.0)
+    r.load_state_dict(json.loads(json.dumps(s.state_dict())))
+    assert r.num_running == 2 and len(r) == 0
+    assert r.charged_extend(7) == 4
+    assert r.recharge_extend(7, 1) == 4  # the admission weight (2.0) came along
+    s.recharge_extend(7, 1)
+    for x in (s, r):
+        x.charge_output("s\u00e9", 3)
+        x.finish(7)
+        x.finish("s\u00e9")
+    assert r.state_dict() == s.state_dict()
+    assert r.deficit("a") == s.deficit("a") and r.service("b") == s.service("b")
+
+
+def test_state_is_plain_json_with_a_version() -> None:
+    s = VTC(w_in=1.5, w_out=3.0)
+    s.add(1, "x", [1, 2])
+    state = s.state_dict()
+    assert json.loads(json.dumps(state)) == state
+    assert state["format"] == "fairq.LocalScheduler" and state["version"] == 1
+    assert state["policy"] == "vtc" and state["options"] == {"w_in": 1.5, "w_out": 3.0}
+    assert state["clients"] == [
+        {"name": "x", "weight": 1.0, "service": 0.0, "waiting": 1, "counter": 0.0}
+    ]
+    assert state["running"] == []
+
+
+def _dlpm_state() -> dict[str, Any]:
+    s = DLPM(RadixTree(), quantum=5.0)
+    s.add(1, "a", [1, 2, 3])
+    s.add(2, "b", [4])
+    s.schedule(10)
+    s.add(3, "a", [9])
+    return s.state_dict()
+
+
+def _with(state: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A deep copy of ``state`` with ``path`` (``a.b[0].c``) set to ``value``
+    (the sentinel ``DELETE`` removes the key)."""
+    out = json.loads(json.dumps(state))
+    node: Any = out
+    parts = path.replace("[", ".[").split(".")
+    for p in parts[:-1]:
+        node = node[int(p[1:-1])] if p.startswith("[") else node[p]
+    last = parts[-1]
+    key: Any = int(last[1:-1]) if last.startswith("[") else last
+    if value is DELETE:
+        del node[key]
+    else:
+        node[key] = value
+    return out
+
+
+DELETE = object()
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "exc", "words"),
+    [
+        ("version", 2, ValueError, "version is 2"),
+        ("version", "1", ValueError, "version"),
+        ("format", "fairq.WFQ", ValueError, "format"),
+        ("policy", "vtc", ValueError, "policy is 'vtc'"),
+        ("options.quantum", float("nan"), ValueError, "options.quantum must be a finite"),
+        ("options.quantum", 0, ValueError, "options.quantum must be > 0"),
+        ("options.w_q", DELETE, ValueError, "options.w_q is required"),
+        ("options.colour", 1, ValueError, "unknown field 'colour'"),
+        ("clients[0].deficit", float("nan"), ValueError, "clients[0].deficit must be a finite"),
+        ("clients[0].deficit", float("inf"), ValueError, "clients[0].deficit"),
+        ("clients[0].deficit", "1", ValueError, "clients[0].deficit must be a number"),
+        ("clients[1].service", -1.0, ValueError, "clients[1].service must be >= 0"),
+        ("clients[1].weight", 0.0, ValueError, "clients[1].weight must be > 0"),
+        ("clients[1].waiting", -2, ValueError, "clients[1].waiting"),
+        ("clients[1].counter", 1.0, ValueError, "unknown field 'counter'"),
+        ("clients[1].name", "a", ValueError, "clients[1].name repeats client"),
+        ("clients[1].name", 5, ValueError, "clients[1].name must be a string"),
+        ("clients[0]", [], ValueError, "clients[0] must be a mapping"),
+        ("running[0].request_id", 1.5, ValueError, "running[0].request_id"),
+        ("running[0].request_id", 2**70, ValueError, "running[0].request_id"),
+        ("running[1].request_id", 1, ValueError, "running[1].request_id repeats"),
+        ("running[0].client", "zz", ValueError, "running[0].client names"),
+        ("running[0].charged_extend", 99, ValueError, "running[0].charged_extend"),
+        ("running[0].input_len", -1, ValueError, "running[0].input_len"),
+        ("running[0].admission_weight", -1.0, ValueError, "admission_weight must be > 0"),
+        ("refills", -1, ValueError, "refills"),
+        ("refills", DELETE, ValueError, "refills is required"),
+        ("extra", 1, ValueError, "unknown field 'extra'"),
+    ],
+)
+def test_bad_state_names_the_field_and_changes_nothing(
+    path: str, value: Any, exc: type[Exception], words: str
+) -> None:
+    bad = _with(_dlpm_state(), path, value)
+    s = DLPM(RadixTree(), quantum=3.0)
+    s.set_weight("z", 4.0)
+    before = s.state_dict()
+    with pytest.raises(exc) as ei:
+        s.load_state_dict(bad)
+    assert words in str(ei.value)
+    assert s.state_dict() == before
+
+
+@pytest.mark.parametrize("state", [None, [], "x", 3, {}])
+def test_state_that_is_not_a_document(state: Any) -> None:
+    s = FCFS()
+    with pytest.raises((TypeError, ValueError)):
+        s.load_state_dict(state)
+    assert s.clients() == []
+
+
+def test_load_needs_an_empty_scheduler() -> None:
+    s = LPM(RadixTree())
+    s.add(1, "a", [1])
+    state = LPM(RadixTree()).state_dict()
+    with pytest.raises(ValueError, match="no requests; this one has 1 waiting"):
+        s.load_state_dict(state)
+    assert len(s) == 1
