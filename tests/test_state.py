@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_sched import OPS, PREFIXES
 
+import fairq
 from fairq import DLPM, FCFS, LPM, VTC, RadixTree
 
 Sched = FCFS | LPM | VTC | DLPM
@@ -281,3 +282,127 @@ def test_load_needs_an_empty_scheduler() -> None:
     with pytest.raises(ValueError, match="no requests; this one has 1 waiting"):
         s.load_state_dict(state)
     assert len(s) == 1
+
+
+# ---- dispatchers ------------------------------------------------------------
+
+DISPATCH_OPS = st.one_of(
+    st.tuples(st.just("dispatch"), st.sampled_from("abc"), st.lists(st.integers(0, 3), max_size=8)),
+    st.tuples(st.just("finish"), st.integers(0, 1000), st.integers(0, 30)),
+    st.tuples(
+        st.just("evict"),
+        st.integers(0, 3),
+        st.lists(st.integers(0, 3), max_size=8),
+        st.integers(0, 8),
+    ),
+)
+
+
+def _dispatcher(name: str, n: int, quantum: float) -> Any:
+    from fairq.dispatch import make_dispatcher
+
+    return make_dispatcher(name, n, worker_quantum=quantum, abs_threshold=2.0)
+
+
+def _observe_dispatcher(d: Any, n: int) -> dict[str, Any]:
+    out = {
+        "clients": d.clients(),
+        "queue_sizes": d.queue_sizes,
+        "dispatched": d.dispatched_counts,
+        "len": len(d),
+    }
+    if d.policy == "D2LPM":
+        out["deficits"] = [[d.deficit(c, w) for w in range(n)] for c in d.clients()]
+    return out
+
+
+@pytest.mark.parametrize("name", ["d2lpm", "affinity", "rr", "ll", "client-rr"])
+@settings(max_examples=80)
+@given(
+    ops=st.lists(DISPATCH_OPS, max_size=60),
+    n=st.integers(1, 4),
+    quantum=st.sampled_from([1.0, 5.0, 40.0, float("inf")]),
+    cut=st.integers(0, 60),
+)
+def test_dispatcher_restore_equals_an_uninterrupted_twin(
+    name: str, ops: list[Any], n: int, quantum: float, cut: int
+) -> None:
+    twin = _dispatcher(name, n, quantum)
+    d = _dispatcher(name, n, quantum)
+    live: list[int] = []
+    rid = 0
+    for i, op in enumerate([*ops, ("end",)]):
+        if i == min(cut, len(ops)):
+            state = json.loads(json.dumps(d.state_dict()))
+            assert state == twin.state_dict()
+            d = _dispatcher(name, n, 3.0)  # options come from the state
+            d.load_state_dict(state)
+            assert d.state_dict() == state
+        if op[0] == "dispatch":
+            _, client, toks = op
+            assert d.dispatch(rid, client, toks) == twin.dispatch(rid, client, toks)
+            live.append(rid)
+            rid += 1
+        elif op[0] == "finish" and live:
+            r = live.pop(op[1] % len(live))
+            assert d.on_finish(r, op[2]) == twin.on_finish(r, op[2])
+        elif op[0] == "evict":
+            _, w, toks, kept = op
+            assert d.on_evict(w % n, toks, kept) == twin.on_evict(w % n, toks, kept)
+        assert _observe_dispatcher(d, n) == _observe_dispatcher(twin, n)
+    for probe in ([0, 1, 2], [3, 3], [1], []):
+        assert d.longest_match(probe) == twin.longest_match(probe)
+    assert d.state_dict() == twin.state_dict()
+
+
+def _d2lpm_state() -> dict[str, Any]:
+    d = fairq.D2LPM(2, 10.0)
+    d.dispatch(1, "a", [1, 2, 3])
+    d.dispatch(2, "b", [1, 2])
+    d.dispatch(3, "a", [7])
+    return d.state_dict()
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "words"),
+    [
+        ("version", 0, "version is 0"),
+        ("policy", "RoundRobin", "policy is 'RoundRobin'"),
+        ("num_workers", 3, "num_workers is 3"),
+        ("options.worker_quantum", 0.0, "options.worker_quantum"),
+        ("options.w_e", float("nan"), "options.w_e"),
+        ("clients[0].deficits", [1.0], "clients[0].deficits must list one deficit per worker"),
+        ("clients[0].deficits[1]", float("nan"), "clients[0].deficits[1]"),
+        ("clients[0].deficits[1]", float("-inf"), "clients[0].deficits[1] must not be -inf"),
+        ("clients[1].name", "a", "clients[1].name repeats"),
+        ("dispatched", [1], "dispatched must list one count per worker"),
+        ("dispatched[0]", -1, "dispatched[0]"),
+        ("inflight[0].worker", 2, "inflight[0].worker must be a worker in 0..2"),
+        ("inflight[0].client", "q", "inflight[0].client names"),
+        ("inflight[1].request_id", 1, "inflight[1].request_id repeats"),
+        ("tree[0].tokens[0]", 2**32, "tree[0].tokens[0] must be < 2**32"),
+        ("tree[0].workers", [5], "tree[0].workers[0]"),
+        ("refills", "x", "refills"),
+        ("cursor", 0, "unknown field 'cursor'"),
+    ],
+)
+def test_bad_dispatcher_state_names_the_field_and_changes_nothing(
+    path: str, value: Any, words: str
+) -> None:
+    bad = _with(_d2lpm_state(), path, value)
+    d = fairq.D2LPM(2, 5.0)
+    d.dispatch("x", "z", [9])
+    d.on_finish("x", 1)
+    before = d.state_dict()
+    with pytest.raises(ValueError) as ei:
+        d.load_state_dict(bad)
+    assert words in str(ei.value)
+    assert d.state_dict() == before
+
+
+def test_dispatcher_load_needs_nothing_in_flight() -> None:
+    d = fairq.RoundRobin(2)
+    d.dispatch(1, "a", [])
+    with pytest.raises(ValueError, match="nothing in flight; this one has 1"):
+        d.load_state_dict(fairq.RoundRobin(2).state_dict())
+    assert len(d) == 1

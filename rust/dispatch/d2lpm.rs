@@ -76,6 +76,13 @@ impl State {
         self.refills
     }
 
+    /// A state restore: the deficit rows (one per client, in client order)
+    /// and the refill count.
+    pub fn restore(&mut self, rows: Vec<Vec<f64>>, refills: u64) {
+        self.q = rows;
+        self.refills = refills;
+    }
+
     /// Add `Q_w` to every `q[c][w]` as many rounds as the paper's while loop
     /// would (the rounds after which some `q[c][w] > 0`), in O(W), with the
     /// closed-form refill DLPM uses ([`crate::deficit`]).

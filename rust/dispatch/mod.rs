@@ -10,10 +10,12 @@
 //! workers hold which prefix.
 //!
 //! The dispatcher never waits on a worker: `on_finish` and `on_evict` are
-//! reports that arrive whenever the worker sends them.
+//! reports that arrive whenever the worker sends them. [`state`] saves and
+//! restores all of it (`state_dict` / `load_state_dict`).
 
 pub mod baselines;
 pub mod d2lpm;
+pub mod state;
 pub mod tree;
 
 use std::collections::HashMap;
@@ -352,6 +354,41 @@ mod tests {
             .collect();
         assert_eq!(a, vec![0, 1, 0]);
         assert_eq!(b, vec![1, 0, 1]);
+    }
+
+    #[test]
+    fn state_round_trip_dispatches_like_the_original() {
+        let mut d = Dispatcher::d2lpm(3, D2lpmConfig::new(7.0)).unwrap();
+        let p: Vec<u32> = (0..6).collect();
+        for i in 0..5 {
+            d.dispatch(
+                id(i),
+                if i % 2 == 0 { "a" } else { "b" },
+                &p[..(i as usize + 1)],
+            )
+            .unwrap();
+        }
+        d.on_finish(&id(0), 4).unwrap();
+        d.on_evict(0, &p, 2).unwrap();
+        let state = d.state().unwrap();
+        let mut r = Dispatcher::d2lpm(3, D2lpmConfig::new(1.0)).unwrap();
+        r.load_state(&state).unwrap();
+        assert_eq!(r.state().unwrap(), state);
+        for i in 5..12 {
+            assert_eq!(
+                r.dispatch(id(i), "a", &p[..3]).unwrap(),
+                d.dispatch(id(i), "a", &p[..3]).unwrap()
+            );
+        }
+        assert_eq!(
+            r.on_finish(&id(3), 2).unwrap(),
+            d.on_finish(&id(3), 2).unwrap()
+        );
+        assert_eq!(r.state().unwrap(), d.state().unwrap());
+        // another policy's state is refused, naming the field
+        let mut rr = Dispatcher::round_robin(3).unwrap();
+        let err = rr.load_state(&state).unwrap_err().to_string();
+        assert!(err.contains("policy"), "{err}");
     }
 
     #[test]

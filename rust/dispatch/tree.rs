@@ -220,6 +220,46 @@ impl WorkerTree {
         pos
     }
 
+    /// What the tree records, as the fewest `insert`s that rebuild it: each
+    /// `(tokens, workers)` says every worker in `workers` holds `tokens`
+    /// and nothing longer below it (a worker listed on a node but on none
+    /// of its children). Depth-first, children by first token, so the list
+    /// is deterministic; inserting it into an empty tree gives a tree with
+    /// the same holdings (the same matches).
+    pub fn holdings(&self) -> Vec<(Vec<u32>, Vec<usize>)> {
+        let mut out = Vec::new();
+        let mut path = Vec::new();
+        self.collect(ROOT, &mut path, &mut out);
+        out
+    }
+
+    fn collect(&self, i: usize, path: &mut Vec<u32>, out: &mut Vec<(Vec<u32>, Vec<usize>)>) {
+        let node = self.node(i);
+        let depth = path.len();
+        path.extend_from_slice(&node.key);
+        let mut firsts: Vec<u32> = node.children.keys().copied().collect();
+        firsts.sort_unstable();
+        if i != ROOT {
+            let ends: Vec<usize> = node
+                .workers
+                .iter()
+                .filter(|&w| {
+                    !node
+                        .children
+                        .values()
+                        .any(|&c| self.node(c).workers.contains(w))
+                })
+                .collect();
+            if !ends.is_empty() {
+                out.push((path.clone(), ends));
+            }
+        }
+        for t in firsts {
+            self.collect(node.children[&t], path, out);
+        }
+        path.truncate(depth);
+    }
+
     /// Record that worker `w` holds `tokens` (and so every prefix of it).
     pub fn insert(&mut self, tokens: &[u32], w: usize) {
         let mut cur = ROOT;

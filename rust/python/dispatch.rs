@@ -10,6 +10,7 @@ use super::args;
 use super::tokens::extract_tokens;
 use crate::dispatch::{AffinityConfig, D2lpmConfig, Dispatcher, Policy};
 use crate::python::request_id;
+use crate::python::value::{from_value, to_value};
 
 fn num_workers(v: i64) -> PyResult<usize> {
     if v < 1 {
@@ -127,6 +128,23 @@ impl PyDispatcher {
     /// Clients seen so far, in order of first dispatch.
     fn clients(&self) -> Vec<String> {
         self.inner.clients().to_vec()
+    }
+
+    /// The dispatcher's state as plain JSON data: policy, workers, options,
+    /// clients (D2LPM deficits per worker, cursors), dispatch counts, the
+    /// in-flight requests and the global prefix tree (which worker holds
+    /// which prefix). See `load_state_dict`.
+    fn state_dict(&self, py: Python<'_>) -> PyResult<PyObject> {
+        from_value(py, &self.inner.state()?)
+    }
+
+    /// Restore a `state_dict()` into this dispatcher, which must have nothing
+    /// in flight and the same policy and number of workers; it then
+    /// dispatches exactly as the saved one would have. Validated first
+    /// (errors name the field, e.g. `clients[1].deficits[0]`); nothing
+    /// changes on error. The state's options replace the constructor's.
+    fn load_state_dict(&mut self, state: &Bound<'_, PyAny>) -> PyResult<()> {
+        Ok(self.inner.load_state(&to_value(state, "the state")?)?)
     }
 
     /// Whether `request_id` is in flight.
