@@ -406,3 +406,108 @@ def test_dispatcher_load_needs_nothing_in_flight() -> None:
     with pytest.raises(ValueError, match="nothing in flight; this one has 1"):
         d.load_state_dict(fairq.RoundRobin(2).state_dict())
     assert len(d) == 1
+
+
+# ---- DRR ----------------------------------------------------------------------
+
+DRR_OPS = st.one_of(
+    st.tuples(
+        st.just("push"),
+        st.integers(0, 4),
+        st.one_of(st.integers(0, 60), st.integers(61, 3000)),
+        st.integers(0, 2),
+        st.sampled_from([0.0, 0.5, 3.0]),
+        st.integers(0, 20),
+    ),
+    st.tuples(st.just("pop"), st.frozensets(st.integers(0, 4), max_size=3)),
+    st.tuples(st.just("remove"), st.integers(0, 1000)),
+    st.tuples(st.just("workers"), st.integers(1, 4)),
+)
+
+
+@settings(max_examples=150)
+@given(
+    classes=st.lists(
+        st.tuples(st.integers(1, 40), st.sampled_from(["fcfs", "wspt"])), min_size=1, max_size=5
+    ),
+    ops=st.lists(DRR_OPS, max_size=60),
+    cut=st.integers(0, 60),
+)
+def test_drr_restore_equals_an_uninterrupted_twin(
+    classes: list[tuple[int, str]], ops: list[Any], cut: int
+) -> None:
+    from fairq import DRRQueue, PolicyClass
+
+    def build() -> DRRQueue:
+        return DRRQueue([PolicyClass(f"c{i}", q, o) for i, (q, o) in enumerate(classes)])
+
+    twin, q = build(), build()
+    n = len(classes)
+    queued: dict[int, tuple[Any, ...]] = {}  # twin ticket -> push args, in push order
+    tickets: dict[int, int] = {}  # twin ticket -> q's ticket
+    for i, op in enumerate([*ops, ("end",)]):
+        if i == min(cut, len(ops)):
+            state = json.loads(json.dumps(q.state_dict()))
+            assert state == twin.state_dict()
+            q = build()
+            q.load_state_dict(state)
+            for t, args in queued.items():  # pushed again, in their original order
+                tickets[t] = q.push(
+                    *args[:3], strict_priority=args[3], priority_jump=args[4], arrival=args[5]
+                )
+            assert q.state_dict() == state
+        if op[0] == "push":
+            _, ci, cost, tier, jump, arrival = op
+            args = (len(queued) + 1000 * i, f"c{ci % n}", cost, tier, jump, float(arrival))
+            t = twin.push(*args[:3], strict_priority=tier, priority_jump=jump, arrival=args[5])
+            tickets[t] = q.push(
+                *args[:3], strict_priority=tier, priority_jump=jump, arrival=args[5]
+            )
+            queued[t] = args
+        elif op[0] == "pop":
+            blocked = frozenset(f"c{b % n}" for b in op[1])
+            got = twin.pop(blocked=blocked)
+            assert q.pop(blocked=blocked) == got
+            if got is not None:
+                t = next(t for t, a in queued.items() if a[0] == got[1])
+                del queued[t]
+        elif op[0] == "remove" and queued:
+            t = list(queued)[op[1] % len(queued)]
+            assert q.remove(tickets[t]) == twin.remove(t)
+            del queued[t]
+        elif op[0] == "workers":
+            twin.num_workers = q.num_workers = op[1]
+        assert q.stats() == twin.stats() and q.cursor == twin.cursor
+    assert q.state_dict() == twin.state_dict()
+
+
+def test_drr_state_checks_the_ring_and_changes_nothing() -> None:
+    from fairq import DRRQueue, PolicyClass
+
+    q = DRRQueue([PolicyClass("a", 10), PolicyClass("b", 20)])
+    q.push("x", "a", 15)
+    q.push("y", "a", 15)
+    assert q.pop() == ("a", "x")  # a earned 20 over two visits, spent 15
+    state = q.state_dict()
+    assert state["cursor"] == "b" and state["classes"][0]["deficit"] == 5
+    other = DRRQueue([PolicyClass("a", 10), PolicyClass("c", 20)])
+    with pytest.raises(ValueError, match=r"classes\[1\].name is 'b', but class 1 of this queue"):
+        other.load_state_dict(state)
+    for path, value, words in [
+        ("classes[0].quantum", 11, "classes[0].quantum is 11"),
+        ("classes[0].deficit", -1, "classes[0].deficit must be an integer >= 0"),
+        ("classes", [], "classes lists 0 classes"),
+        ("cursor", "zz", "cursor names"),
+        ("retained", 1, "retained must be a bool"),
+        ("version", 9, "version is 9"),
+    ]:
+        fresh = DRRQueue([PolicyClass("a", 10), PolicyClass("b", 20)])
+        before = fresh.state_dict()
+        with pytest.raises(ValueError) as ei:
+            fresh.load_state_dict(_with(state, path, value))
+        assert words in str(ei.value)
+        assert fresh.state_dict() == before
+    busy = DRRQueue([PolicyClass("a", 10), PolicyClass("b", 20)])
+    busy.push("y", "b", 1)
+    with pytest.raises(ValueError, match="empty queue; this one holds 1"):
+        busy.load_state_dict(state)

@@ -8,12 +8,14 @@
 //! - [`config`]: the resolved profile (classes, buckets, families,
 //!   thresholds, limits) and the classification of a request to its class;
 //! - [`queue`]: the DRR arbitration, per-class heaps, tickets and limits;
-//! - [`load`]: dispatchability from a worker-load snapshot.
+//! - [`load`]: dispatchability from a worker-load snapshot;
+//! - [`state`]: saving and restoring the arbitration state.
 
 pub mod config;
 pub mod load;
 pub mod queue;
 pub mod resolve;
+pub mod state;
 
 #[cfg(test)]
 mod tests;

@@ -267,6 +267,25 @@ impl<T> DrrQueue<T> {
         self.cursor
     }
 
+    /// A state restore: class `idx`'s credit and dispatch counters.
+    pub(super) fn restore_class(
+        &mut self,
+        idx: usize,
+        deficit: u128,
+        dispatched: u64,
+        dispatched_cost: u128,
+    ) {
+        self.hot[idx].deficit = deficit;
+        self.classes[idx].dispatched = dispatched;
+        self.classes[idx].dispatched_cost = dispatched_cost;
+    }
+
+    /// A state restore: the cursor and whether it is finishing a burst.
+    pub(super) fn restore_cursor(&mut self, cursor: usize, retained: bool) {
+        self.cursor = cursor;
+        self.retained = retained;
+    }
+
     /// Whether the cursor stays on a class finishing its burst (step 1).
     pub fn cursor_retained(&self) -> bool {
         self.retained

@@ -11,7 +11,7 @@ use crate::drr::{
     resolve, DrrQueue, LoadSnapshot, MaxBatched, PolicyProfile, PushArgs, Schema, Snapshot, Value,
 };
 use crate::python::args;
-use crate::python::value::to_value;
+use crate::python::value::{from_value, to_value};
 
 /// Extract a non-negative integer, naming `field` on error.
 fn non_negative_int(field: &str, v: &Bound<'_, PyAny>) -> PyResult<u64> {
@@ -568,6 +568,22 @@ impl PyDrrCore {
         (0..self.q.num_classes())
             .map(|i| self.q.spec(i).name.clone())
             .collect()
+    }
+
+    /// The arbitration state as plain JSON data: each class's unspent
+    /// credit and dispatch counters, the cursor, `num_workers`. Not the
+    /// queued requests (push them again after a load) nor the policy (build
+    /// the queue from the same file).
+    fn state_dict(&self, py: Python<'_>) -> PyResult<PyObject> {
+        from_value(py, &self.q.state())
+    }
+
+    /// Restore a `state_dict()` into this empty queue, built from the same
+    /// policy (same classes, order, quanta); then push the queued requests
+    /// again in their original order with their original `arrival`.
+    /// Validated first (errors name the field); nothing changes on error.
+    fn load_state_dict(&mut self, state: &Bound<'_, PyAny>) -> PyResult<()> {
+        Ok(self.q.load_state(&to_value(state, "the state")?)?)
     }
 
     fn __len__(&self) -> usize {
