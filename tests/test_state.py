@@ -511,3 +511,174 @@ def test_drr_state_checks_the_ring_and_changes_nothing() -> None:
     busy.push("y", "b", 1)
     with pytest.raises(ValueError, match="empty queue; this one holds 1"):
         busy.load_state_dict(state)
+
+
+# ---- WFQ ------------------------------------------------------------------------
+
+WFQ_OPS = st.one_of(
+    st.tuples(
+        st.just("add"),
+        st.sampled_from(["a", "b", 7, None]),
+        st.sampled_from([0.0, 1.0, 5.0, 40.0]),
+        st.sampled_from([0.5, 1.0, 3.0]),
+        st.integers(0, 5),
+    ),
+    st.tuples(st.just("pop"), st.none(), st.none(), st.none(), st.none()),
+    st.tuples(st.just("remove"), st.integers(0, 100), st.none(), st.none(), st.none()),
+    st.tuples(
+        st.just("partial"), st.integers(0, 100), st.sampled_from([0.0, 2.0]), st.none(), st.none()
+    ),
+)
+
+
+class Item:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Item) and other.n == self.n
+
+    def __hash__(self) -> int:
+        return self.n
+
+
+@settings(max_examples=150)
+@given(
+    clock=st.sampled_from(["start", "finish"]),
+    ops=st.lists(WFQ_OPS, max_size=60),
+    cut=st.integers(0, 60),
+)
+def test_wfq_restore_equals_an_uninterrupted_twin(clock: str, ops: list[Any], cut: int) -> None:
+    from fairq import WFQQueue
+
+    twin = WFQQueue(virtual_clock=clock)
+    q = WFQQueue(virtual_clock=clock)
+    other = "finish" if clock == "start" else "start"
+    queued: dict[int, tuple[Any, ...]] = {}  # n -> add args (arrival order)
+    twin_items: dict[int, Item] = {}
+    items: dict[int, Item] = {}
+    n = 0
+    for i, op in enumerate([*ops, ("end",)]):
+        if i == min(cut, len(ops)):
+            state = json.loads(json.dumps(q.state_dict()))
+            assert state == twin.state_dict()
+            q = WFQQueue(virtual_clock=other)  # the clock comes from the state
+            q.load_state_dict(state)
+            assert q.pending_readds == len(queued)
+            items = {}
+            for k, (flow, tokens, weight, arrival) in queued.items():
+                items[k] = Item(k)  # the caller's objects are new after a restart
+                q.add(items[k], tokens=tokens, flow=flow, weight=weight, arrival=arrival)
+            assert q.pending_readds == 0
+            assert q.state_dict() == state
+        if op[0] == "add":
+            _, flow, tokens, weight, arrival = op
+            for qq, store in ((twin, twin_items), (q, items)):
+                store[n] = Item(n)
+                qq.add(store[n], tokens=tokens, flow=flow, weight=weight, arrival=float(arrival))
+            queued[n] = (flow, tokens, weight, float(arrival))
+            n += 1
+        elif op[0] == "pop" and queued:
+            got = twin.pop()
+            assert q.pop() == got
+            del queued[got.n]
+        elif op[0] == "remove" and queued:
+            k = list(queued)[op[1] % len(queued)]
+            twin.remove(twin_items[k])
+            q.remove(items[k])
+            del queued[k]
+        elif op[0] == "partial" and queued:
+            k = list(queued)[op[1] % len(queued)]
+            assert twin.update_remaining(twin_items[k], op[2]) == q.update_remaining(
+                items[k], op[2]
+            )
+            queued[k] = (queued[k][0], op[2], *queued[k][2:])
+        assert q.virtual_time == twin.virtual_time and len(q) == len(twin)
+        assert [x.n for x in q.items()] == [x.n for x in twin.items()]
+    assert q.state_dict() == twin.state_dict()
+
+
+def test_wfq_readd_must_be_the_next_waiting_item() -> None:
+    from fairq import WFQQueue
+
+    q = WFQQueue()
+    q.add("x", tokens=10, flow="a")
+    q.add("y", tokens=4, flow="b", weight=2.0)
+    state = q.state_dict()
+    assert [w["flow"] for w in state["waiting"]] == ["a", "b"]
+    r = WFQQueue()
+    r.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"not waiting\[0\] of the loaded state"):
+        r.add("y", tokens=4, flow="b", weight=2.0)
+    assert len(r) == 0 and r.pending_readds == 2
+    r.add("x", tokens=10, flow="a")
+    r.add("y", tokens=4, flow="b", weight=2.0)
+    assert r.state_dict() == state
+    with pytest.raises(ValueError, match="flow .* cannot be saved"):
+        w = WFQQueue()
+        w.add("z", tokens=1, flow=("tuple", "key"))
+        w.state_dict()
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "words"),
+    [
+        ("virtual_time", float("nan"), "virtual_time must be a finite"),
+        ("virtual_clock", "later", "virtual_clock must be 'start' or 'finish'"),
+        ("flows[0].flow", [1], "flows[0].flow must be a string or an integer"),
+        ("flows[1].flow", "b", "flows[1].flow repeats"),  # flows by F_last: b, a
+        ("flows[0].last_finish", float("inf"), "flows[0].last_finish"),
+        ("waiting[0].weight", 0.0, "waiting[0].weight must be > 0"),
+        ("waiting[0].finish", -1.0, "waiting[0].finish"),
+        ("waiting[0].remaining", -1.0, "waiting[0].remaining must be >= 0"),
+        ("waiting[1].flow", "zz", "waiting[1].flow names 'zz'"),
+        ("waiting[0].colour", 1, "unknown field 'colour'"),
+        ("version", 3, "version is 3"),
+    ],
+)
+def test_bad_wfq_state_names_the_field_and_changes_nothing(
+    path: str, value: Any, words: str
+) -> None:
+    from fairq import WFQQueue
+
+    q = WFQQueue()
+    q.add("x", tokens=10, flow="a")
+    q.add("y", tokens=4, flow="b")
+    bad = _with(q.state_dict(), path, value)
+    fresh = WFQQueue(virtual_clock="finish")
+    fresh.add("old", tokens=1, flow="c")
+    fresh.pop()
+    before = fresh.state_dict()
+    with pytest.raises(ValueError) as ei:
+        fresh.load_state_dict(bad)
+    assert words in str(ei.value)
+    assert fresh.state_dict() == before and fresh.pending_readds == 0
+
+
+def test_vllm_wfq_queue_restores_through_the_same_state() -> None:
+    """``fairq.vllm``'s WFQ request queue is a WFQQueue: after a restart vLLM's
+    waiting requests go back in with ``add_request``, in their order."""
+    from fairq.vllm.wfq import WFQRequestQueue
+
+    from reference.vllm import Req
+
+    def reqs() -> list[Req]:
+        return [
+            Req(f"r{i}", arrival_time=float(i), prompt=10 + 7 * i, client_id="ab"[i % 2])
+            for i in range(6)
+        ]
+
+    twin, q = WFQRequestQueue(), WFQRequestQueue()
+    for x in (twin, q):
+        for r in reqs():
+            x.add_request(r)
+        x.pop_request()
+    state = json.loads(json.dumps(q.state_dict()))
+    restored = WFQRequestQueue()
+    restored.load_state_dict(state)
+    for r in reqs()[1:]:  # the waiting ones, oldest first (r0 was popped)
+        restored.add_request(r)
+    assert restored.state_dict() == twin.state_dict()
+    assert [r.request_id for r in restored] == [r.request_id for r in twin]
+    while twin:
+        assert restored.pop_request().request_id == twin.pop_request().request_id

@@ -221,6 +221,12 @@ class WFQQueue:
     def __new__(cls, *, virtual_clock: _WfqClock = "start") -> Self: ...
     @property
     def virtual_clock(self) -> _WfqClock: ...
+    def state_dict(self) -> dict[str, Any]:
+        """Virtual clock and time, flows' ``F_last``, waiting items' tags."""
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore into this empty queue; then add the waiting items again, in order."""
+    @property
+    def pending_readds(self) -> int: ...
     def add(
         self,
         item: Any,

@@ -16,6 +16,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple, PyWeakrefMethods, PyWeakrefReference};
 
 use crate::python::args;
+use crate::python::value::{from_value, to_value};
+use crate::value::Value;
+use crate::wfq::state::parse_state;
 use crate::wfq::{FastMap, ItemQueue, Tags, VirtualClock};
 
 /// What the binding keeps of a popped item besides the core's tags.
@@ -29,6 +32,26 @@ const SWEEP_MIN: usize = 1024;
 
 fn ident(obj: &Bound<'_, PyAny>) -> u64 {
     obj.as_ptr() as usize as u64
+}
+
+/// A flow key as a state document value: a ``str`` or an ``int``.
+fn flow_key_value(key: &Bound<'_, PyAny>) -> crate::Result<Value> {
+    if let Ok(s) = key.downcast::<pyo3::types::PyString>() {
+        if let Ok(s) = s.to_str() {
+            return Ok(Value::str(s));
+        }
+    }
+    if key.is_instance_of::<pyo3::types::PyInt>() && !key.is_instance_of::<pyo3::types::PyBool>() {
+        if let Ok(i) = key.extract::<i128>() {
+            return Ok(Value::Int(i));
+        }
+    }
+    let shown = key
+        .repr()
+        .map_or_else(|_| "?".to_string(), |r| r.to_string());
+    Err(crate::error::Error::value(format!(
+        "flow {shown} cannot be saved: flow keys in a state must be str or int"
+    )))
 }
 
 /// Weighted Fair Queuing on per-flow virtual finish times.
@@ -204,6 +227,75 @@ impl PyWfqQueue {
             sweep_at: SWEEP_MIN,
             no_weakref: FastMap::default(),
         })
+    }
+
+    /// The state as plain JSON data: virtual clock and time, every flow's
+    /// ``F_last`` and the waiting items' tags in arrival order (not the
+    /// items). Flow keys must be ``str`` or ``int`` to be saved.
+    fn state_dict(&self, py: Python<'_>) -> PyResult<PyObject> {
+        let keys = &self.flow_keys;
+        let doc = self.core.wfq().state(|id| {
+            let key = keys.get(id).expect("a flow with state is registered");
+            flow_key_value(key.bind(py))
+        })?;
+        from_value(py, &doc)
+    }
+
+    /// Restore a ``state_dict()`` into this empty queue; then add the
+    /// waiting items again, in their original order and with their original
+    /// arguments: each such add takes its saved tags (checked to be the same
+    /// item: flow, tokens, weight, arrival). Validated first (errors name the
+    /// field); nothing changes on error. The state's clock replaces the
+    /// constructor's.
+    fn load_state_dict(&mut self, py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<()> {
+        let parsed = parse_state(&to_value(state, "the state")?)?;
+        if !self.core.is_empty() {
+            return Err(PyValueError::new_err(format!(
+                "load_state needs an empty queue; this one holds {} items (load into a fresh \
+                 queue, then add the waiting items again)",
+                self.core.len()
+            )));
+        }
+        let mut intern = |v: &Value| -> PyResult<u64> {
+            let key = from_value(py, v)?.into_bound(py);
+            let (id, new) = self
+                .resolve_flow(Some(&key))?
+                .expect("a flow key is not None");
+            if new {
+                self.register_flow(&key, id)?;
+            }
+            Ok(id)
+        };
+        let flows = parsed
+            .flows
+            .iter()
+            .map(|(k, last)| Ok((intern(k)?, *last)))
+            .collect::<PyResult<Vec<_>>>()?;
+        let waiting = parsed
+            .waiting
+            .into_iter()
+            .map(|t| {
+                Ok(Tags {
+                    flow: t.flow.as_ref().map(&mut intern).transpose()?,
+                    weight: t.weight,
+                    start: t.start,
+                    finish: t.finish,
+                    arrival: t.arrival,
+                    remaining: t.remaining,
+                    seq: t.seq,
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        self.core
+            .load_state(parsed.clock, parsed.virtual_time, flows, waiting)?;
+        self.departed.clear();
+        Ok(())
+    }
+
+    /// Waiting items of a loaded state not added again yet.
+    #[getter]
+    fn pending_readds(&self) -> usize {
+        self.core.wfq().pending_readds()
     }
 
     /// ``"start"`` or ``"finish"``: how ``pop()`` advances ``virtual_time``.

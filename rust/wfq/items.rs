@@ -161,6 +161,20 @@ impl<K: Hash + Eq + Clone, V> ItemQueue<K, V> {
         self.core.iter_unordered().map(|(_, (_, v))| v)
     }
 
+    /// Restore a parsed state (see [`super::state`]); forgets remembered
+    /// tags of popped objects (identities do not survive a restart).
+    pub fn load_state(
+        &mut self,
+        clock: VirtualClock,
+        virtual_time: f64,
+        flows: Vec<(K, f64)>,
+        waiting: Vec<Tags<K>>,
+    ) -> Result<()> {
+        self.core.load_state(clock, virtual_time, flows, waiting)?;
+        self.departed.clear();
+        Ok(())
+    }
+
     /// Flow keys whose state was dropped since the last call.
     pub fn drain_dropped_flows(&mut self) -> std::vec::Drain<'_, K> {
         self.core.drain_dropped_flows()

@@ -48,11 +48,15 @@
 //! sweep is amortized O(1): it runs when the flow table doubles. Dropped flow
 //! keys are reported through [`Wfq::drain_dropped_flows`] so a binding layer
 //! can forget its own key interning.
+//!
+//! [`state`] saves and restores the virtual time, the flows' `F_last` and
+//! the waiting requests' tags (`state_dict` / `load_state_dict`).
 
 use std::hash::Hash;
 
 use crate::error::{check_non_negative, check_positive, Error, Result};
 mod items;
+pub mod state;
 
 pub use items::ItemQueue;
 
@@ -115,7 +119,7 @@ struct Entry<K, V> {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Flow {
+pub(crate) struct Flow {
     last_finish: f64,
     queued: usize,
 }
@@ -185,6 +189,9 @@ pub struct Wfq<K, V> {
     clock: VirtualClock,
     gc_threshold: usize,
     dropped: Vec<K>,
+    /// Tags of a loaded state's waiting requests, re-added in order by the
+    /// next adds (see [`state`]).
+    pending: std::collections::VecDeque<state::Pending<K>>,
 }
 
 impl<K: Hash + Eq + Clone, V> Default for Wfq<K, V> {
@@ -208,6 +215,7 @@ impl<K: Hash + Eq + Clone, V> Wfq<K, V> {
             clock,
             gc_threshold: GC_MIN,
             dropped: Vec::new(),
+            pending: std::collections::VecDeque::new(),
         }
     }
 
@@ -301,6 +309,10 @@ impl<K: Hash + Eq + Clone, V> Wfq<K, V> {
         arrival: f64,
     ) -> Result<Handle> {
         let (start, finish) = self.preview(flow.as_ref(), tokens, weight, arrival)?;
+        if let Some(tags) = self.take_pending(&flow, tokens, weight, arrival)? {
+            // A waiting request of a loaded state: its saved tags.
+            return self.push_tagged(value, tags, false);
+        }
         let arrival = arrival + 0.0;
         if let Some(k) = &flow {
             let f = self.flows.entry(k.clone()).or_insert(Flow {
@@ -327,6 +339,13 @@ impl<K: Hash + Eq + Clone, V> Wfq<K, V> {
     /// same `S`, `F`, arrival and `seq`, so it returns to its old place.
     /// `F_last` of its flow only grows (`max(F_last, F)`).
     pub fn readd(&mut self, value: V, tags: Tags<K>) -> Result<Handle> {
+        self.push_tagged(value, tags, true)
+    }
+
+    /// Push a request with given tags; `raise_last`: `F_last` of its flow
+    /// becomes `max(F_last, F)` (a preempted request), else it is left as
+    /// is (a loaded state's waiting request: `F_last` was saved exactly).
+    fn push_tagged(&mut self, value: V, tags: Tags<K>, raise_last: bool) -> Result<Handle> {
         check_positive("weight", tags.weight)?;
         check_non_negative("remaining", tags.remaining)?;
         let start = check_finite("start", tags.start)?;
@@ -343,7 +362,9 @@ impl<K: Hash + Eq + Clone, V> Wfq<K, V> {
                 last_finish: vtime,
                 queued: 0,
             });
-            f.last_finish = f.last_finish.max(finish);
+            if raise_last {
+                f.last_finish = f.last_finish.max(finish);
+            }
             f.queued += 1;
         }
         Ok(self.heap.push_with_seq(
