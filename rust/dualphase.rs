@@ -93,6 +93,9 @@ pub struct DualPhase<K, V> {
     multiplier: f64,
     reservation: usize,
     metrics: Metrics,
+    /// A loaded state's `last_served` rounds per phase (think, output), in
+    /// queue order, taken by the re-adds of that phase.
+    pending: [std::collections::VecDeque<u64>; 2],
 }
 
 /// Validate `think_batch_multiplier` (finite, `>= 1.0`).
@@ -115,6 +118,7 @@ impl<K: Hash + Eq + Clone, V> DualPhase<K, V> {
             multiplier: check_multiplier(think_batch_multiplier)?,
             reservation: min_think_reservation,
             metrics: Metrics::default(),
+            pending: Default::default(),
         })
     }
 
@@ -169,9 +173,10 @@ impl<K: Hash + Eq + Clone, V> DualPhase<K, V> {
         if self.index.contains_key(&key) {
             return Err(Error::value("request_id is already queued"));
         }
+        let saved = self.pending[phase as usize].pop_front();
         let slot = Slot {
             key: key.clone(),
-            last_served: self.metrics.schedule_calls,
+            last_served: saved.unwrap_or(self.metrics.schedule_calls),
         };
         let h = self.fifo(phase).push_back(slot);
         self.index.insert(key, (phase, h, value));
@@ -268,6 +273,143 @@ impl<K: Hash + Eq + Clone, V> DualPhase<K, V> {
             Phase::Output => &self.output,
         };
         f.iter().map(|(_, s)| &s.key)
+    }
+}
+
+/// The `format` field of a dual-phase queue's state.
+pub const STATE_FORMAT: &str = "fairq.DualPhaseQueue";
+/// The state version this build writes and reads.
+pub const STATE_VERSION: u64 = 1;
+
+impl<K: Hash + Eq + Clone, V> DualPhase<K, V> {
+    /// The state as a JSON-ready document:
+    /// `{"format": "fairq.DualPhaseQueue", "version": 1,
+    /// "think_batch_multiplier", "min_think_reservation", "metrics": {...},
+    /// "think": [last_served, ...], "output": [...]}`. The requests are not
+    /// in it (their ids are the caller's): re-add each phase's requests in
+    /// queue order (front first) after a load, and they take their saved
+    /// `last_served` rounds, so batches and metrics continue exactly.
+    pub fn state(&self) -> crate::value::Value {
+        use crate::value::Value;
+        let int = |n: u64| Value::Int(n as i128);
+        let m = &self.metrics;
+        let rounds =
+            |f: &Fifo<Slot<K>>| Value::List(f.iter().map(|(_, s)| int(s.last_served)).collect());
+        Value::map([
+            ("format", Value::str(STATE_FORMAT)),
+            ("version", int(STATE_VERSION)),
+            ("think_batch_multiplier", Value::Float(self.multiplier)),
+            ("min_think_reservation", int(self.reservation as u64)),
+            (
+                "metrics",
+                Value::map([
+                    ("schedule_calls", int(m.schedule_calls)),
+                    ("last_output_batch", int(m.last_output_batch as u64)),
+                    ("last_think_batch", int(m.last_think_batch as u64)),
+                    ("output_scheduled_total", int(m.output_scheduled_total)),
+                    ("think_scheduled_total", int(m.think_scheduled_total)),
+                    ("forced_budget_events", int(m.forced_budget_events)),
+                    ("phase_transitions", int(m.phase_transitions)),
+                ]),
+            ),
+            ("think", rounds(&self.think)),
+            ("output", rounds(&self.output)),
+        ])
+    }
+
+    /// Restore a state written by [`Self::state`] into this empty queue
+    /// (options and metrics replaced). Validates everything first, naming
+    /// the field; changes nothing on error.
+    pub fn load_state(&mut self, v: &crate::value::Value) -> Result<()> {
+        use crate::value::{as_u64, Fields, Path, Value};
+        if !self.is_empty() {
+            return Err(Error::value(format!(
+                "load_state needs an empty queue; this one holds {} requests",
+                self.len()
+            )));
+        }
+        let f = Fields::new(v, Path::root(), "the state")?;
+        f.deny_unknown(
+            &[
+                "format",
+                "version",
+                "think_batch_multiplier",
+                "min_think_reservation",
+                "metrics",
+                "think",
+                "output",
+            ],
+            "state: ",
+            |_| None,
+        )?;
+        match f.required("format")? {
+            Value::Str(s) if s == STATE_FORMAT => {}
+            other => {
+                return Err(f.at("format").err(format!(
+                    "must be '{STATE_FORMAT}' (the state of a dual-phase queue), got {}",
+                    other.describe()
+                )))
+            }
+        }
+        let version = as_u64(f.required("version")?, &f.at("version"), 0)?;
+        if version != STATE_VERSION {
+            return Err(f.at("version").err(format!(
+                "is {version}: this fairq reads dual-phase state version {STATE_VERSION}"
+            )));
+        }
+        let m = f
+            .opt_f64("think_batch_multiplier")?
+            .ok_or_else(|| f.at("think_batch_multiplier").err("is required"))?;
+        let multiplier = check_multiplier(m).map_err(|_| {
+            f.at("think_batch_multiplier").err(format!(
+                "must be a finite number >= 1.0, got {}",
+                Value::Float(m).describe()
+            ))
+        })?;
+        let count = |fields: &Fields<'_>, name: &str| -> Result<u64> {
+            as_u64(fields.required(name)?, &fields.at(name), 0)
+        };
+        let reservation = count(&f, "min_think_reservation")? as usize;
+        let mf = Fields::new(f.required("metrics")?, f.at("metrics"), "metrics")?;
+        let names = [
+            "schedule_calls",
+            "last_output_batch",
+            "last_think_batch",
+            "output_scheduled_total",
+            "think_scheduled_total",
+            "forced_budget_events",
+            "phase_transitions",
+        ];
+        mf.deny_unknown(&names, "", |_| None)?;
+        let metrics = Metrics {
+            schedule_calls: count(&mf, "schedule_calls")?,
+            last_output_batch: count(&mf, "last_output_batch")? as usize,
+            last_think_batch: count(&mf, "last_think_batch")? as usize,
+            output_scheduled_total: count(&mf, "output_scheduled_total")?,
+            think_scheduled_total: count(&mf, "think_scheduled_total")?,
+            forced_budget_events: count(&mf, "forced_budget_events")?,
+            phase_transitions: count(&mf, "phase_transitions")?,
+        };
+        let mut pending: [std::collections::VecDeque<u64>; 2] = Default::default();
+        for (phase, name) in [(Phase::Think, "think"), (Phase::Output, "output")] {
+            let list = f.opt_list(name)?.unwrap_or_default();
+            for (i, x) in list.iter().enumerate() {
+                let at = f.at(name).index(i);
+                let round = as_u64(x, &at, 0)?;
+                if round > metrics.schedule_calls {
+                    return Err(at.err(format!(
+                        "({round}) is after metrics.schedule_calls ({})",
+                        metrics.schedule_calls
+                    )));
+                }
+                pending[phase as usize].push_back(round);
+            }
+        }
+        self.multiplier = multiplier;
+        self.reservation = reservation;
+        self.metrics = metrics;
+        self.pending = pending;
+        Ok(())
     }
 }
 

@@ -682,3 +682,78 @@ def test_vllm_wfq_queue_restores_through_the_same_state() -> None:
     assert [r.request_id for r in restored] == [r.request_id for r in twin]
     while twin:
         assert restored.pop_request().request_id == twin.pop_request().request_id
+
+
+# ---- dual-phase ---------------------------------------------------------------
+
+DUAL_OPS = st.one_of(
+    st.tuples(st.just("add"), st.sampled_from(["think", "output"]), st.none()),
+    st.tuples(st.just("event"), st.integers(0, 100), st.none()),
+    st.tuples(st.just("remove"), st.integers(0, 100), st.none()),
+    st.tuples(st.just("schedule"), st.integers(0, 4), st.integers(0, 6)),
+)
+
+
+@settings(max_examples=150)
+@given(
+    reservation=st.integers(0, 2),
+    ops=st.lists(DUAL_OPS, max_size=60),
+    cut=st.integers(0, 60),
+)
+def test_dualphase_restore_equals_an_uninterrupted_twin(
+    reservation: int, ops: list[Any], cut: int
+) -> None:
+    from fairq import DualPhaseQueue
+
+    twin = DualPhaseQueue(1.5, reservation)
+    q = DualPhaseQueue(1.5, reservation)
+    n = 0
+    for i, op in enumerate([*ops, ("end",)]):
+        if i == min(cut, len(ops)):
+            state = json.loads(json.dumps(q.state_dict()))
+            assert state == twin.state_dict()
+            order = {p: q.ids(p) for p in ("think", "output")}
+            q = DualPhaseQueue(3.0, 0)  # options come from the state
+            q.load_state_dict(state)
+            for phase in ("think", "output"):  # each phase in queue order
+                for rid in order[phase]:
+                    q.add(rid, item=("item", rid), phase=phase)
+            assert q.state_dict() == state
+        live = twin.ids("think") + twin.ids("output")
+        if op[0] == "add":
+            for x in (twin, q):
+                x.add(n, item=("item", n), phase=op[1])
+            n += 1
+        elif op[0] == "event" and live:
+            rid = live[op[1] % len(live)]
+            assert twin.on_phase_event(rid) == q.on_phase_event(rid)
+        elif op[0] == "remove" and live:
+            rid = live[op[1] % len(live)]
+            assert twin.remove(rid) == q.remove(rid)
+        elif op[0] == "schedule":
+            assert q.schedule_phases(op[1], op[2]) == twin.schedule_phases(op[1], op[2])
+        assert q.metrics() == twin.metrics()
+    assert q.state_dict() == twin.state_dict()
+
+
+def test_bad_dualphase_state() -> None:
+    from fairq import DualPhaseQueue
+
+    q = DualPhaseQueue()
+    q.add(1)
+    q.schedule(1, 1)
+    state = q.state_dict()
+    for path, value, words in [
+        ("think_batch_multiplier", 0.5, "think_batch_multiplier must be a finite number >= 1.0"),
+        ("metrics.schedule_calls", -1, "metrics.schedule_calls"),
+        ("metrics.extra", 1, "unknown field 'extra'"),
+        ("think[0]", 99, "think[0] (99) is after metrics.schedule_calls"),
+        ("format", "x", "format must be"),
+    ]:
+        fresh = DualPhaseQueue()
+        with pytest.raises(ValueError) as ei:
+            fresh.load_state_dict(_with(state, path, value))
+        assert words in str(ei.value)
+        assert fresh.state_dict() == DualPhaseQueue().state_dict()
+    with pytest.raises(ValueError, match="empty queue"):
+        q.load_state_dict(state)

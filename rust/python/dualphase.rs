@@ -3,6 +3,7 @@
 //! Request ids are any hashable; this layer interns them to `u64` keys
 //! through a dict and stores `(request_id, item)` as the core payload.
 
+use crate::python::value::{from_value, to_value};
 use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -215,6 +216,19 @@ impl PyDualPhase {
         d.set_item("phase_transitions_total", m.phase_transitions)?;
         d.set_item("schedule_calls_total", m.schedule_calls)?;
         Ok(d)
+    }
+
+    /// Options, metrics and each queued request's last-served round (per
+    /// phase, in queue order) as plain JSON data; not the request ids.
+    fn state_dict(&self, py: Python<'_>) -> PyResult<PyObject> {
+        from_value(py, &self.core.state())
+    }
+
+    /// Restore a `state_dict()` into this empty queue (options and metrics
+    /// replaced); then add each phase's requests again in queue order.
+    /// Validated first (errors name the field); nothing changes on error.
+    fn load_state_dict(&mut self, state: &Bound<'_, PyAny>) -> PyResult<()> {
+        Ok(self.core.load_state(&to_value(state, "the state")?)?)
     }
 
     fn __len__(&self) -> usize {
