@@ -42,6 +42,9 @@ pub mod wfq;
 #[cfg(test)]
 mod testutil;
 
+#[cfg(test)]
+mod proptests;
+
 #[cfg(feature = "python")]
 pub mod python;
 
