@@ -28,6 +28,10 @@ from fairq import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("fairq.sim.cli", "run the DLPM paper's policy comparison in the simulator"),
     "bench": ("fairq.bench", "microbenchmarks: fairq vs the pure-Python queues it replaces"),
+    "soak": (
+        "fairq.soak",
+        "millions of random operations per structure: conservation and memory over time",
+    ),
     "engine-bench": (
         "fairq.integrations.transformers.bench",
         "replay a multi-client workload on transformers' continuous batching engine",
