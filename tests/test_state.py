@@ -187,7 +187,7 @@ def test_state_is_plain_json_with_a_version() -> None:
     assert state["format"] == "fairq.LocalScheduler" and state["version"] == 1
     assert state["policy"] == "vtc" and state["options"] == {"w_in": 1.5, "w_out": 3.0}
     assert state["clients"] == [
-        {"name": "x", "weight": 1.0, "service": 0.0, "waiting": 1, "counter": 0.0}
+        {"name": "x", "weight": 1.0, "service": 0.0, "waiting": 1, "admitted": 0, "counter": 0.0}
     ]
     assert state["running"] == []
 

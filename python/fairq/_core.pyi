@@ -581,9 +581,9 @@ class Dispatcher:
     @property
     def policy(self) -> str: ...
     def clients(self) -> list[str]: ...
-    def state_dict(self) -> dict[str, Any]:
-        """The dispatcher's state as plain JSON data (in-flight requests and
-        the global prefix tree included)."""
+    def state_dict(self, include_tree: bool = True) -> dict[str, Any]:
+        """The dispatcher's state as plain JSON data (in-flight requests and,
+        unless ``include_tree=False``, the global prefix tree)."""
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a ``state_dict()`` (nothing in flight; same policy and
         number of workers)."""

@@ -370,10 +370,10 @@ mod tests {
         }
         d.on_finish(&id(0), 4).unwrap();
         d.on_evict(0, &p, 2).unwrap();
-        let state = d.state().unwrap();
+        let state = d.state(true).unwrap();
         let mut r = Dispatcher::d2lpm(3, D2lpmConfig::new(1.0)).unwrap();
         r.load_state(&state).unwrap();
-        assert_eq!(r.state().unwrap(), state);
+        assert_eq!(r.state(true).unwrap(), state);
         for i in 5..12 {
             assert_eq!(
                 r.dispatch(id(i), "a", &p[..3]).unwrap(),
@@ -384,7 +384,7 @@ mod tests {
             r.on_finish(&id(3), 2).unwrap(),
             d.on_finish(&id(3), 2).unwrap()
         );
-        assert_eq!(r.state().unwrap(), d.state().unwrap());
+        assert_eq!(r.state(true).unwrap(), d.state(true).unwrap());
         // another policy's state is refused, naming the field
         let mut rr = Dispatcher::round_robin(3).unwrap();
         let err = rr.load_state(&state).unwrap_err().to_string();

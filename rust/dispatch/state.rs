@@ -106,8 +106,10 @@ fn under_options(r: Result<()>) -> Result<()> {
 
 impl Dispatcher {
     /// The dispatcher's state as a JSON-ready document (see the module
-    /// docs). Fails only for an in-flight id holding a lone surrogate.
-    pub fn state(&self) -> Result<Value> {
+    /// docs); `with_tree: false` leaves the prefix tree out (a summary, e.g.
+    /// for metrics; such a document does not load into a prefix-aware
+    /// dispatcher). Fails only for an in-flight id holding a lone surrogate.
+    pub fn state(&self, with_tree: bool) -> Result<Value> {
         let w = self.num_workers;
         let options = match &self.policy {
             Policy::D2lpm(st) => Value::map([
@@ -172,7 +174,7 @@ impl Dispatcher {
             Policy::D2lpm(st) => doc.push(("refills", int(st.refills()))),
             _ => {}
         }
-        if let Some(t) = &self.tree {
+        if let Some(t) = self.tree.as_ref().filter(|_| with_tree) {
             let held = t
                 .holdings()
                 .into_iter()

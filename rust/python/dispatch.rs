@@ -134,8 +134,11 @@ impl PyDispatcher {
     /// clients (D2LPM deficits per worker, cursors), dispatch counts, the
     /// in-flight requests and the global prefix tree (which worker holds
     /// which prefix). See `load_state_dict`.
-    fn state_dict(&self, py: Python<'_>) -> PyResult<PyObject> {
-        from_value(py, &self.inner.state()?)
+    /// `include_tree=False` leaves the tree out (a cheap summary, e.g. for
+    /// metrics; it does not load back into D2LPM or PrefixAffinity).
+    #[pyo3(signature = (include_tree = true))]
+    fn state_dict(&self, py: Python<'_>, include_tree: bool) -> PyResult<PyObject> {
+        from_value(py, &self.inner.state(include_tree)?)
     }
 
     /// Restore a `state_dict()` into this dispatcher, which must have nothing

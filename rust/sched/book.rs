@@ -64,6 +64,8 @@ pub(super) struct Client {
     pub service: f64,
     pub waiting: usize,
     pub running: usize,
+    /// Requests admitted so far.
+    pub admitted: u64,
 }
 
 /// The requests (by slot and by id) and the clients of one scheduler.
@@ -125,6 +127,7 @@ impl<T> Book<T> {
             service: 0.0,
             waiting: 0,
             running: 0,
+            admitted: 0,
         });
         self.client_by_name.insert(name.to_owned(), c);
         (c, true)
@@ -201,6 +204,7 @@ impl<T> Book<T> {
         q.admission_weight = self.clients[c as usize].weight;
         let cl = &mut self.clients[c as usize];
         cl.running += 1;
+        cl.admitted += 1;
         cl.service += input_weight * extend as f64;
         Admission {
             id,

@@ -7,7 +7,8 @@
 //! {"format": "fairq.LocalScheduler", "version": 1,
 //!  "policy": "fcfs" | "lpm" | "vtc" | "dlpm",
 //!  "options": {} | {"w_in", "w_out"} | {"quantum", "w_e", "w_q"},
-//!  "clients": [{"name", "weight", "service", "waiting", "counter" (VTC) | "deficit" (DLPM)}],
+//!  "clients": [{"name", "weight", "service", "waiting", "admitted",
+//!               "counter" (VTC) | "deficit" (DLPM)}],
 //!  "running": [{"request_id", "client", "input_len", "charged_extend", "admission_weight"}],
 //!  "refills": n (DLPM)}
 //! ```
@@ -53,6 +54,7 @@ pub(super) struct SavedClient {
     pub weight: f64,
     pub service: f64,
     pub waiting: usize,
+    pub admitted: u64,
     /// VTC's counter or DLPM's deficit (0 for FCFS / LPM).
     pub counter: f64,
 }
@@ -185,6 +187,7 @@ impl<T> LocalScheduler<T> {
                     ("weight", float(cl.weight)),
                     ("service", float(cl.service)),
                     ("waiting", Value::Int(cl.waiting as i128)),
+                    ("admitted", Value::Int(cl.admitted as i128)),
                 ];
                 match counter {
                     Some("counter") => pairs.push(("counter", float(self.order.counter(c as u32)))),
@@ -285,7 +288,7 @@ impl<T> LocalScheduler<T> {
             .enumerate()
         {
             let cf = Fields::new(cv, f.at("clients").index(i), "client")?;
-            let mut known = vec!["name", "weight", "service", "waiting"];
+            let mut known = vec!["name", "weight", "service", "waiting", "admitted"];
             known.extend(counter);
             cf.deny_unknown(&known, "", |_| None)?;
             let name = match cf.required("name")? {
@@ -305,6 +308,7 @@ impl<T> LocalScheduler<T> {
                 weight: number(&cf, "weight", Some((0.0, true)))?,
                 service: number(&cf, "service", Some((0.0, false)))?,
                 waiting: count(&cf, "waiting")?,
+                admitted: as_u64(cf.required("admitted")?, &cf.at("admitted"), 0)?,
                 counter: match counter {
                     Some("counter") => number(&cf, "counter", Some((0.0, false)))?,
                     Some(field) => number(&cf, field, None)?,
@@ -388,6 +392,7 @@ impl<T> LocalScheduler<T> {
                 service: saved.service,
                 waiting: 0,
                 running: 0,
+                admitted: saved.admitted,
             });
             self.order.add_client();
         }

@@ -408,6 +408,7 @@ fn bad_state_names_its_field_and_changes_nothing() {
                 ("weight", Value::Float(1.0)),
                 ("service", Value::Float(0.0)),
                 ("waiting", Value::Int(0)),
+                ("admitted", Value::Int(0)),
                 ("counter", Value::Float(f64::NAN)),
             ])]);
         }

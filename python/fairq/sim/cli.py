@@ -12,6 +12,7 @@ import argparse
 import math
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fairq.cli import write_json
@@ -89,6 +90,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--plot", metavar="FILE.png", help="draw service and response time over time")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics of the running simulation's schedulers and "
+        "dispatcher on 127.0.0.1:PORT (needs fairq[metrics])",
+    )
+    p.add_argument(
+        "--metrics-hold",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="keep serving metrics this long after the last simulation (default 0)",
+    )
 
 
 def _f(v: float, fmt: str) -> str:
@@ -151,6 +166,13 @@ def run(args: argparse.Namespace) -> int:
     if not runs:
         print("fairq simulate: nothing to run (check --policy / --dispatch)", file=sys.stderr)
         return 2
+    observe = None
+    if args.metrics_port is not None:
+        try:
+            observe = serve_metrics(args.metrics_port)
+        except (ImportError, OSError, ValueError) as e:
+            print(f"fairq simulate: --metrics-port: {e}", file=sys.stderr)
+            return 2
     t0 = time.perf_counter()
     results = execute(
         runs,
@@ -159,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
         timelines=bool(args.plot),
         progress=not args.no_progress,
         desc="sweep" if args.sweep else "simulate",
+        observe=observe,
     )
     wall = time.perf_counter() - t0
     steps = sum(r["steps"] for r in results)
@@ -185,7 +208,40 @@ def run(args: argparse.Namespace) -> int:
             "results": [_without_response(r) for r in results],
         }
         write_json(args, _clean(payload))
+    if observe is not None and args.metrics_hold > 0:
+        time.sleep(args.metrics_hold)
     return 0
+
+
+def serve_metrics(port: int, addr: str = "127.0.0.1") -> Callable[[Any], None]:
+    """Serve Prometheus metrics on ``addr:port`` (a daemon thread) and return
+    the ``observe`` hook for :func:`fairq.sim.runner.execute`: each simulator
+    gets its workers' schedulers (``name="w<i>"``) and its dispatcher
+    (``name="dispatcher"``) exported while it runs, replacing the previous
+    simulation's."""
+    import prometheus_client
+
+    from fairq.metrics import FairqCollector
+
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port must be in 0..65535, got {port}")
+    registry = prometheus_client.CollectorRegistry()
+    prometheus_client.start_http_server(port, addr=addr, registry=registry)
+    current: list[FairqCollector] = []
+
+    def observe(sim: Any) -> None:
+        for c in current:
+            registry.unregister(c)
+        current.clear()
+        objs = [(f"w{w.idx}", w.sched) for w in sim.workers]
+        if sim.dispatcher is not None:
+            objs.append(("dispatcher", sim.dispatcher))
+        for name, obj in objs:
+            c = FairqCollector(obj, name)
+            registry.register(c)
+            current.append(c)
+
+    return observe
 
 
 def _without_response(r: dict[str, Any]) -> dict[str, Any]:

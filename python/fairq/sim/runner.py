@@ -147,9 +147,12 @@ def execute(
     timelines: bool = False,
     progress: bool = True,
     desc: str = "simulate",
+    observe: Callable[[Simulator], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Run every planned simulation; one metrics dict each (plus the
-    ``timeline`` for plots when ``timelines``)."""
+    ``timeline`` for plots when ``timelines``). ``observe(sim)`` is called
+    with each simulator before it runs (e.g. to export its schedulers'
+    metrics while it runs)."""
     out: list[dict[str, Any]] = []
     advance, close = _progress(len(runs), desc) if progress else (lambda _s: None, lambda: None)
     cache: dict[tuple[str, int], Workload] = {}
@@ -165,7 +168,10 @@ def execute(
                     cache[ck] = run.spec.build(run.cfg.workers, seed, overrides)
                 wl = cache[ck]
                 key = run.spec.key
-            sim = Simulator(wl, run.cfg).run()
+            sim = Simulator(wl, run.cfg)
+            if observe is not None:
+                observe(sim)
+            sim.run()
             m = summarize(sim)
             m["workload"] = key
             m["seed"] = seed

@@ -98,7 +98,9 @@ def replace_queues(scheduler: Any, policy: SchedulingPolicy | str, **options: An
     Requests already queued move over in their current order. Returns the
     attribute names replaced.
     """
+    from fairq.metrics import publish
     from fairq.vllm import create_request_queue
+    from fairq.wfq import WFQQueue
 
     replaced = []
     for attr in QUEUE_ATTRS:
@@ -110,6 +112,8 @@ def replace_queues(scheduler: Any, policy: SchedulingPolicy | str, **options: An
             new.add_request(request)
         setattr(scheduler, attr, new)
         replaced.append(attr)
+        if isinstance(new, WFQQueue):  # the queues with fairness state
+            publish(new, f"vllm-{attr.strip('_')}")
     return replaced
 
 

@@ -64,6 +64,7 @@ from fairq.integrations.transformers.policies import (
     check_policy,
     policy_options,
 )
+from fairq.metrics import publish
 from fairq.sched import admit
 
 #: transformers releases this module was written and tested against.
@@ -303,6 +304,7 @@ class FairqScheduler(_Observer, Scheduler):
         self._observer_reset()
         self.tree = fairq.RadixTree(page_size=self.page_size)
         self.fq = build_policy(self.policy, self.tree, self.policy_opts)
+        publish(self.fq, f"transformers-{self.policy}")  # with $FAIRQ_METRICS set
         self._entries: dict[str, _Entry] = {}
         self._held: deque[str] = deque()
         self._requeued: deque[str] = deque()
