@@ -388,6 +388,10 @@ class FCFS:
     def tree(self) -> RadixTree | None: ...
     @property
     def _rematches(self) -> int: ...
+    def forget_idle_clients(self) -> int:
+        """Forget idle clients that carry no debt (automatic as the table grows)."""
+    @property
+    def num_clients(self) -> int: ...
     def state_dict(self) -> dict[str, Any]:
         """The fairness state as plain JSON data (not the waiting requests)."""
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -438,6 +442,10 @@ class LPM:
     def tree(self) -> RadixTree | None: ...
     @property
     def _rematches(self) -> int: ...
+    def forget_idle_clients(self) -> int:
+        """Forget idle clients that carry no debt (automatic as the table grows)."""
+    @property
+    def num_clients(self) -> int: ...
     def state_dict(self) -> dict[str, Any]:
         """The fairness state as plain JSON data (not the waiting requests)."""
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -490,6 +498,10 @@ class VTC:
     def tree(self) -> RadixTree | None: ...
     @property
     def _rematches(self) -> int: ...
+    def forget_idle_clients(self) -> int:
+        """Forget idle clients that carry no debt (automatic as the table grows)."""
+    @property
+    def num_clients(self) -> int: ...
     def state_dict(self) -> dict[str, Any]:
         """The fairness state as plain JSON data (not the waiting requests)."""
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -544,6 +556,10 @@ class DLPM:
     def tree(self) -> RadixTree | None: ...
     @property
     def _rematches(self) -> int: ...
+    def forget_idle_clients(self) -> int:
+        """Forget idle clients that carry no debt (automatic as the table grows)."""
+    @property
+    def num_clients(self) -> int: ...
     def state_dict(self) -> dict[str, Any]:
         """The fairness state as plain JSON data (not the waiting requests)."""
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

@@ -131,6 +131,15 @@ class LocalScheduler(Protocol):
     def tree(self) -> RadixTree | None:
         """The prefix cache the scheduler matches against (FCFS/VTC: may be None)."""
 
+    def forget_idle_clients(self) -> int:
+        """Forget idle clients that carry no debt (no requests, default weight;
+        VTC: counter at or below the lift floor; DLPM: ``q > 0``); automatic
+        whenever the client table doubles from 1,024. Returns how many."""
+
+    @property
+    def num_clients(self) -> int:
+        """Clients known now (forgotten ones excluded)."""
+
     def state_dict(self) -> dict[str, Any]:
         """The fairness state as plain JSON data: policy and options, every
         client (weight, service, VTC counter or DLPM deficit, requests

@@ -209,6 +209,22 @@ macro_rules! sched_class {
                 self.core.waiting_of(&client)
             }
 
+            /// Forget every idle client that carries nothing (no requests,
+            /// default weight; VTC: counter at or below the lift floor;
+            /// DLPM: debt paid, q > 0): coming back it is treated as new,
+            /// which gives it no more than it would have had. Its
+            /// `service()` restarts at 0. Runs by itself whenever the client
+            /// table doubles (from 1,024 clients). Returns how many.
+            fn forget_idle_clients(&mut self) -> usize {
+                self.core.forget_idle_clients()
+            }
+
+            /// Clients known now (forgotten ones excluded).
+            #[getter]
+            fn num_clients(&self) -> usize {
+                self.core.num_clients()
+            }
+
             /// Re-matches done because the tree changed (diagnostics).
             #[getter]
             fn _rematches(&self) -> u64 {

@@ -66,6 +66,32 @@ pub(super) struct Client {
     pub running: usize,
     /// Requests admitted so far.
     pub admitted: u64,
+    /// `false` for a forgotten client's slot, free for the next new client.
+    pub live: bool,
+}
+
+impl Client {
+    fn new(name: &str) -> Self {
+        Client {
+            name: name.to_owned(),
+            weight: 1.0,
+            service: 0.0,
+            waiting: 0,
+            running: 0,
+            admitted: 0,
+            live: true,
+        }
+    }
+}
+
+/// How [`Book::client_or_create`] found a client's slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Slot {
+    Existing,
+    /// Appended: the policy must add a client.
+    New,
+    /// A forgotten client's slot: the policy must reset it.
+    Reused,
 }
 
 /// The requests (by slot and by id) and the clients of one scheduler.
@@ -76,6 +102,8 @@ pub(super) struct Book<T> {
     by_id: HashMap<RequestId, u32>,
     pub clients: Vec<Client>,
     client_by_name: HashMap<String, u32>,
+    /// Slots of forgotten clients, reused by new ones.
+    free_clients: Vec<u32>,
     next_seq: u64,
     /// Waiting / running requests in total.
     pub waiting: usize,
@@ -92,6 +120,7 @@ impl<T> Book<T> {
             by_id: HashMap::new(),
             clients: Vec::new(),
             client_by_name: HashMap::new(),
+            free_clients: Vec::new(),
             next_seq: 0,
             waiting: 0,
             running: 0,
@@ -115,22 +144,46 @@ impl<T> Book<T> {
     pub fn client(&self, name: &str) -> Option<&Client> {
         self.client_index(name).map(|c| &self.clients[c as usize])
     }
-    /// The client's index and whether it was created now (weight 1).
-    pub fn client_or_create(&mut self, name: &str) -> (u32, bool) {
+    /// The client's index and how its slot was found (new ones: weight 1).
+    pub fn client_or_create(&mut self, name: &str) -> (u32, Slot) {
         if let Some(c) = self.client_index(name) {
-            return (c, false);
+            return (c, Slot::Existing);
         }
-        let c = self.clients.len() as u32;
-        self.clients.push(Client {
-            name: name.to_owned(),
-            weight: 1.0,
-            service: 0.0,
-            waiting: 0,
-            running: 0,
-            admitted: 0,
-        });
+        let (c, slot) = match self.free_clients.pop() {
+            Some(c) => {
+                self.clients[c as usize] = Client::new(name);
+                (c, Slot::Reused)
+            }
+            None => {
+                self.clients.push(Client::new(name));
+                ((self.clients.len() - 1) as u32, Slot::New)
+            }
+        };
         self.client_by_name.insert(name.to_owned(), c);
-        (c, true)
+        (c, slot)
+    }
+
+    /// Clients known now (forgotten ones excluded).
+    pub fn live_clients(&self) -> usize {
+        self.clients.len() - self.free_clients.len()
+    }
+
+    /// Whether client `c` holds nothing but history: no waiting or running
+    /// request and the default weight (a weight set by the caller is
+    /// configuration, never forgotten).
+    pub fn is_idle(&self, c: u32) -> bool {
+        let cl = &self.clients[c as usize];
+        cl.live && cl.waiting == 0 && cl.running == 0 && cl.weight == 1.0
+    }
+
+    /// Forget idle client `c`; its slot goes to the next new client.
+    pub fn forget_client(&mut self, c: u32) {
+        debug_assert!(self.is_idle(c));
+        let cl = &mut self.clients[c as usize];
+        self.client_by_name.remove(&cl.name);
+        *cl = Client::new("");
+        cl.live = false;
+        self.free_clients.push(c);
     }
 
     /// Store a new request (not yet counted as waiting) and give it the next
@@ -239,6 +292,7 @@ impl<T> Book<T> {
         debug_assert!(self.is_empty());
         self.clients.clear();
         self.client_by_name.clear();
+        self.free_clients.clear();
         self.service_weights = service_weights;
     }
 

@@ -125,6 +125,17 @@ impl AdmissionOrder for Dlpm {
         self.index.add_client();
     }
 
+    fn reuse_client(&mut self, c: u32) {
+        self.deficits[c as usize] = 0.0;
+    }
+
+    /// Forget an idle client whose debt is paid (`q > 0`; refills bring an
+    /// idle client there): back, it starts at 0 like a new client, at most
+    /// one quantum less credit than it had, never less debt.
+    fn can_forget<T>(&self, _book: &Book<T>, c: u32) -> bool {
+        self.has_credit(c)
+    }
+
     fn load_counters(&mut self, clients: &[SavedClient], refills: u64) {
         for (c, saved) in clients.iter().enumerate() {
             self.deficits[c] = saved.counter;

@@ -43,11 +43,14 @@ use crate::radix::{Namespace, RadixTree};
 pub use crate::request_id::RequestId;
 pub use state::{FORMAT as STATE_FORMAT, VERSION as STATE_VERSION};
 
-use book::{Book, Req};
+use book::{Book, Req, Slot};
 use policy::{AdmissionOrder, Order};
 
 /// The slot / node index meaning "none".
 const NIL: u32 = u32::MAX;
+
+/// Client-table size below which idle clients are never swept.
+const FORGET_MIN: usize = 1024;
 
 /// The admission policy and its weights (the scheduler's configuration).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -108,6 +111,8 @@ pub struct LocalScheduler<T> {
     order: Order,
     /// The tree this scheduler is bound to (the first one passed).
     tree_id: Option<u64>,
+    /// Live clients above which the next finish / remove sweeps idle ones.
+    forget_at: usize,
 }
 
 impl<T> LocalScheduler<T> {
@@ -119,6 +124,7 @@ impl<T> LocalScheduler<T> {
             book: Book::new(policy.service_weights()),
             order: Order::new(policy),
             tree_id: None,
+            forget_at: FORGET_MIN,
         })
     }
 
@@ -146,11 +152,48 @@ impl<T> LocalScheduler<T> {
 
     /// The client's index, creating it (weight 1) if unknown.
     fn client_or_create(&mut self, name: &str) -> u32 {
-        let (c, created) = self.book.client_or_create(name);
-        if created {
-            self.order.add_client();
+        let (c, slot) = self.book.client_or_create(name);
+        match slot {
+            Slot::Existing => {}
+            Slot::New => self.order.add_client(),
+            Slot::Reused => self.order.reuse_client(c),
         }
         c
+    }
+
+    /// Forget idle clients once the client table has doubled since the last
+    /// sweep (amortized O(1) per operation; see [`Self::forget_idle_clients`]).
+    fn maybe_forget(&mut self) {
+        if self.book.live_clients() > self.forget_at {
+            self.forget_idle_clients();
+        }
+    }
+
+    /// Forget every idle client the policy says carries nothing: no waiting
+    /// or running request, the default weight, and (VTC) a counter at or
+    /// below the lift floor or (DLPM) its debt paid (`q > 0`). Such a client
+    /// coming back is treated as new, which gives it no more than it would
+    /// have had (VTC lifts it to the floor anyway; DLPM's new client starts
+    /// at 0, at most one quantum below its old credit), so fairness between
+    /// backlogged clients is unchanged. What is lost is its history:
+    /// `service(client)` restarts at 0 (export metrics first). Runs by itself
+    /// when the client table doubles (from 1,024), so a stream of tenants
+    /// that come and go keeps memory bounded. Returns how many were forgotten.
+    pub fn forget_idle_clients(&mut self) -> usize {
+        let mut n = 0;
+        for c in 0..self.book.clients.len() as u32 {
+            if self.book.is_idle(c) && self.order.can_forget(&self.book, c) {
+                self.book.forget_client(c);
+                n += 1;
+            }
+        }
+        self.forget_at = FORGET_MIN.max(2 * self.book.live_clients());
+        n
+    }
+
+    /// Clients known now (forgotten ones excluded).
+    pub fn num_clients(&self) -> usize {
+        self.book.live_clients()
     }
 
     /// Bind to `tree` on first use; refuse any other tree afterwards.
@@ -236,6 +279,7 @@ impl<T> LocalScheduler<T> {
         self.order.dequeue(&self.book, r);
         self.book.uncount_waiting(r);
         let req = self.book.release(r);
+        self.maybe_forget();
         Ok(req.item.expect("waiting request has its item"))
     }
 
@@ -327,6 +371,7 @@ impl<T> LocalScheduler<T> {
     pub fn finish(&mut self, id: &RequestId) -> Result<()> {
         let (r, _) = self.running_client(id)?;
         self.book.finish(r);
+        self.maybe_forget();
         Ok(())
     }
 
@@ -358,7 +403,12 @@ impl<T> LocalScheduler<T> {
     }
     /// Clients in first-seen order.
     pub fn clients(&self) -> Vec<String> {
-        self.book.clients.iter().map(|c| c.name.clone()).collect()
+        self.book
+            .clients
+            .iter()
+            .filter(|c| c.live)
+            .map(|c| c.name.clone())
+            .collect()
     }
     /// Waiting requests of a client.
     pub fn waiting_of(&self, client: &str) -> usize {

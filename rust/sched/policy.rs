@@ -25,6 +25,17 @@ pub(super) trait AdmissionOrder {
     /// A client was created; its index is the number created before it.
     fn add_client(&mut self) {}
 
+    /// Client slot `c`, forgotten, now holds a new client: reset its
+    /// counters to a new client's.
+    fn reuse_client(&mut self, _c: u32) {}
+
+    /// Whether idle client `c` (no requests, default weight) may be
+    /// forgotten without changing what it would get if it came back: the
+    /// policy's counters say it carries no debt (see `LocalScheduler::forget_idle_clients`).
+    fn can_forget<T>(&self, _book: &Book<T>, _c: u32) -> bool {
+        true
+    }
+
     /// Waiting request `r` joins the order. Runs before the book counts it
     /// as waiting. `tree` is `Some` whenever the policy needs one.
     fn enqueue<T>(&mut self, book: &Book<T>, tree: Option<&RadixTree>, r: u32);
@@ -125,6 +136,12 @@ macro_rules! each {
 impl AdmissionOrder for Order {
     fn add_client(&mut self) {
         each!(self, p => p.add_client())
+    }
+    fn reuse_client(&mut self, c: u32) {
+        each!(self, p => p.reuse_client(c))
+    }
+    fn can_forget<T>(&self, book: &Book<T>, c: u32) -> bool {
+        each!(self, p => p.can_forget(book, c))
     }
     fn enqueue<T>(&mut self, book: &Book<T>, tree: Option<&RadixTree>, r: u32) {
         each!(self, p => p.enqueue(book, tree, r))

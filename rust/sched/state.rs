@@ -181,6 +181,7 @@ impl<T> LocalScheduler<T> {
             .clients
             .iter()
             .enumerate()
+            .filter(|(_, cl)| cl.live)
             .map(|(c, cl)| {
                 let mut pairs = vec![
                     ("name", Value::str(cl.name.as_str())),
@@ -393,6 +394,7 @@ impl<T> LocalScheduler<T> {
                 waiting: 0,
                 running: 0,
                 admitted: saved.admitted,
+                live: true,
             });
             self.order.add_client();
         }

@@ -63,6 +63,22 @@ impl AdmissionOrder for Vtc {
         self.restored_waiting.push(false);
     }
 
+    fn reuse_client(&mut self, c: u32) {
+        self.counters[c as usize] = 0.0;
+        self.restored_waiting[c as usize] = false;
+    }
+
+    /// Forget an idle client whose counter is at or below the lift floor
+    /// (the smallest counter of the clients with waiting requests): back,
+    /// it would be lifted at least to the floor as a new client is, so it
+    /// carries no debt. With nobody waiting there is no floor: keep it.
+    fn can_forget<T>(&self, _book: &Book<T>, c: u32) -> bool {
+        self.by_counter
+            .iter()
+            .next()
+            .is_some_and(|&(OrdF64(floor), _)| self.counters[c as usize] <= floor)
+    }
+
     fn load_counters(&mut self, clients: &[SavedClient], _refills: u64) {
         for (c, saved) in clients.iter().enumerate() {
             self.counters[c] = saved.counter;
