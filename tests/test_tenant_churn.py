@@ -3,7 +3,6 @@ bounded, and forgetting an idle tenant gives it no more than it would have had."
 
 from __future__ import annotations
 
-
 import pytest
 
 import fairq
