@@ -94,3 +94,25 @@ def test_dlpm_forgets_only_paid_debt_and_a_weight_is_never_forgotten() -> None:
     assert s.weight("vip") == 2.0
     s.add(9, "heavy", [1])  # back as a new client: 0, no more credit than before
     assert s.deficit("heavy") == 0.0
+
+
+@pytest.mark.parametrize("name", ["d2lpm", "affinity", "rr", "ll", "client-rr"])
+def test_dispatchers_keep_the_client_table_bounded(name: str) -> None:
+    from fairq.dispatch import make_dispatcher
+
+    d = make_dispatcher(name, 3, worker_quantum=100.0)
+    peak = 0
+    for t in range(20_000):
+        d.dispatch(t, f"tenant-{t}", [1, 2, t % 9])
+        if t >= 4:  # four requests stay in flight
+            d.on_finish(t - 4, 3)
+        peak = max(peak, d.num_clients)
+    assert peak <= 2 * 1024 + 8, peak
+    assert len(d.clients()) == d.num_clients and len(d) == 4
+    # a forgotten client comes back as new: fresh deficits, same dispatch rules
+    d.forget_idle_clients()
+    assert d.num_clients == 4
+    w = d.dispatch("back", "tenant-0", [1, 2, 0])
+    assert 0 <= w < 3
+    if name == "d2lpm":
+        assert max(d.deficit("tenant-0", k) for k in range(3)) == 100.0

@@ -597,6 +597,10 @@ class Dispatcher:
     @property
     def policy(self) -> str: ...
     def clients(self) -> list[str]: ...
+    def forget_idle_clients(self) -> int:
+        """Forget clients with nothing in flight (automatic as the table grows)."""
+    @property
+    def num_clients(self) -> int: ...
     def state_dict(self, include_tree: bool = True) -> dict[str, Any]:
         """The dispatcher's state as plain JSON data (in-flight requests and,
         unless ``include_tree=False``, the global prefix tree)."""

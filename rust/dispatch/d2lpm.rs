@@ -76,6 +76,13 @@ impl State {
         self.refills
     }
 
+    /// Client slot `c` now holds a new client: deficits 0 on every worker.
+    pub fn reset_client(&mut self, c: usize) {
+        if let Some(row) = self.q.get_mut(c) {
+            row.iter_mut().for_each(|x| *x = 0.0);
+        }
+    }
+
     /// A state restore: the deficit rows (one per client, in client order)
     /// and the refill count.
     pub fn restore(&mut self, rows: Vec<Vec<f64>>, refills: u64) {

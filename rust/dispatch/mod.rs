@@ -75,9 +75,19 @@ pub struct Dispatcher {
     inflight: HashMap<RequestId, Inflight>,
     clients: HashMap<String, usize>,
     client_names: Vec<String>,
+    /// Per client slot: requests in flight, and whether the slot is live
+    /// (a forgotten client's slot goes to the next new client).
+    client_inflight: Vec<u64>,
+    client_live: Vec<bool>,
+    free_clients: Vec<usize>,
+    /// Live clients above which the next finish sweeps idle ones.
+    forget_at: usize,
     tree: Option<WorkerTree>,
     policy: Policy,
 }
+
+/// Client-table size below which idle clients are never swept.
+const FORGET_MIN: usize = 1024;
 
 fn check_workers(num_workers: usize) -> Result<()> {
     if num_workers == 0 {
@@ -102,6 +112,10 @@ impl Dispatcher {
             inflight: HashMap::new(),
             clients: HashMap::new(),
             client_names: Vec::new(),
+            client_inflight: Vec::new(),
+            client_live: Vec::new(),
+            free_clients: Vec::new(),
+            forget_at: FORGET_MIN,
             tree,
             policy,
         })
@@ -166,8 +180,15 @@ impl Dispatcher {
             .ok_or_else(|| Error::key(format!("request_id {id} is not in flight")))
     }
 
-    pub fn clients(&self) -> &[String] {
-        &self.client_names
+    /// Clients known now, in slot order (first seen, except that a new client
+    /// may take a forgotten one's slot).
+    pub fn clients(&self) -> Vec<String> {
+        self.client_names
+            .iter()
+            .zip(&self.client_live)
+            .filter(|(_, &live)| live)
+            .map(|(n, _)| n.clone())
+            .collect()
     }
 
     /// Global prefix tree (prefix-aware policies only).
@@ -218,6 +239,60 @@ impl Dispatcher {
         Ok(())
     }
 
+    /// A slot for a new client: a forgotten client's (its policy state
+    /// reset to a new client's) or a new one at the end.
+    fn new_client(&mut self, name: &str) -> usize {
+        let c = match self.free_clients.pop() {
+            Some(c) => {
+                self.client_names[c] = name.to_string();
+                self.client_live[c] = true;
+                match &mut self.policy {
+                    Policy::D2lpm(st) => st.reset_client(c),
+                    Policy::ClientRoundRobin { next } if c < next.len() => {
+                        next[c] = c % self.num_workers;
+                    }
+                    _ => {}
+                }
+                c
+            }
+            None => {
+                self.client_names.push(name.to_string());
+                self.client_inflight.push(0);
+                self.client_live.push(true);
+                self.client_names.len() - 1
+            }
+        };
+        self.clients.insert(name.to_string(), c);
+        c
+    }
+
+    /// Clients known now (forgotten ones excluded).
+    pub fn num_clients(&self) -> usize {
+        self.client_names.len() - self.free_clients.len()
+    }
+
+    /// Forget every client with nothing in flight: its deficits (D2LPM) or
+    /// cursor (per-client round robin). Back, it starts as a new client.
+    /// This only changes which worker its next request goes to, never how
+    /// much service it gets: that is the workers' local schedulers' to
+    /// share (ALGORITHMS.md section 7: each worker runs DLPM). Runs by itself
+    /// whenever the client table doubles from 1,024, so tenants that come
+    /// and go keep memory bounded. Returns how many were forgotten.
+    pub fn forget_idle_clients(&mut self) -> usize {
+        let mut n = 0;
+        for c in 0..self.client_names.len() {
+            if self.client_live[c] && self.client_inflight[c] == 0 {
+                self.clients.remove(&self.client_names[c]);
+                self.client_names[c] = String::new();
+                self.client_live[c] = false;
+                self.free_clients.push(c);
+                n += 1;
+            }
+        }
+        self.forget_at = FORGET_MIN.max(2 * self.num_clients());
+        n
+    }
+
     /// Choose a worker for a new request and record it as in flight there.
     /// A duplicate in-flight id is a `ValueError` and changes nothing.
     pub fn dispatch(&mut self, id: RequestId, client: &str, tokens: &[u32]) -> Result<usize> {
@@ -228,12 +303,7 @@ impl Dispatcher {
         }
         let c = match self.clients.get(client) {
             Some(&c) => c,
-            None => {
-                let c = self.client_names.len();
-                self.clients.insert(client.to_string(), c);
-                self.client_names.push(client.to_string());
-                c
-            }
+            None => self.new_client(client),
         };
         let w = match &mut self.policy {
             Policy::D2lpm(st) => {
@@ -271,6 +341,7 @@ impl Dispatcher {
         }
         self.load[w] += 1;
         self.dispatched[w] += 1;
+        self.client_inflight[c] += 1;
         self.inflight.insert(
             id,
             Inflight {
@@ -288,8 +359,12 @@ impl Dispatcher {
             return Err(Error::key(format!("request_id {id} is not in flight")));
         };
         self.load[r.worker] -= 1;
+        self.client_inflight[r.client] -= 1;
         if let Policy::D2lpm(st) = &mut self.policy {
             st.on_finish(r.client, r.worker, output_tokens);
+        }
+        if self.num_clients() > self.forget_at {
+            self.forget_idle_clients();
         }
         Ok(r.worker)
     }

@@ -128,6 +128,7 @@ impl Dispatcher {
             .client_names
             .iter()
             .enumerate()
+            .filter(|&(c, _)| self.client_live[c])
             .map(|(c, name)| {
                 let mut pairs = vec![("name", Value::str(name.as_str()))];
                 match &self.policy {
@@ -445,6 +446,13 @@ impl Dispatcher {
             _ => {}
         }
         self.policy = policy;
+        let mut client_inflight = vec![0u64; names.len()];
+        for r in inflight.values() {
+            client_inflight[r.client] += 1;
+        }
+        self.client_live = vec![true; names.len()];
+        self.client_inflight = client_inflight;
+        self.free_clients.clear();
         self.clients = index;
         self.client_names = names;
         self.dispatched = dispatched;

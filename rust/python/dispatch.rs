@@ -150,6 +150,21 @@ impl PyDispatcher {
         Ok(self.inner.load_state(&to_value(state, "the state")?)?)
     }
 
+    /// Forget every client with nothing in flight (its deficits or cursor):
+    /// back, it starts as a new client. Changes only where its next request
+    /// goes, never its share of service (the workers' schedulers keep that).
+    /// Runs by itself whenever the client table doubles from 1,024. Returns
+    /// how many were forgotten.
+    fn forget_idle_clients(&mut self) -> usize {
+        self.inner.forget_idle_clients()
+    }
+
+    /// Clients known now (forgotten ones excluded).
+    #[getter]
+    fn num_clients(&self) -> usize {
+        self.inner.num_clients()
+    }
+
     /// Whether `request_id` is in flight.
     fn __contains__(&self, request_id: &Bound<'_, PyAny>) -> PyResult<bool> {
         Ok(self.inner.is_inflight(&request_id::parse(request_id)?))
