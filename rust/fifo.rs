@@ -179,6 +179,24 @@ impl<T> Fifo<T> {
         })
     }
 
+    /// The `i`-th entry from the front, walking from the nearer end:
+    /// O(1) at both ends, O(min(i, len - i)) in between (a deque's cost).
+    pub fn nth(&self, i: usize) -> Option<&T> {
+        if i >= self.len {
+            return None;
+        }
+        let (mut cur, steps, forward) = if i <= self.len / 2 {
+            (self.head, i, true)
+        } else {
+            (self.tail, self.len - 1 - i, false)
+        };
+        for _ in 0..steps {
+            let n = &self.nodes[cur as usize];
+            cur = if forward { n.next } else { n.prev };
+        }
+        self.nodes[cur as usize].val.as_ref()
+    }
+
     pub fn back(&self) -> Option<(Handle, &T)> {
         (self.tail != NIL).then(|| {
             (

@@ -210,6 +210,17 @@ impl<T> FcfsQueue<T> {
         out
     }
 
+    /// `deque[index]`: negative indices count from the back; out of range
+    /// is `Error::Index` with deque's message. O(1) at both ends.
+    pub fn get(&self, index: i64) -> Result<&T> {
+        let n = self.fifo.len() as i64;
+        let i = if index < 0 { index + n } else { index };
+        if !(0..n).contains(&i) {
+            return Err(Error::index("deque index out of range"));
+        }
+        Ok(&self.fifo.nth(i as usize).expect("in range").1)
+    }
+
     /// Front-to-back.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (u64, &T)> + '_ {
         self.fifo.iter().map(|(_, (id, t))| (*id, t))

@@ -481,3 +481,55 @@ def test_del_of_removed_request_may_touch_the_queue(
     q.remove_requests(list(q))
     gc.collect()
     assert seen == [1, 0] and not errors
+
+
+@settings(max_examples=200)
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("append"), st.integers(0, 5)),
+            st.tuples(st.just("appendleft"), st.integers(0, 5)),
+            st.tuples(st.just("popleft"), st.none()),
+            st.tuples(st.just("remove"), st.integers(0, 5)),
+        ),
+        max_size=40,
+    ),
+    probes=st.lists(st.integers(-45, 45), max_size=12),
+)
+def test_fcfs_indexing_is_deque_indexing(ops: list[Any], probes: list[int]) -> None:
+    """``queue[i]`` as vLLM's deque (its own scheduler tests index the waiting
+    queue): negative indices, ``IndexError`` out of range (issue 11, item 9)."""
+    from collections import deque
+
+    objs = [Req(f"r{i}") for i in range(6)]
+    q = FCFSRequestQueue()
+    d: deque[Any] = deque()
+    for op, x in ops:
+        if op == "append":
+            q.add_request(objs[x])
+            d.append(objs[x])
+        elif op == "appendleft":
+            q.prepend_request(objs[x])
+            d.appendleft(objs[x])
+        elif op == "popleft" and d:
+            assert q.pop_request() is d.popleft()
+        elif op == "remove" and objs[x] in d:
+            q.remove_request(objs[x])
+            d.remove(objs[x])
+    for i in [*probes, 0, -1, len(d), -len(d), -len(d) - 1]:
+        try:
+            want = d[i]
+        except IndexError as e:
+            with pytest.raises(IndexError, match=str(e)):
+                q[i]
+        else:
+            assert q[i] is want
+    with pytest.raises(TypeError, match="sequence index must be integer, not 'str'"):
+        q["0"]  # type: ignore[index]
+    with pytest.raises(TypeError):
+        q[0:1]  # type: ignore[index]
+    if len(d) > 1:
+        import numpy as np
+
+        assert q[np.int64(0)] is d[0]
+        assert q[True] is d[True]  # bool is an int index, as for deque

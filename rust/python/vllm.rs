@@ -9,7 +9,7 @@
 //! queue itself, as in `q.remove_requests(q)`) is safe, and every input is
 //! validated before anything is mutated.
 
-use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyAttributeError, PyIndexError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyInt, PyIterator, PyList, PyString, PyTuple};
@@ -261,6 +261,23 @@ impl PyFcfsQueue {
 
     fn __contains__(&self, request: &Bound<'_, PyAny>) -> bool {
         self.q.count(oid(request)) > 0
+    }
+
+    /// `queue[index]`, as vLLM's deque: negative indices from the back,
+    /// `IndexError` out of range, `TypeError` for a non-integer. O(1) at
+    /// both ends.
+    fn __getitem__(&self, py: Python<'_>, index: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        if index.is_instance_of::<pyo3::types::PyBool>() || index.hasattr("__index__")? {
+            let i: i64 = index
+                .call_method0("__index__")?
+                .extract()
+                .map_err(|_| PyIndexError::new_err("deque index out of range"))?;
+            return Ok(self.q.get(i)?.clone_ref(py));
+        }
+        Err(PyTypeError::new_err(format!(
+            "sequence index must be integer, not '{}'",
+            index.get_type().name()?
+        )))
     }
 
     fn __len__(&self) -> usize {

@@ -24,7 +24,8 @@ class FCFSRequestQueue(FCFSQueueCore, RequestQueue):
     ``remove_request`` removes its first occurrence in queue order in O(1)
     (``ValueError`` if absent). ``remove_requests`` removes every occurrence
     of each given request and ignores absent ones. ``in`` is O(1).
-    Iteration yields a snapshot in queue order.
+    Iteration yields a snapshot in queue order; ``queue[i]`` indexes like a
+    deque (negative indices, ``IndexError``), O(1) at both ends.
     """
 
     __slots__ = ()
