@@ -11,6 +11,7 @@ use crate::drr::{
     resolve, DrrQueue, LoadSnapshot, MaxBatched, PolicyProfile, PushArgs, Schema, Snapshot, Value,
 };
 use crate::python::args;
+use crate::python::reentrant;
 use crate::python::value::{from_value, to_value};
 
 /// Extract a non-negative integer, naming `field` on error.
@@ -418,7 +419,8 @@ impl PyDrrCore {
                 if mask.get(i).copied().unwrap_or(false) {
                     return Ok(false);
                 }
-                p.call1((names[i].clone_ref(py), head.item.clone_ref(py)))?
+                p.call1((names[i].clone_ref(py), head.item.clone_ref(py)))
+                    .map_err(|e| reentrant(py, e, "fairq.DRRQueue", "the dispatchable callback"))?
                     .is_truthy()
             }),
             (Some(t), p) => {
@@ -426,7 +428,10 @@ impl PyDrrCore {
                 self.q.pop_with_load(&load, &mask, |i, head| match p {
                     None => Ok(true),
                     Some(p) => p
-                        .call1((names[i].clone_ref(py), head.item.clone_ref(py)))?
+                        .call1((names[i].clone_ref(py), head.item.clone_ref(py)))
+                        .map_err(|e| {
+                            reentrant(py, e, "fairq.DRRQueue", "the dispatchable callback")
+                        })?
                         .is_truthy(),
                 })
             }

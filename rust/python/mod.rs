@@ -33,6 +33,35 @@ create_exception!(
     "A push would exceed a per-class queue limit; nothing was enqueued."
 );
 
+/// Re-entrancy, in one place. A fairq object is borrowed by the call in
+/// progress; when that call runs Python code (a DRR `dispatchable` predicate,
+/// a vLLM request's attributes) and that code calls the same object again,
+/// pyo3 refuses the inner call with a bare "Already borrowed", before it
+/// changes anything. Where the outer call gets that error back from the
+/// Python code it ran, this turns it into an error that says what happened
+/// (the original is chained as the cause). Nothing is ever half-done: the
+/// inner call did nothing and the outer one fails as a whole.
+pub fn reentrant(py: Python<'_>, err: PyErr, object: &str, during: &str) -> PyErr {
+    if !err.is_instance_of::<PyRuntimeError>(py) {
+        return err;
+    }
+    let msg = err
+        .value(py)
+        .str()
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    if !(msg.starts_with("Already") && msg.contains("borrowed")) {
+        return err;
+    }
+    let new = PyRuntimeError::new_err(format!(
+        "re-entrant use of {object}: {during} called back into the same object while it was \
+         busy; a fairq object cannot be used from inside its own calls (nor from another \
+         thread while one of its calls runs Python code: serialize such use with a lock)"
+    ));
+    new.set_cause(py, Some(err));
+    new
+}
+
 /// Translate a core error into the Python exception users see.
 pub fn to_py(err: Error) -> PyErr {
     match err {

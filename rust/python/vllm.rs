@@ -106,6 +106,12 @@ fn traverse<'a>(
 
 fn attr<'py>(obj: &Bound<'py, PyAny>, name: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
     obj.getattr(name).map_err(|e| {
+        let e = super::reentrant(
+            obj.py(),
+            e,
+            "the fairq vLLM request queue",
+            &format!("reading request.{name}"),
+        );
         if e.is_instance_of::<PyAttributeError>(obj.py()) {
             PyTypeError::new_err(format!(
                 "{} object has no attribute '{}': PriorityRequestQueue needs \
