@@ -321,7 +321,7 @@ impl<K: Hash + Eq + Clone, V> DualPhase<K, V> {
     /// (options and metrics replaced). Validates everything first, naming
     /// the field; changes nothing on error.
     pub fn load_state(&mut self, v: &crate::value::Value) -> Result<()> {
-        use crate::value::{as_u64, Fields, Path, Value};
+        use crate::value::{as_u64, check_state_envelope, Fields, Path, Value};
         if !self.is_empty() {
             return Err(Error::value(format!(
                 "load_state needs an empty queue; this one holds {} requests",
@@ -342,21 +342,7 @@ impl<K: Hash + Eq + Clone, V> DualPhase<K, V> {
             "state: ",
             |_| None,
         )?;
-        match f.required("format")? {
-            Value::Str(s) if s == STATE_FORMAT => {}
-            other => {
-                return Err(f.at("format").err(format!(
-                    "must be '{STATE_FORMAT}' (the state of a dual-phase queue), got {}",
-                    other.describe()
-                )))
-            }
-        }
-        let version = as_u64(f.required("version")?, &f.at("version"), 0)?;
-        if version != STATE_VERSION {
-            return Err(f.at("version").err(format!(
-                "is {version}: this fairq reads dual-phase state version {STATE_VERSION}"
-            )));
-        }
+        check_state_envelope(&f, STATE_FORMAT, STATE_VERSION, "a dual-phase queue")?;
         let m = f
             .opt_f64("think_batch_multiplier")?
             .ok_or_else(|| f.at("think_batch_multiplier").err("is required"))?;

@@ -107,6 +107,37 @@ impl fmt::Display for RequestId {
     }
 }
 
+impl RequestId {
+    /// The id in a saved state: a JSON int or str. A string holding a lone
+    /// surrogate cannot be written to JSON: `Value` error at `path`.
+    pub fn to_value(&self, path: &crate::value::Path) -> crate::error::Result<crate::value::Value> {
+        use crate::value::Value;
+        match self {
+            RequestId::Int(i) => Ok(Value::Int(*i as i128)),
+            RequestId::Str(_) => self.as_str().map(Value::str).ok_or_else(|| {
+                path.err(format!(
+                    "{self} holds a lone surrogate, which a JSON state cannot carry"
+                ))
+            }),
+        }
+    }
+
+    /// An id read from a saved state (an int within 64 bits or a str).
+    pub fn from_value(
+        v: &crate::value::Value,
+        path: &crate::value::Path,
+    ) -> crate::error::Result<RequestId> {
+        use crate::value::Value;
+        match v {
+            Value::Int(i) => i64::try_from(*i)
+                .map(RequestId::Int)
+                .map_err(|_| path.err(format!("must fit in 64 bits, got {i}"))),
+            Value::Str(s) => Ok(RequestId::from(s.as_str())),
+            other => Err(path.err(format!("must be an int or a str, got {}", other.describe()))),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -234,6 +234,25 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// A required string naming an entry of `index` (built from the list
+    /// `list` of the same document); the entry's value.
+    pub fn lookup<T: Copy>(
+        &self,
+        name: &str,
+        index: &std::collections::HashMap<String, T>,
+        list: &str,
+    ) -> Result<T> {
+        match self.required(name)? {
+            Value::Str(s) => index.get(s).copied().ok_or_else(|| {
+                self.at(name)
+                    .err(format!("names {s:?}, which is not in {list}"))
+            }),
+            other => Err(self
+                .at(name)
+                .err(format!("must be a string, got {}", other.describe()))),
+        }
+    }
+
     pub fn opt_list(&self, name: &str) -> Result<Option<&'a [Value]>> {
         match self.get(name) {
             None => Ok(None),
@@ -263,4 +282,26 @@ pub fn as_u64(v: &Value, path: &Path, min: u64) -> Result<u64> {
         ))),
         other => Err(path.err(format!("must be {bound}, got {}", other.describe()))),
     }
+}
+
+/// The envelope every saved state starts with: `format` (which structure
+/// wrote it) and `version`. `what` names the structure in the error (e.g.
+/// "a local scheduler"). Errors name the field.
+pub fn check_state_envelope(f: &Fields<'_>, format: &str, version: u64, what: &str) -> Result<()> {
+    match f.required("format")? {
+        Value::Str(s) if s == format => {}
+        other => {
+            return Err(f.at("format").err(format!(
+                "must be '{format}' (the state of {what}), got {}",
+                other.describe()
+            )))
+        }
+    }
+    let got = as_u64(f.required("version")?, &f.at("version"), 0)?;
+    if got != version {
+        return Err(f.at("version").err(format!(
+            "is {got}: this fairq reads {what} state version {version}"
+        )));
+    }
+    Ok(())
 }

@@ -32,7 +32,7 @@ use super::d2lpm::{self, D2lpmConfig};
 use super::tree::WorkerTree;
 use super::{Dispatcher, Inflight, Policy, RequestId};
 use crate::error::{Error, Result};
-use crate::value::{as_u64, Fields, Path, Value};
+use crate::value::{as_u64, check_state_envelope, Fields, Path, Value};
 
 /// The `format` field of a dispatcher's state.
 pub const FORMAT: &str = "fairq.Dispatcher";
@@ -47,27 +47,6 @@ fn int(n: u64) -> Value {
 }
 fn ints(xs: impl IntoIterator<Item = u64>) -> Value {
     Value::List(xs.into_iter().map(int).collect())
-}
-
-fn request_id_value(id: &RequestId, path: &Path) -> Result<Value> {
-    match id {
-        RequestId::Int(i) => Ok(Value::Int(*i as i128)),
-        RequestId::Str(_) => id.as_str().map(Value::str).ok_or_else(|| {
-            path.err(format!(
-                "{id} holds a lone surrogate, which a JSON state cannot carry"
-            ))
-        }),
-    }
-}
-
-fn read_request_id(v: &Value, path: &Path) -> Result<RequestId> {
-    match v {
-        Value::Int(i) => i64::try_from(*i)
-            .map(RequestId::Int)
-            .map_err(|_| path.err(format!("must fit in 64 bits, got {i}"))),
-        Value::Str(s) => Ok(RequestId::from(s.as_str())),
-        other => Err(path.err(format!("must be an int or a str, got {}", other.describe()))),
-    }
 }
 
 fn list<'a>(f: &Fields<'a>, name: &str) -> Result<&'a [Value]> {
@@ -154,7 +133,7 @@ impl Dispatcher {
             .map(|(i, (id, r))| {
                 let at = Path::root().field("inflight").index(i).field("request_id");
                 Ok(Value::map([
-                    ("request_id", request_id_value(id, &at)?),
+                    ("request_id", id.to_value(&at)?),
                     ("client", Value::str(self.client_names[r.client].as_str())),
                     ("worker", int(r.worker as u64)),
                 ]))
@@ -223,21 +202,7 @@ impl Dispatcher {
             _ => {}
         }
         f.deny_unknown(&known, "state: ", |_| None)?;
-        match f.required("format")? {
-            Value::Str(s) if s == FORMAT => {}
-            other => {
-                return Err(f.at("format").err(format!(
-                    "must be '{FORMAT}' (the state of a dispatcher), got {}",
-                    other.describe()
-                )))
-            }
-        }
-        let version = as_u64(f.required("version")?, &f.at("version"), 0)?;
-        if version != VERSION {
-            return Err(f.at("version").err(format!(
-                "is {version}: this fairq reads dispatcher state version {VERSION}"
-            )));
-        }
+        check_state_envelope(&f, FORMAT, VERSION, "a dispatcher")?;
         match f.required("policy")? {
             Value::Str(s) if s == name => {}
             other => {
@@ -380,23 +345,13 @@ impl Dispatcher {
         for (i, rv) in list(&f, "inflight")?.iter().enumerate() {
             let rf = Fields::new(rv, f.at("inflight").index(i), "in-flight request")?;
             rf.deny_unknown(&["request_id", "client", "worker"], "", |_| None)?;
-            let id = read_request_id(rf.required("request_id")?, &rf.at("request_id"))?;
+            let id = RequestId::from_value(rf.required("request_id")?, &rf.at("request_id"))?;
             if !seen.insert(id.clone()) {
                 return Err(rf
                     .at("request_id")
                     .err(format!("repeats request_id {id} (ids are unique)")));
             }
-            let client = match rf.required("client")? {
-                Value::Str(s) => *index.get(s).ok_or_else(|| {
-                    rf.at("client")
-                        .err(format!("names {s:?}, which is not in clients"))
-                })?,
-                other => {
-                    return Err(rf
-                        .at("client")
-                        .err(format!("must be a string, got {}", other.describe())))
-                }
-            };
+            let client = rf.lookup("client", &index, "clients")?;
             let w = worker(rf.required("worker")?, &rf.at("worker"), n)?;
             load[w] += 1;
             if load[w] > dispatched[w] {

@@ -20,7 +20,7 @@
 
 use super::DrrQueue;
 use crate::error::{Error, Result};
-use crate::value::{as_u64, Fields, Path, Value};
+use crate::value::{as_u64, check_state_envelope, Fields, Path, Value};
 
 /// The `format` field of a DRR queue's state.
 pub const FORMAT: &str = "fairq.DRRQueue";
@@ -89,21 +89,7 @@ impl<T> DrrQueue<T> {
             "state: ",
             |_| None,
         )?;
-        match f.required("format")? {
-            Value::Str(s) if s == FORMAT => {}
-            other => {
-                return Err(f.at("format").err(format!(
-                    "must be '{FORMAT}' (the state of a DRR queue), got {}",
-                    other.describe()
-                )))
-            }
-        }
-        let version = as_u64(f.required("version")?, &f.at("version"), 0)?;
-        if version != VERSION {
-            return Err(f.at("version").err(format!(
-                "is {version}: this fairq reads DRR state version {VERSION}"
-            )));
-        }
+        check_state_envelope(&f, FORMAT, VERSION, "a DRR queue")?;
         let num_workers = as_u64(f.required("num_workers")?, &f.at("num_workers"), 0)?;
         let retained = match f.required("retained")? {
             Value::Bool(b) => *b,

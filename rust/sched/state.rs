@@ -40,7 +40,7 @@ use super::book::{Client, Req};
 use super::policy::AdmissionOrder;
 use super::{LocalScheduler, Order, Policy, RequestId, NIL};
 use crate::error::{Error, Result};
-use crate::value::{as_u64, Fields, Path, Value};
+use crate::value::{as_u64, check_state_envelope, Fields, Path, Value};
 
 /// The `format` field of a local scheduler's state.
 pub const FORMAT: &str = "fairq.LocalScheduler";
@@ -87,28 +87,6 @@ fn counter_field(p: &Policy) -> Option<&'static str> {
 
 fn float(f: f64) -> Value {
     Value::Float(f)
-}
-
-fn request_id_value(id: &RequestId, path: &Path) -> Result<Value> {
-    match id {
-        RequestId::Int(i) => Ok(Value::Int(*i as i128)),
-        RequestId::Str(_) => match id.as_str() {
-            Some(s) => Ok(Value::str(s)),
-            None => Err(path.err(format!(
-                "{id} holds a lone surrogate, which a JSON state cannot carry"
-            ))),
-        },
-    }
-}
-
-fn read_request_id(v: &Value, path: &Path) -> Result<RequestId> {
-    match v {
-        Value::Int(i) => i64::try_from(*i)
-            .map(RequestId::Int)
-            .map_err(|_| path.err(format!("must fit in 64 bits, got {i}"))),
-        Value::Str(s) => Ok(RequestId::from(s.as_str())),
-        other => Err(path.err(format!("must be an int or a str, got {}", other.describe()))),
-    }
 }
 
 /// A required finite number; `min` (exclusive when `strict`) if given.
@@ -206,7 +184,7 @@ impl<T> LocalScheduler<T> {
             .map(|(i, q)| {
                 let at = Path::root().field("running").index(i).field("request_id");
                 Ok(Value::map([
-                    ("request_id", request_id_value(&q.id, &at)?),
+                    ("request_id", q.id.to_value(&at)?),
                     (
                         "client",
                         Value::str(self.book.clients[q.client as usize].name.as_str()),
@@ -251,21 +229,7 @@ impl<T> LocalScheduler<T> {
             known.push("refills");
         }
         f.deny_unknown(&known, "state: ", |_| None)?;
-        match f.required("format")? {
-            Value::Str(s) if s == FORMAT => {}
-            other => {
-                return Err(f.at("format").err(format!(
-                    "must be '{FORMAT}' (the state of a local scheduler), got {}",
-                    other.describe()
-                )))
-            }
-        }
-        let version = as_u64(f.required("version")?, &f.at("version"), 0)?;
-        if version != VERSION {
-            return Err(f.at("version").err(format!(
-                "is {version}: this fairq reads local-scheduler state version {VERSION}"
-            )));
-        }
+        check_state_envelope(&f, FORMAT, VERSION, "a local scheduler")?;
         let kind = policy_name(&self.policy);
         match f.required("policy")? {
             Value::Str(s) if s == kind => {}
@@ -339,23 +303,13 @@ impl<T> LocalScheduler<T> {
                 "",
                 |_| None,
             )?;
-            let id = read_request_id(rf.required("request_id")?, &rf.at("request_id"))?;
+            let id = RequestId::from_value(rf.required("request_id")?, &rf.at("request_id"))?;
             if !ids.insert(id.clone()) {
                 return Err(rf
                     .at("request_id")
                     .err(format!("repeats request_id {id} (ids are unique)")));
             }
-            let client = match rf.required("client")? {
-                Value::Str(s) => *index.get(s).ok_or_else(|| {
-                    rf.at("client")
-                        .err(format!("names {s:?}, which is not in clients"))
-                })?,
-                other => {
-                    return Err(rf
-                        .at("client")
-                        .err(format!("must be a string, got {}", other.describe())))
-                }
-            };
+            let client = rf.lookup("client", &index, "clients")?;
             let input_len = count(&rf, "input_len")?;
             if input_len >= u32::MAX as usize {
                 return Err(rf

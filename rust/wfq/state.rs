@@ -24,7 +24,7 @@ use std::hash::Hash;
 
 use super::{check_finite, Tags, VirtualClock, Wfq};
 use crate::error::{Error, Result};
-use crate::value::{as_u64, Fields, Path, Value};
+use crate::value::{check_state_envelope, Fields, Path, Value};
 
 /// The `format` field of a WFQ queue's state.
 pub const FORMAT: &str = "fairq.WFQQueue";
@@ -89,21 +89,7 @@ pub fn parse_state(v: &Value) -> Result<ParsedState> {
         "state: ",
         |_| None,
     )?;
-    match f.required("format")? {
-        Value::Str(s) if s == FORMAT => {}
-        other => {
-            return Err(f.at("format").err(format!(
-                "must be '{FORMAT}' (the state of a WFQ queue), got {}",
-                other.describe()
-            )))
-        }
-    }
-    let version = as_u64(f.required("version")?, &f.at("version"), 0)?;
-    if version != VERSION {
-        return Err(f.at("version").err(format!(
-            "is {version}: this fairq reads WFQ state version {VERSION}"
-        )));
-    }
+    check_state_envelope(&f, FORMAT, VERSION, "a WFQ queue")?;
     let clock = match f.required("virtual_clock")? {
         Value::Str(s) => VirtualClock::parse(s).map_err(|_| {
             f.at("virtual_clock")
