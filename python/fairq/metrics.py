@@ -36,9 +36,12 @@ metric                                            type     labels          from
 **Bounded label cardinality.** The first ``max_tenants`` tenants a collector
 sees (default 100) keep their own ``tenant`` label for as long as it runs;
 every later tenant is reported under ``tenant="other"``: counters and request
-gauges are summed there (so ``other`` only grows, never flaps between
-tenants), per-tenant state gauges (counter, deficit) are the mean over those
-tenants. ``fairq_tenants_other`` says how many tenants ``other`` holds.
+gauges are summed there (a tenant never moves between labels, so series do
+not flap), per-tenant state gauges (counter, deficit) are the mean over those
+tenants. ``fairq_tenants_other`` says how many tenants ``other`` holds. A
+scheduler forgets idle tenants as its client table grows (ARCHITECTURE.md,
+"Tenants that come and go"); their counters then leave the sums, which
+Prometheus reads as a counter reset (``rate()`` handles it).
 
 **From the engine integrations.** With ``FAIRQ_METRICS=1`` in the
 environment the vLLM scheduler classes (``fairq.vllm.scheduler``: the WFQ
