@@ -2,11 +2,13 @@
 
 What fairq guarantees: every call on a fairq object is atomic (it runs under
 the GIL with the object borrowed), so several threads may share one object
-and its state stays consistent. A call that runs Python code (a DRR
-``dispatchable`` predicate, a vLLM request's attributes) keeps the object
-borrowed meanwhile: calling the same object from inside that code raises a
-``RuntimeError`` that says "re-entrant use", and calling it from another
-thread at that moment raises ``RuntimeError`` too; neither changes anything.
+and its state stays consistent. Most objects run no Python code while
+borrowed, so code they call (a vLLM request's attribute, a dual-phase request
+id's ``__hash__``) may even use the same object. Two run user code
+mid-operation: a DRR ``dispatchable`` predicate and a WFQ flow key's
+``__hash__``. A call on that object made meanwhile, from that code or from
+another thread, raises ``RuntimeError`` naming the object and "re-entrant use"
+/ "concurrent use", and changes nothing (``rust/python/mod.rs::busy``).
 """
 
 from __future__ import annotations
@@ -33,14 +35,15 @@ def test_drr_predicate_that_reenters_gets_a_clear_error() -> None:
         q.pop()  # the queue is busy running this very predicate
         return True
 
-    with pytest.raises(RuntimeError, match="re-entrant use of fairq.DRRQueue") as ei:
+    with pytest.raises(RuntimeError, match="fairq.DRRQueue is busy.*re-entrant use"):
         q.pop(dispatchable=pred)
-    assert "Already" in str(ei.value.__cause__)
     assert (q.stats(), q.cursor, len(q)) == before
     assert q.pop() == ("a", 1)  # and it still works
 
 
-def test_request_attribute_that_reenters_gets_a_clear_error() -> None:
+def test_request_attribute_that_uses_the_queue_works() -> None:
+    """Request attributes are read before the queue is borrowed, so a
+    property that uses the queue simply runs first (no error, no corruption)."""
     q = PriorityRequestQueue()
     q.add_request(Req("x", 0))
 
@@ -54,9 +57,41 @@ def test_request_attribute_that_reenters_gets_a_clear_error() -> None:
         def priority(self, v: Any) -> None:
             pass
 
-    with pytest.raises(RuntimeError, match=r"re-entrant use .* reading request.priority"):
-        q.add_request(Sneaky("y"))
-    assert [r.request_id for r in q] == ["x"]
+    q.add_request(Sneaky("y"))
+    assert [r.request_id for r in q] == ["y"]
+
+
+def test_request_id_hash_that_uses_the_dual_phase_queue_works() -> None:
+    q = fairq.DualPhaseQueue()
+    q.add("a")
+
+    calls = []
+
+    class Rid:
+        def __hash__(self) -> int:
+            calls.append(1)
+            q.add(f"in-hash-{len(calls)}")
+            return 7
+
+    r = Rid()
+    q.add(r)
+    assert r in q and len(q) == 2 + len(calls)  # "a", r, one id per hash call
+    q.remove(r)
+    assert r not in q and len(q) == 1 + len(calls)
+
+
+def test_wfq_flow_key_hash_that_reenters_gets_a_clear_error() -> None:
+    w = fairq.WFQQueue()
+    w.add("a", tokens=3, flow="c")
+
+    class Flow:
+        def __hash__(self) -> int:
+            w.pop()
+            return 1
+
+    with pytest.raises(RuntimeError, match="fairq.WFQQueue is busy"):
+        w.add("b", tokens=3, flow=Flow())
+    assert w.items() == ["a"]
 
 
 @pytest.mark.parametrize("kind", ["vtc", "drr", "wfq", "d2lpm"])
@@ -123,9 +158,11 @@ def test_one_object_shared_by_threads_stays_consistent(kind: str) -> None:
     assert len(left) == len(added) and set(left) == added
 
 
-def test_another_thread_during_a_callback_is_refused_cleanly() -> None:
+@pytest.mark.parametrize("call", ["push", "len", "stats", "state_dict"])
+def test_another_thread_during_a_callback_is_refused_cleanly(call: str) -> None:
     """While a DRR pop runs its (slow) predicate, another thread's call on the
-    queue raises RuntimeError and changes nothing; the pop then completes."""
+    queue raises a RuntimeError naming concurrent use and changes nothing;
+    the pop then completes."""
     q = fairq.DRRQueue([fairq.PolicyClass("a", 10)])
     q.push(1, "a", 3)
     inside = threading.Event()
@@ -139,7 +176,14 @@ def test_another_thread_during_a_callback_is_refused_cleanly() -> None:
     def other() -> None:
         inside.wait(5)
         try:
-            q.push(2, "a", 1)
+            if call == "push":
+                q.push(2, "a", 1)
+            elif call == "len":
+                len(q)
+            elif call == "stats":
+                q.stats()
+            else:
+                q.state_dict()
         except RuntimeError as e:
             seen.append(e)
 
@@ -148,3 +192,5 @@ def test_another_thread_during_a_callback_is_refused_cleanly() -> None:
     assert q.pop(dispatchable=pred) == ("a", 1)
     t.join(5)
     assert len(seen) == 1 and len(q) == 0
+    assert "fairq.DRRQueue is busy" in str(seen[0])
+    assert "concurrent use" in str(seen[0])

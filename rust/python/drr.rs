@@ -11,7 +11,6 @@ use crate::drr::{
     resolve, DrrQueue, LoadSnapshot, MaxBatched, PolicyProfile, PushArgs, Schema, Snapshot, Value,
 };
 use crate::python::args;
-use crate::python::reentrant;
 use crate::python::value::{from_value, to_value};
 
 /// Extract a non-negative integer, naming `field` on error.
@@ -265,7 +264,7 @@ impl PyDrrCore {
     #[pyo3(signature = (item, class_name, cost, strict_priority=0, priority_jump=0.0, arrival=None))]
     #[allow(clippy::too_many_arguments)]
     fn push(
-        &mut self,
+        slf: &Bound<'_, Self>,
         py: Python<'_>,
         item: Py<PyAny>,
         #[pyo3(from_py_with = args::class_name)] class_name: String,
@@ -274,8 +273,9 @@ impl PyDrrCore {
         #[pyo3(from_py_with = args::priority_jump)] priority_jump: f64,
         #[pyo3(from_py_with = args::arrival_opt)] arrival: Option<f64>,
     ) -> PyResult<u64> {
+        let mut this = super::lock_mut(slf, "fairq.DRRQueue")?;
         let cost = non_negative_int("cost", cost)?;
-        self.push_impl(
+        this.push_impl(
             py,
             item,
             &class_name,
@@ -290,7 +290,7 @@ impl PyDrrCore {
     #[pyo3(signature = (item, class_name, raw_isl_tokens, cached_tokens, strict_priority=0, priority_jump=0.0, arrival=None))]
     #[allow(clippy::too_many_arguments)]
     fn _push_snapshot(
-        &mut self,
+        slf: &Bound<'_, Self>,
         py: Python<'_>,
         item: Py<PyAny>,
         #[pyo3(from_py_with = args::class_name)] class_name: String,
@@ -300,10 +300,11 @@ impl PyDrrCore {
         #[pyo3(from_py_with = args::priority_jump)] priority_jump: f64,
         #[pyo3(from_py_with = args::arrival_opt)] arrival: Option<f64>,
     ) -> PyResult<u64> {
+        let mut this = super::lock_mut(slf, "fairq.DRRQueue")?;
         let raw = non_negative_int("raw_isl_tokens", raw_isl_tokens)?;
         let cached = non_negative_int("cached_tokens", cached_tokens)?;
         let snap = Snapshot::new(raw, cached)?;
-        self.push_impl(
+        this.push_impl(
             py,
             item,
             &class_name,
@@ -321,7 +322,7 @@ impl PyDrrCore {
     #[pyo3(signature = (item, policy_family=None, raw_isl_tokens=0, cached_tokens=0, *, strict_priority=0, priority_jump=0.0, arrival=None))]
     #[allow(clippy::too_many_arguments)]
     fn push_request(
-        &mut self,
+        slf: &Bound<'_, Self>,
         py: Python<'_>,
         item: Py<PyAny>,
         #[pyo3(from_py_with = family_opt)] policy_family: Option<String>,
@@ -331,9 +332,10 @@ impl PyDrrCore {
         #[pyo3(from_py_with = args::priority_jump)] priority_jump: f64,
         #[pyo3(from_py_with = args::arrival_opt)] arrival: Option<f64>,
     ) -> PyResult<u64> {
+        let mut this = super::lock_mut(slf, "fairq.DRRQueue")?;
         let snapshot = Snapshot::new(raw_isl_tokens, cached_tokens)?;
-        let arrival = self.arrival(py, arrival)?;
-        let (_, ticket) = self.q.push_request(
+        let arrival = this.arrival(py, arrival)?;
+        let (_, ticket) = this.q.push_request(
             policy_family.as_deref(),
             item,
             PushArgs {
@@ -349,14 +351,15 @@ impl PyDrrCore {
     /// The class a request of `policy_family` with exactly `uncached_tokens`
     /// uncached tokens would go to.
     fn classify(
-        &self,
+        slf: &Bound<'_, Self>,
         py: Python<'_>,
         #[pyo3(from_py_with = family_opt)] policy_family: Option<String>,
         uncached_tokens: &Bound<'_, PyAny>,
     ) -> PyResult<Py<PyString>> {
+        let this = super::lock(slf, "fairq.DRRQueue")?;
         let u = non_negative_int("uncached_tokens", uncached_tokens)?;
-        let i = self.q.profile().classify(policy_family.as_deref(), u)?;
-        Ok(self.names[i].clone_ref(py))
+        let i = this.q.profile().classify(policy_family.as_deref(), u)?;
+        Ok(this.names[i].clone_ref(py))
     }
 
     /// One DRR arbitration. `blocked`: class names that cannot dispatch now.
@@ -369,13 +372,15 @@ impl PyDrrCore {
     /// Returns `(class_name, item)` or `None`.
     #[pyo3(signature = (blocked=None, dispatchable=None, *, active_prefill_tokens=None, max_num_batched_tokens=None))]
     fn pop(
-        &mut self,
+        slf: &Bound<'_, Self>,
         py: Python<'_>,
         blocked: Option<&Bound<'_, PyAny>>,
         dispatchable: Option<&Bound<'_, PyAny>>,
         active_prefill_tokens: Option<&Bound<'_, PyAny>>,
         max_num_batched_tokens: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<(Py<PyString>, Py<PyAny>)>> {
+        let mut guard = super::lock_mut(slf, "fairq.DRRQueue")?;
+        let this = &mut *guard; // split borrows of its fields
         let fast_empty = match blocked {
             None => true,
             Some(b) => {
@@ -387,7 +392,7 @@ impl PyDrrCore {
         let mask = if fast_empty {
             Vec::new()
         } else {
-            self.blocked_mask(blocked)?
+            this.blocked_mask(blocked)?
         };
         let pred = dispatchable.filter(|p| !p.is_none());
         let tokens = match active_prefill_tokens.filter(|t| !t.is_none()) {
@@ -410,52 +415,51 @@ impl PyDrrCore {
                 "max_num_batched_tokens needs active_prefill_tokens (the load snapshot)",
             ));
         }
-        let names = &self.names;
+        let names = &this.names;
         let r = match (tokens, pred) {
             // No predicate, no load: the core's mask path never touches the
             // heaps of classes it only scans.
-            (None, None) => Ok(self.q.pop(&mask)),
-            (None, Some(p)) => self.q.pop_with(|i, head| {
+            (None, None) => Ok(this.q.pop(&mask)),
+            (None, Some(p)) => this.q.pop_with(|i, head| {
                 if mask.get(i).copied().unwrap_or(false) {
                     return Ok(false);
                 }
-                p.call1((names[i].clone_ref(py), head.item.clone_ref(py)))
-                    .map_err(|e| reentrant(py, e, "fairq.DRRQueue", "the dispatchable callback"))?
+                p.call1((names[i].clone_ref(py), head.item.clone_ref(py)))?
                     .is_truthy()
             }),
             (Some(t), p) => {
                 let load = LoadSnapshot::new(&t, max)?;
-                self.q.pop_with_load(&load, &mask, |i, head| match p {
+                this.q.pop_with_load(&load, &mask, |i, head| match p {
                     None => Ok(true),
                     Some(p) => p
-                        .call1((names[i].clone_ref(py), head.item.clone_ref(py)))
-                        .map_err(|e| {
-                            reentrant(py, e, "fairq.DRRQueue", "the dispatchable callback")
-                        })?
+                        .call1((names[i].clone_ref(py), head.item.clone_ref(py)))?
                         .is_truthy(),
                 })
             }
         }?;
-        Ok(r.map(|(i, e)| (self.names[i].clone_ref(py), e.item)))
+        Ok(r.map(|(i, e)| (this.names[i].clone_ref(py), e.item)))
     }
 
     /// Eligible workers the `*_per_worker` limits scale with (settable).
     #[getter]
-    fn get_num_workers(&self) -> u64 {
-        self.q.num_workers()
+    fn get_num_workers(slf: &Bound<'_, Self>) -> PyResult<u64> {
+        let this = super::lock(slf, "fairq.DRRQueue")?;
+        Ok(this.q.num_workers())
     }
 
     #[setter]
-    fn set_num_workers(&mut self, v: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    fn set_num_workers(slf: &Bound<'_, Self>, v: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let mut this = super::lock_mut(slf, "fairq.DRRQueue")?;
         let v = v.ok_or_else(|| PyTypeError::new_err("num_workers cannot be deleted"))?;
-        self.q.set_num_workers(non_negative_int("num_workers", v)?);
+        this.q.set_num_workers(non_negative_int("num_workers", v)?);
         Ok(())
     }
 
     /// The resolved profile as plain data: `{schema, default_family,
     /// buckets: [(name, min_tokens)], classes: [{field: value}]}`.
-    fn _profile<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let p = self.q.profile();
+    fn _profile<'py>(slf: &Bound<'_, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let this = super::lock(slf, "fairq.DRRQueue")?;
+        let p = this.q.profile();
         let out = PyDict::new(py);
         out.set_item(
             "schema",
@@ -506,7 +510,8 @@ impl PyDrrCore {
     }
 
     /// Remove a queued request by the ticket `push` returned; returns the item.
-    fn remove(&mut self, ticket: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    fn remove(slf: &Bound<'_, Self>, ticket: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let mut this = super::lock_mut(slf, "fairq.DRRQueue")?;
         // Tickets are u64; any other int cannot name a queued request.
         let t = match ticket.extract::<u64>() {
             Ok(t) => t,
@@ -522,89 +527,100 @@ impl PyDrrCore {
                 )))
             }
         };
-        Ok(self.q.remove(t)?.1.item)
+        Ok(this.q.remove(t)?.1.item)
     }
 
     /// The class's current credit (earned, unspent).
     fn deficit(
-        &self,
+        slf: &Bound<'_, Self>,
         #[pyo3(from_py_with = args::class_name)] class_name: String,
     ) -> PyResult<u128> {
-        Ok(self.q.deficit(self.idx(&class_name)?))
+        let this = super::lock(slf, "fairq.DRRQueue")?;
+        Ok(this.q.deficit(this.idx(&class_name)?))
     }
 
     /// Number of queued requests in the class.
     fn depth(
-        &self,
+        slf: &Bound<'_, Self>,
         #[pyo3(from_py_with = args::class_name)] class_name: String,
     ) -> PyResult<usize> {
-        Ok(self.q.depth(self.idx(&class_name)?))
+        let this = super::lock(slf, "fairq.DRRQueue")?;
+        Ok(this.q.depth(this.idx(&class_name)?))
     }
 
     /// The class head (the request arbitration would consider), or None.
     fn head(
-        &self,
+        slf: &Bound<'_, Self>,
         py: Python<'_>,
         #[pyo3(from_py_with = args::class_name)] class_name: String,
     ) -> PyResult<Option<Py<PyAny>>> {
-        Ok(self
+        let this = super::lock(slf, "fairq.DRRQueue")?;
+        Ok(this
             .q
-            .head(self.idx(&class_name)?)
+            .head(this.idx(&class_name)?)
             .map(|e| e.item.clone_ref(py)))
     }
 
     /// Scheduling cost of the class head, or None when empty.
     fn head_cost(
-        &self,
+        slf: &Bound<'_, Self>,
         #[pyo3(from_py_with = args::class_name)] class_name: String,
     ) -> PyResult<Option<u64>> {
-        Ok(self.q.head(self.idx(&class_name)?).map(|e| e.snapshot.cost))
+        let this = super::lock(slf, "fairq.DRRQueue")?;
+        Ok(this.q.head(this.idx(&class_name)?).map(|e| e.snapshot.cost))
     }
 
     /// Name of the class the next pop starts its scan from.
     #[getter]
-    fn cursor(&self, py: Python<'_>) -> Py<PyString> {
-        self.names[self.q.cursor()].clone_ref(py)
+    fn cursor(slf: &Bound<'_, Self>, py: Python<'_>) -> PyResult<Py<PyString>> {
+        let this = super::lock(slf, "fairq.DRRQueue")?;
+        Ok(this.names[this.q.cursor()].clone_ref(py))
     }
 
     /// Class names in ring order.
     #[getter]
-    fn class_names(&self) -> Vec<String> {
-        (0..self.q.num_classes())
-            .map(|i| self.q.spec(i).name.clone())
-            .collect()
+    fn class_names(slf: &Bound<'_, Self>) -> PyResult<Vec<String>> {
+        let this = super::lock(slf, "fairq.DRRQueue")?;
+        Ok((0..this.q.num_classes())
+            .map(|i| this.q.spec(i).name.clone())
+            .collect())
     }
 
     /// The arbitration state as plain JSON data: each class's unspent
     /// credit and dispatch counters, the cursor, `num_workers`. Not the
     /// queued requests (push them again after a load) nor the policy (build
     /// the queue from the same file).
-    fn state_dict(&self, py: Python<'_>) -> PyResult<PyObject> {
-        from_value(py, &self.q.state())
+    fn state_dict(slf: &Bound<'_, Self>, py: Python<'_>) -> PyResult<PyObject> {
+        let this = super::lock(slf, "fairq.DRRQueue")?;
+        from_value(py, &this.q.state())
     }
 
     /// Restore a `state_dict()` into this empty queue, built from the same
     /// policy (same classes, order, quanta); then push the queued requests
     /// again in their original order with their original `arrival`.
     /// Validated first (errors name the field); nothing changes on error.
-    fn load_state_dict(&mut self, state: &Bound<'_, PyAny>) -> PyResult<()> {
-        Ok(self.q.load_state(&to_value(state, "the state")?)?)
+    fn load_state_dict(slf: &Bound<'_, Self>, state: &Bound<'_, PyAny>) -> PyResult<()> {
+        let mut this = super::lock_mut(slf, "fairq.DRRQueue")?;
+        Ok(this.q.load_state(&to_value(state, "the state")?)?)
     }
 
-    fn __len__(&self) -> usize {
-        self.q.len()
+    fn __len__(slf: &Bound<'_, Self>) -> PyResult<usize> {
+        let this = super::lock(slf, "fairq.DRRQueue")?;
+        Ok(this.q.len())
     }
 
-    fn __bool__(&self) -> bool {
-        !self.q.is_empty()
+    fn __bool__(slf: &Bound<'_, Self>) -> PyResult<bool> {
+        let this = super::lock(slf, "fairq.DRRQueue")?;
+        Ok(!this.q.is_empty())
     }
 
     /// Per-class statistics: `{name: {quantum, queue_policy, depth, deficit,
     /// queued_cost, dispatched, dispatched_cost}}` in ring order.
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    fn stats<'py>(slf: &Bound<'_, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let this = super::lock(slf, "fairq.DRRQueue")?;
         let out = PyDict::new(py);
-        for i in 0..self.q.num_classes() {
-            let s = self.q.stats(i);
+        for i in 0..this.q.num_classes() {
+            let s = this.q.stats(i);
             let d = PyDict::new(py);
             d.set_item("quantum", s.quantum)?;
             d.set_item("queue_policy", s.order.as_str())?;

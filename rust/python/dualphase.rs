@@ -14,6 +14,8 @@ use crate::python::args;
 
 type Slots<'py> = Vec<Bound<'py, PyTuple>>;
 
+const DUAL: &str = "fairq.DualPhaseQueue";
+
 /// Two FIFOs of active decode requests, ``output`` drained first.
 ///
 /// See ``fairq.dualphase`` for the full description.
@@ -25,8 +27,16 @@ pub struct PyDualPhase {
 }
 
 impl PyDualPhase {
-    fn key_of(&self, request_id: &Bound<'_, PyAny>) -> PyResult<u64> {
-        match self.keys.bind(request_id.py()).get_item(request_id)? {
+    /// The id-to-key dict, taken under a short borrow: dict operations hash
+    /// `request_id` (Python code), so they run while the queue is not
+    /// borrowed; each is atomic, and the core operation that follows runs no
+    /// Python code, so every method stays one atomic step for other threads.
+    fn keys<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyDict>> {
+        Ok(super::lock(slf, DUAL)?.keys.bind(slf.py()).clone())
+    }
+
+    fn key_of(slf: &Bound<'_, Self>, request_id: &Bound<'_, PyAny>) -> PyResult<u64> {
+        match Self::keys(slf)?.get_item(request_id)? {
             Some(k) => k.extract(),
             None => Err(PyKeyError::new_err(request_id.clone().unbind())),
         }
@@ -77,15 +87,20 @@ impl PyDualPhase {
         text_signature = "($self, request_id, item=None, phase='think')"
     )]
     fn add(
-        &mut self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         request_id: &Bound<'_, PyAny>,
         item: Option<Py<PyAny>>,
         #[pyo3(from_py_with = args::phase)] phase: String,
     ) -> PyResult<()> {
+        let py = slf.py();
         let phase = Phase::parse(&phase)?;
-        let keys = self.keys.bind(py);
-        let k = self.next_key;
+        let keys = Self::keys(slf)?;
+        // A fresh key, reserved now (one never reused, even if this fails).
+        let k = {
+            let mut me = super::lock_mut(slf, DUAL)?;
+            me.next_key += 1;
+            me.next_key - 1
+        };
         // One dict operation (one hash of `request_id`): if it raises, nothing
         // changed; a get-then-set pair could fail half way (a `__hash__` that
         // raises on its second call) and leave the core and the dict apart.
@@ -99,44 +114,47 @@ impl PyDualPhase {
             )));
         }
         let item = item.unwrap_or_else(|| py.None());
-        if let Err(e) = self.core.add(k, (request_id.clone().unbind(), item), phase) {
+        let added = super::lock_mut(slf, DUAL)
+            .and_then(|mut me| Ok(me.core.add(k, (request_id.clone().unbind(), item), phase)?));
+        if let Err(e) = added {
             keys.del_item(request_id)?;
-            return Err(e.into());
+            return Err(e);
         }
-        self.next_key += 1;
         Ok(())
     }
 
     /// Remove a request; returns its item. ``KeyError`` if not queued.
-    fn remove(&mut self, request_id: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    fn remove(slf: &Bound<'_, Self>, request_id: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         // Forget the id first, in one dict operation (KeyError if absent):
         // removing from the core first and then failing to forget the id (a
-        // raising `__hash__`) left a stale key that made `phase_of` panic.
-        let py = request_id.py();
-        let keys = self.keys.bind(py);
+        // raising `__hash__`) left a stale key behind.
+        let py = slf.py();
+        let keys = Self::keys(slf)?;
         let k: u64 = keys
             .call_method1(intern!(py, "pop"), (request_id,))?
             .extract()?;
-        match self.core.remove(&k) {
-            Ok((_, (_, item))) => Ok(item),
-            Err(e) => {
-                keys.set_item(request_id, k)?;
-                Err(e.into())
-            }
+        let removed = super::lock_mut(slf, DUAL).and_then(|mut me| Ok(me.core.remove(&k)?.1 .1));
+        if removed.is_err() {
+            keys.set_item(request_id, k)?;
         }
+        removed
     }
 
     /// End of think: move the request to the front of ``output`` before the
     /// next ``schedule``. Returns ``False`` if it already was in ``output``.
-    fn on_phase_event(&mut self, request_id: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let k = self.key_of(request_id)?;
-        Ok(self.core.on_phase_event(&k)?)
+    fn on_phase_event(slf: &Bound<'_, Self>, request_id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let k = Self::key_of(slf, request_id)?;
+        Ok(super::lock_mut(slf, DUAL)?.core.on_phase_event(&k)?)
     }
 
     /// ``"think"`` or ``"output"``; ``KeyError`` if not queued.
-    fn phase_of(&self, request_id: &Bound<'_, PyAny>) -> PyResult<&'static str> {
-        let k = self.key_of(request_id)?;
-        Ok(self.core.get(&k).expect("interned").0.as_str())
+    fn phase_of(slf: &Bound<'_, Self>, request_id: &Bound<'_, PyAny>) -> PyResult<&'static str> {
+        let k = Self::key_of(slf, request_id)?;
+        let me = super::lock(slf, DUAL)?;
+        match me.core.get(&k) {
+            Some((phase, _)) => Ok(phase.as_str()),
+            None => Err(PyKeyError::new_err(request_id.clone().unbind())),
+        }
     }
 
     /// One step's batch as ``(output_slots, think_slots)``, each a list of
@@ -239,12 +257,8 @@ impl PyDualPhase {
         !self.core.is_empty()
     }
 
-    fn __contains__(&self, request_id: &Bound<'_, PyAny>) -> PyResult<bool> {
-        Ok(self
-            .keys
-            .bind(request_id.py())
-            .get_item(request_id)?
-            .is_some())
+    fn __contains__(slf: &Bound<'_, Self>, request_id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Ok(Self::keys(slf)?.get_item(request_id)?.is_some())
     }
 
     fn __repr__(&self) -> String {

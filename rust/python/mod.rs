@@ -33,33 +33,38 @@ create_exception!(
     "A push would exceed a per-class queue limit; nothing was enqueued."
 );
 
-/// Re-entrancy, in one place. A fairq object is borrowed by the call in
-/// progress; when that call runs Python code (a DRR `dispatchable` predicate,
-/// a vLLM request's attributes) and that code calls the same object again,
-/// pyo3 refuses the inner call with a bare "Already borrowed", before it
-/// changes anything. Where the outer call gets that error back from the
-/// Python code it ran, this turns it into an error that says what happened
-/// (the original is chained as the cause). Nothing is ever half-done: the
-/// inner call did nothing and the outer one fails as a whole.
-pub fn reentrant(py: Python<'_>, err: PyErr, object: &str, during: &str) -> PyErr {
-    if !err.is_instance_of::<PyRuntimeError>(py) {
-        return err;
-    }
-    let msg = err
-        .value(py)
-        .str()
-        .map(|s| s.to_string())
-        .unwrap_or_default();
-    if !(msg.starts_with("Already") && msg.contains("borrowed")) {
-        return err;
-    }
-    let new = PyRuntimeError::new_err(format!(
-        "re-entrant use of {object}: {during} called back into the same object while it was \
-         busy; a fairq object cannot be used from inside its own calls (nor from another \
-         thread while one of its calls runs Python code: serialize such use with a lock)"
-    ));
-    new.set_cause(py, Some(err));
-    new
+/// Concurrent and re-entrant use, in one place. Every call on a fairq
+/// object borrows it for the call's duration, under the GIL, so calls from
+/// several threads are serialized and each is atomic. Most objects run no
+/// Python code while borrowed (the vLLM queues read request attributes, the
+/// dual-phase queue hashes request ids, before or between borrows), so one
+/// call never observes another and code they run may use them freely. Two
+/// run user code mid-operation: `DRRQueue.pop(dispatchable=...)` (the
+/// predicate) and `WFQQueue` (a flow key's `__hash__`/`__eq__`). A call on
+/// such an object made meanwhile, from that code (re-entrant use) or from
+/// another thread (the code released the GIL), finds it busy: it gets this
+/// error, naming the object and both causes, and changes nothing (pyo3's own
+/// message would be a bare "Already borrowed").
+pub fn busy(object: &str) -> PyErr {
+    PyRuntimeError::new_err(format!(
+        "{object} is busy: one of its calls is running Python code (a callback, a \
+         __hash__); calling it from that code (re-entrant use) or from another thread \
+         meanwhile (concurrent use) is refused and changed nothing; serialize threads \
+         that share it with a lock"
+    ))
+}
+
+/// Borrow `slf` for a read, or [`busy`].
+pub fn lock<'py, T: pyo3::PyClass>(slf: &Bound<'py, T>, object: &str) -> PyResult<PyRef<'py, T>> {
+    slf.try_borrow().map_err(|_| busy(object))
+}
+
+/// Borrow `slf` for a change, or [`busy`].
+pub fn lock_mut<'py, T: pyo3::PyClass<Frozen = pyo3::pyclass::boolean_struct::False>>(
+    slf: &Bound<'py, T>,
+    object: &str,
+) -> PyResult<PyRefMut<'py, T>> {
+    slf.try_borrow_mut().map_err(|_| busy(object))
 }
 
 /// Translate a core error into the Python exception users see.

@@ -76,13 +76,20 @@ macro_rules! cached_iter {
         let slf = $slf;
         let py = slf.py();
         let version = {
-            let me = slf.borrow();
+            let me = slf
+                .try_borrow()
+                .map_err(|_| super::busy("a fairq vLLM queue"))?;
             if let Some(t) = &me.snap.tuple {
                 return t.bind(py).try_iter();
             }
             me.snap.version
         };
-        let t: Bound<'_, PyTuple> = $build(&*slf.borrow(), py)?;
+        let t: Bound<'_, PyTuple> = $build(
+            &*slf
+                .try_borrow()
+                .map_err(|_| super::busy("a fairq vLLM queue"))?,
+            py,
+        )?;
         if let Ok(mut me) = slf.try_borrow_mut() {
             if me.snap.version == version {
                 me.snap.tuple = Some(t.clone().unbind());
@@ -106,12 +113,6 @@ fn traverse<'a>(
 
 fn attr<'py>(obj: &Bound<'py, PyAny>, name: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
     obj.getattr(name).map_err(|e| {
-        let e = super::reentrant(
-            obj.py(),
-            e,
-            "the fairq vLLM request queue",
-            &format!("reading request.{name}"),
-        );
         if e.is_instance_of::<PyAttributeError>(obj.py()) {
             PyTypeError::new_err(format!(
                 "{} object has no attribute '{}': PriorityRequestQueue needs \
@@ -220,7 +221,7 @@ impl PyFcfsQueue {
     /// Put every item of ``requests`` at the front in turn (reverse order of appearance).
     fn prepend_requests(slf: &Bound<'_, Self>, requests: &Bound<'_, PyAny>) -> PyResult<()> {
         let items = collect(requests)?;
-        let mut me = slf.borrow_mut();
+        let mut me = super::lock_mut(slf, "fairq.vllm.FCFSRequestQueue")?;
         drop(me.snap.invalidate());
         me.q.extend_front(items.into_iter().map(|r| (oid(&r), r.unbind())));
         Ok(())
@@ -231,7 +232,7 @@ impl PyFcfsQueue {
         // Bind the removed object so its decref runs after the borrow ends
         // (a `__del__` that touches this queue must not see it borrowed).
         let (removed, stale) = {
-            let mut me = slf.borrow_mut();
+            let mut me = super::lock_mut(slf, "fairq.vllm.FCFSRequestQueue")?;
             let removed = me.q.remove_first(oid(request));
             let stale = if removed.is_some() {
                 me.snap.invalidate()
@@ -257,7 +258,7 @@ impl PyFcfsQueue {
     fn remove_requests(slf: &Bound<'_, Self>, requests: &Bound<'_, PyAny>) -> PyResult<()> {
         let ids: Vec<u64> = collect(requests)?.iter().map(oid).collect();
         let (removed, stale) = {
-            let mut me = slf.borrow_mut();
+            let mut me = super::lock_mut(slf, "fairq.vllm.FCFSRequestQueue")?;
             (me.q.remove_all(ids), me.snap.invalidate())
         };
         drop(stale); // decref after the borrow ends
@@ -272,13 +273,15 @@ impl PyFcfsQueue {
     /// `queue[index]`, as vLLM's deque: negative indices from the back,
     /// `IndexError` out of range, `TypeError` for a non-integer. O(1) at
     /// both ends.
-    fn __getitem__(&self, py: Python<'_>, index: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    fn __getitem__(slf: &Bound<'_, Self>, index: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        // `__index__` may run Python code: read before the queue is borrowed.
         if index.is_instance_of::<pyo3::types::PyBool>() || index.hasattr("__index__")? {
             let i: i64 = index
                 .call_method0("__index__")?
                 .extract()
                 .map_err(|_| PyIndexError::new_err("deque index out of range"))?;
-            return Ok(self.q.get(i)?.clone_ref(py));
+            let me = super::lock(slf, "fairq.vllm.FCFSRequestQueue")?;
+            return Ok(me.q.get(i)?.clone_ref(slf.py()));
         }
         Err(PyTypeError::new_err(format!(
             "sequence index must be integer, not '{}'",
@@ -306,7 +309,7 @@ impl PyFcfsQueue {
         Ok(format!(
             "{}(len={})",
             slf.get_type().name()?,
-            slf.borrow().q.len()
+            super::lock(slf, "fairq.vllm.FCFSRequestQueue")?.q.len()
         ))
     }
 
@@ -337,6 +340,8 @@ fn already_queued(request: &Bound<'_, PyAny>) -> PyErr {
     ))
 }
 
+const PRIORITY: &str = "fairq.vllm.PriorityRequestQueue";
+
 #[pymethods]
 impl PyPriorityQueue {
     #[new]
@@ -349,14 +354,20 @@ impl PyPriorityQueue {
 
     /// Insert by ``(priority, arrival_time, request_id)``, read now.
     #[pyo3(signature = (request, /))]
-    fn add_request(&mut self, request: Bound<'_, PyAny>) -> PyResult<()> {
+    fn add_request(slf: &Bound<'_, Self>, request: Bound<'_, PyAny>) -> PyResult<()> {
         let id = oid(&request);
-        if self.q.contains(id) {
+        if super::lock(slf, PRIORITY)?.q.contains(id) {
             return Err(already_queued(&request));
         }
+        // Reading the key runs Python code (properties): no borrow is held,
+        // so that code may use this queue; the check is repeated after.
         let key = read_key(&request)?;
-        self.q.push(id, key, request.unbind())?;
-        drop(self.snap.invalidate());
+        let mut me = super::lock_mut(slf, PRIORITY)?;
+        if me.q.contains(id) {
+            return Err(already_queued(&request));
+        }
+        me.q.push(id, key, request.unbind())?;
+        drop(me.snap.invalidate());
         Ok(())
     }
 
@@ -373,8 +384,8 @@ impl PyPriorityQueue {
     }
 
     /// Same as ``add_request`` (a priority queue has no front).
-    fn prepend_request(&mut self, request: Bound<'_, PyAny>) -> PyResult<()> {
-        self.add_request(request)
+    fn prepend_request(slf: &Bound<'_, Self>, request: Bound<'_, PyAny>) -> PyResult<()> {
+        Self::add_request(slf, request)
     }
 
     /// Add every item of ``requests``; all or nothing.
@@ -383,7 +394,7 @@ impl PyPriorityQueue {
         let mut batch = Vec::with_capacity(items.len());
         let mut seen: IdMap<()> = IdMap::default();
         {
-            let me = slf.borrow();
+            let me = super::lock(slf, PRIORITY)?;
             for r in &items {
                 let id = oid(r);
                 if me.q.contains(id) || seen.insert(id, ()).is_some() {
@@ -396,7 +407,7 @@ impl PyPriorityQueue {
             let key = read_key(&r)?;
             batch.push((oid(&r), key, r.unbind()));
         }
-        let mut me = slf.borrow_mut();
+        let mut me = super::lock_mut(slf, PRIORITY)?;
         me.q.push_batch(batch)?;
         drop(me.snap.invalidate());
         Ok(())
@@ -405,7 +416,7 @@ impl PyPriorityQueue {
     /// Remove by identity in O(log n); ``ValueError`` if absent.
     fn remove_request(slf: &Bound<'_, Self>, request: &Bound<'_, PyAny>) -> PyResult<()> {
         let (removed, stale) = {
-            let mut me = slf.borrow_mut();
+            let mut me = super::lock_mut(slf, PRIORITY)?;
             let removed = me.q.remove(oid(request));
             let stale = if removed.is_some() {
                 me.snap.invalidate()
@@ -425,7 +436,7 @@ impl PyPriorityQueue {
     fn remove_requests(slf: &Bound<'_, Self>, requests: &Bound<'_, PyAny>) -> PyResult<()> {
         let ids: Vec<u64> = collect(requests)?.iter().map(oid).collect();
         let (removed, stale) = {
-            let mut me = slf.borrow_mut();
+            let mut me = super::lock_mut(slf, PRIORITY)?;
             (me.q.remove_all(ids), me.snap.invalidate())
         };
         drop(stale);
@@ -458,7 +469,7 @@ impl PyPriorityQueue {
         Ok(format!(
             "{}(len={})",
             slf.get_type().name()?,
-            slf.borrow().q.len()
+            super::lock(slf, PRIORITY)?.q.len()
         ))
     }
 

@@ -232,9 +232,10 @@ impl PyWfqQueue {
     /// The state as plain JSON data: virtual clock and time, every flow's
     /// ``F_last`` and the waiting items' tags in arrival order (not the
     /// items). Flow keys must be ``str`` or ``int`` to be saved.
-    fn state_dict(&self, py: Python<'_>) -> PyResult<PyObject> {
-        let keys = &self.flow_keys;
-        let doc = self.core.wfq().state(|id| {
+    fn state_dict(slf: &Bound<'_, Self>, py: Python<'_>) -> PyResult<PyObject> {
+        let this = super::lock(slf, "fairq.WFQQueue")?;
+        let keys = &this.flow_keys;
+        let doc = this.core.wfq().state(|id| {
             let key = keys.get(id).expect("a flow with state is registered");
             flow_key_value(key.bind(py))
         })?;
@@ -247,22 +248,27 @@ impl PyWfqQueue {
     /// item: flow, tokens, weight, arrival). Validated first (errors name the
     /// field); nothing changes on error. The state's clock replaces the
     /// constructor's.
-    fn load_state_dict(&mut self, py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn load_state_dict(
+        slf: &Bound<'_, Self>,
+        py: Python<'_>,
+        state: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let mut this = super::lock_mut(slf, "fairq.WFQQueue")?;
         let parsed = parse_state(&to_value(state, "the state")?)?;
-        if !self.core.is_empty() {
+        if !this.core.is_empty() {
             return Err(PyValueError::new_err(format!(
                 "load_state needs an empty queue; this one holds {} items (load into a fresh \
                  queue, then add the waiting items again)",
-                self.core.len()
+                this.core.len()
             )));
         }
         let mut intern = |v: &Value| -> PyResult<u64> {
             let key = from_value(py, v)?.into_bound(py);
-            let (id, new) = self
+            let (id, new) = this
                 .resolve_flow(Some(&key))?
                 .expect("a flow key is not None");
             if new {
-                self.register_flow(&key, id)?;
+                this.register_flow(&key, id)?;
             }
             Ok(id)
         };
@@ -286,22 +292,24 @@ impl PyWfqQueue {
                 })
             })
             .collect::<PyResult<Vec<_>>>()?;
-        self.core
+        this.core
             .load_state(parsed.clock, parsed.virtual_time, flows, waiting)?;
-        self.departed.clear();
+        this.departed.clear();
         Ok(())
     }
 
     /// Waiting items of a loaded state not added again yet.
     #[getter]
-    fn pending_readds(&self) -> usize {
-        self.core.wfq().pending_readds()
+    fn pending_readds(slf: &Bound<'_, Self>) -> PyResult<usize> {
+        let this = super::lock(slf, "fairq.WFQQueue")?;
+        Ok(this.core.wfq().pending_readds())
     }
 
     /// ``"start"`` or ``"finish"``: how ``pop()`` advances ``virtual_time``.
     #[getter]
-    fn virtual_clock(&self) -> &'static str {
-        self.core.wfq().virtual_clock().as_str()
+    fn virtual_clock(slf: &Bound<'_, Self>) -> PyResult<&'static str> {
+        let this = super::lock(slf, "fairq.WFQQueue")?;
+        Ok(this.core.wfq().virtual_clock().as_str())
     }
 
     /// Queue ``item`` needing ``tokens`` tokens (prompt + max new tokens).
@@ -311,33 +319,36 @@ impl PyWfqQueue {
     /// ``arrival`` finite (a tie-break only). Errors leave the queue unchanged.
     #[pyo3(signature = (item, *, tokens, flow = None, weight = 1.0, arrival = 0.0))]
     fn add(
-        &mut self,
+        slf: &Bound<'_, Self>,
         item: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = args::tokens)] tokens: f64,
         flow: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = args::weight)] weight: f64,
         #[pyo3(from_py_with = args::arrival)] arrival: f64,
     ) -> PyResult<()> {
-        self.fresh_add(item, tokens, flow, weight, arrival)
+        let mut this = super::lock_mut(slf, "fairq.WFQQueue")?;
+        this.fresh_add(item, tokens, flow, weight, arrival)
     }
 
     /// Remove and return the item with the smallest virtual finish time;
     /// ``virtual_time`` advances to its start (clock ``"start"``) or finish
     /// (clock ``"finish"``) tag if that is larger.
-    fn pop(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let (_, item, tags) = self
+    fn pop(slf: &Bound<'_, Self>, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let mut this = super::lock_mut(slf, "fairq.WFQQueue")?;
+        let (_, item, tags) = this
             .core
             .pop()
             .ok_or_else(|| pyo3::exceptions::PyIndexError::new_err("pop from empty heap"))?;
         let flow = tags.flow;
-        self.remember(item.bind(py), flow);
-        self.forget_dropped_flows(py);
+        this.remember(item.bind(py), flow);
+        this.forget_dropped_flows(py);
         Ok(item)
     }
 
     /// The item ``pop()`` would return, without removing it.
-    fn peek(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.core
+    fn peek(slf: &Bound<'_, Self>, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let this = super::lock(slf, "fairq.WFQQueue")?;
+        this.core
             .peek()
             .map(|v| v.clone_ref(py))
             .ok_or_else(|| pyo3::exceptions::PyIndexError::new_err("peek from empty heap"))
@@ -345,8 +356,8 @@ impl PyWfqQueue {
 
     /// Remove ``item`` (by identity). ``ValueError`` if it is not queued.
     /// The flow's ``F_last`` and ``V`` are not rewound.
-    fn remove(&mut self, item: &Bound<'_, PyAny>) -> PyResult<()> {
-        if self.discard(item) {
+    fn remove(slf: &Bound<'_, Self>, item: &Bound<'_, PyAny>) -> PyResult<()> {
+        if Self::discard(slf, item)? {
             Ok(())
         } else {
             Err(PyValueError::new_err(
@@ -356,12 +367,13 @@ impl PyWfqQueue {
     }
 
     /// Remove ``item`` if queued; return whether it was.
-    fn discard(&mut self, item: &Bound<'_, PyAny>) -> bool {
-        if self.core.discard(ident(item)).is_none() {
-            return false;
+    fn discard(slf: &Bound<'_, Self>, item: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let mut this = super::lock_mut(slf, "fairq.WFQQueue")?;
+        if this.core.discard(ident(item)).is_none() {
+            return Ok(false);
         }
-        self.forget_dropped_flows(item.py());
-        true
+        this.forget_dropped_flows(item.py());
+        Ok(true)
     }
 
     /// Put ``item`` back after preemption.
@@ -372,27 +384,28 @@ impl PyWfqQueue {
     /// added fresh with them (``tokens`` required, else ``KeyError``).
     #[pyo3(signature = (item, *, tokens = None, flow = None, weight = 1.0, arrival = 0.0))]
     fn prepend(
-        &mut self,
+        slf: &Bound<'_, Self>,
         item: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = args::tokens_opt)] tokens: Option<f64>,
         flow: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = args::weight)] weight: f64,
         #[pyo3(from_py_with = args::arrival)] arrival: f64,
     ) -> PyResult<()> {
+        let mut this = super::lock_mut(slf, "fairq.WFQQueue")?;
         let py = item.py();
-        if let Some(d) = self.departed_of(item) {
+        if let Some(d) = this.departed_of(item) {
             let flow_key = d.flow_key.as_ref().map(|k| k.clone_ref(py));
-            let resolved = self.resolve_flow(flow_key.as_ref().map(|k| k.bind(py)))?;
+            let resolved = this.resolve_flow(flow_key.as_ref().map(|k| k.bind(py)))?;
             if let (Some((id, true)), Some(key)) = (resolved, &flow_key) {
-                self.register_flow(key.bind(py), id)?;
+                this.register_flow(key.bind(py), id)?;
             }
-            self.core
+            this.core
                 .readd(ident(item), item.clone().unbind(), resolved.map(|r| r.0))?;
-            self.departed.remove(&ident(item));
+            this.departed.remove(&ident(item));
             return Ok(());
         }
         match tokens {
-            Some(t) => self.fresh_add(item, t, flow, weight, arrival),
+            Some(t) => this.fresh_add(item, t, flow, weight, arrival),
             None => Err(PyKeyError::new_err(
                 "prepend(item): item was not popped from this queue (or is not \
                  weak-referenceable); pass tokens= to add it fresh",
@@ -401,40 +414,50 @@ impl PyWfqQueue {
     }
 
     /// Whether ``prepend(item)`` would restore remembered virtual times.
-    fn remembers(&self, item: &Bound<'_, PyAny>) -> bool {
-        self.departed_of(item).is_some()
+    fn remembers(slf: &Bound<'_, Self>, item: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let this = super::lock(slf, "fairq.WFQQueue")?;
+        Ok(this.departed_of(item).is_some())
     }
 
     /// Drop the remembered tags of a popped ``item``; returns whether any.
-    fn forget(&mut self, item: &Bound<'_, PyAny>) -> bool {
-        self.core.forget(ident(item));
-        self.departed.remove(&ident(item)).is_some()
+    fn forget(slf: &Bound<'_, Self>, item: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let mut this = super::lock_mut(slf, "fairq.WFQQueue")?;
+        Ok({
+            this.core.forget(ident(item));
+            this.departed.remove(&ident(item)).is_some()
+        })
     }
 
     /// Partial prefill: ``remaining`` tokens are still needed, so
     /// ``F = S + remaining / weight`` and the order is restored. Returns the
     /// new ``F``. ``KeyError`` if ``item`` is not queued.
     fn update_remaining(
-        &mut self,
+        slf: &Bound<'_, Self>,
         item: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = args::remaining)] remaining: f64,
     ) -> PyResult<f64> {
-        Ok(self.core.update_remaining(ident(item), remaining)?)
+        let mut this = super::lock_mut(slf, "fairq.WFQQueue")?;
+        Ok(this.core.update_remaining(ident(item), remaining)?)
     }
 
     /// ``{"flow", "weight", "start", "finish", "arrival", "remaining", "seq"}``
     /// of a queued item (its first occurrence). ``KeyError`` if not queued.
-    fn tags<'py>(&self, item: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
-        let t = self
+    fn tags<'py>(slf: &Bound<'_, Self>, item: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
+        let this = super::lock(slf, "fairq.WFQQueue")?;
+        let t = this
             .core
             .tags(ident(item))
             .ok_or_else(|| PyKeyError::new_err("tags(item): item not in queue"))?;
-        self.tags_dict(item.py(), &t)
+        this.tags_dict(item.py(), &t)
     }
 
     /// ``(start, finish)`` virtual times of a queued item. ``KeyError`` if absent.
-    fn times<'py>(&self, item: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
-        let t = self
+    fn times<'py>(
+        slf: &Bound<'_, Self>,
+        item: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let this = super::lock(slf, "fairq.WFQQueue")?;
+        let t = this
             .core
             .tags(ident(item))
             .ok_or_else(|| PyKeyError::new_err("times(item): item not in queue"))?;
@@ -446,7 +469,8 @@ impl PyWfqQueue {
     /// first failing ``add`` would raise (each start chains on the finish of
     /// the previous request of its flow in the batch). Used by
     /// ``WFQRequestQueue.prepend_requests`` (all or nothing).
-    fn check_adds(&self, batch: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn check_adds(slf: &Bound<'_, Self>, batch: &Bound<'_, PyAny>) -> PyResult<()> {
+        let this = super::lock(slf, "fairq.WFQQueue")?;
         let py = batch.py();
         let new_flows = PyDict::new(py);
         let mut rows: Vec<(Option<u64>, f64, f64, f64)> = Vec::new();
@@ -457,13 +481,13 @@ impl PyWfqQueue {
                 Bound<'_, PyAny>,
                 Bound<'_, PyAny>,
             ) = row?.extract()?;
-            let flow_id = match self.resolve_flow(Some(&flow))? {
+            let flow_id = match this.resolve_flow(Some(&flow))? {
                 None => None,
                 Some((id, false)) => Some(id),
                 Some((_, true)) => Some(match new_flows.get_item(&flow)? {
                     Some(id) => id.extract::<u64>()?,
                     None => {
-                        let id = self.next_flow + new_flows.len() as u64;
+                        let id = this.next_flow + new_flows.len() as u64;
                         new_flows.set_item(&flow, id)?;
                         id
                     }
@@ -476,7 +500,7 @@ impl PyWfqQueue {
                 args::float_arg("arrival", &arrival)?,
             ));
         }
-        Ok(self
+        Ok(this
             .core
             .wfq()
             .preview_batch(rows.iter().map(|(f, t, w, a)| (f.as_ref(), *t, *w, *a)))?)
@@ -484,55 +508,65 @@ impl PyWfqQueue {
 
     /// The global virtual time ``V`` (never decreases).
     #[getter]
-    fn virtual_time(&self) -> f64 {
-        self.core.wfq().virtual_time()
+    fn virtual_time(slf: &Bound<'_, Self>) -> PyResult<f64> {
+        let this = super::lock(slf, "fairq.WFQQueue")?;
+        Ok(this.core.wfq().virtual_time())
     }
 
     /// Number of flows whose state the queue holds.
     #[getter]
-    fn flow_count(&self) -> usize {
-        self.core.wfq().flow_count()
+    fn flow_count(slf: &Bound<'_, Self>) -> PyResult<usize> {
+        let this = super::lock(slf, "fairq.WFQQueue")?;
+        Ok(this.core.wfq().flow_count())
     }
 
     /// ``F_last`` of ``flow``, or ``None`` if the queue holds no state for it
     /// (then its next request starts at ``V``).
-    fn flow_last_finish(&self, flow: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
-        Ok(match self.resolve_flow(Some(flow))? {
-            Some((id, false)) => self.core.wfq().flow_last_finish(&id),
+    fn flow_last_finish(slf: &Bound<'_, Self>, flow: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
+        let this = super::lock(slf, "fairq.WFQQueue")?;
+        Ok(match this.resolve_flow(Some(flow))? {
+            Some((id, false)) => this.core.wfq().flow_last_finish(&id),
             _ => None,
         })
     }
 
     /// Items in pop order (a snapshot list; the queue is not changed).
-    fn items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let v: Vec<_> = self.core.iter_sorted().map(|v| v.bind(py)).collect();
+    fn items<'py>(slf: &Bound<'_, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let this = super::lock(slf, "fairq.WFQQueue")?;
+        let v: Vec<_> = this.core.iter_sorted().map(|v| v.bind(py)).collect();
         PyList::new(py, v)
     }
 
-    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.items(py)?.try_iter().map(|it| it.into_any())
+    fn __iter__<'py>(slf: &Bound<'_, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Self::items(slf, py)?.try_iter().map(|it| it.into_any())
     }
 
-    fn __len__(&self) -> usize {
-        self.core.len()
+    fn __len__(slf: &Bound<'_, Self>) -> PyResult<usize> {
+        let this = super::lock(slf, "fairq.WFQQueue")?;
+        Ok(this.core.len())
     }
 
-    fn __bool__(&self) -> bool {
-        !self.core.is_empty()
+    fn __bool__(slf: &Bound<'_, Self>) -> PyResult<bool> {
+        let this = super::lock(slf, "fairq.WFQQueue")?;
+        Ok(!this.core.is_empty())
     }
 
-    fn __contains__(&self, item: &Bound<'_, PyAny>) -> bool {
-        self.core.contains(ident(item))
+    fn __contains__(slf: &Bound<'_, Self>, item: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let this = super::lock(slf, "fairq.WFQQueue")?;
+        Ok(this.core.contains(ident(item)))
     }
 
-    fn __repr__(&self) -> String {
-        format!(
-            "WFQQueue(len={}, virtual_time={}, flows={}, virtual_clock={:?})",
-            self.core.len(),
-            self.core.wfq().virtual_time(),
-            self.core.wfq().flow_count(),
-            self.core.wfq().virtual_clock().as_str()
-        )
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        let this = super::lock(slf, "fairq.WFQQueue")?;
+        Ok({
+            format!(
+                "WFQQueue(len={}, virtual_time={}, flows={}, virtual_clock={:?})",
+                this.core.len(),
+                this.core.wfq().virtual_time(),
+                this.core.wfq().flow_count(),
+                this.core.wfq().virtual_clock().as_str()
+            )
+        })
     }
 }
 
