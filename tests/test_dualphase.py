@@ -163,6 +163,12 @@ def test_metrics_dict_and_prometheus_export() -> None:
     assert 'dp_scheduled_total{phase="output"} 1.0' in text
     assert "dp_budget_force_triggered_total 0.0" in text
     assert "dp_think_wait_longest_rounds 0.0" in text
+    reg = prometheus_client.CollectorRegistry()
+    q.register_prometheus(reg, name="decode-0")
+    q.register_prometheus(reg, name="decode-1")  # two queues, one registry
+    v = reg.get_sample_value
+    assert v("fairq_dualphase_queue_depth", {"name": "decode-1", "queue": "output"}) == 1
+    assert v("fairq_dualphase_schedule_calls_total", {"name": "decode-0"}) == 1
 
 
 class RefDual:

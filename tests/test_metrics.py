@@ -80,7 +80,8 @@ def test_dispatcher_drr_wfq_dualphase_metrics() -> None:
     p = fairq.DualPhaseQueue()
     p.add(1)
     v = scrape(p).get_sample_value
-    assert v("fairq_dualphase_queue_depth", {"queue": "think"}) == 1
+    assert v("fairq_dualphase_queue_depth", {"name": "x", "queue": "think"}) == 1
+    assert v("fairq_dualphase_schedule_calls_total", {"name": "x"}) == 0
 
 
 def test_bad_arguments() -> None:

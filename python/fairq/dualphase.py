@@ -83,32 +83,44 @@ class DualPhaseQueue(_DualPhaseCore):
     """
 
     def register_prometheus(
-        self, registry: Any = None, prefix: str = "fairq_dualphase"
+        self, registry: Any = None, prefix: str = "fairq_dualphase", name: str | None = None
     ) -> DualPhaseCollector:
         """Export :meth:`metrics` through ``prometheus_client``.
 
         Registers a collector that reads the metrics at scrape time with
         ``registry`` (default: ``prometheus_client.REGISTRY``) and returns it
         (``registry.unregister(collector)`` removes it). Needs the ``metrics``
-        extra; ``ImportError`` otherwise.
+        extra; ``ImportError`` otherwise. ``name``: a constant ``name`` label
+        on every series (tells several queues apart in one registry).
         """
         import prometheus_client
 
-        collector = DualPhaseCollector(self, prefix)
+        collector = DualPhaseCollector(self, prefix, name)
         (registry if registry is not None else prometheus_client.REGISTRY).register(collector)
         return collector
 
 
 class DualPhaseCollector:
-    """A ``prometheus_client`` collector for one :class:`DualPhaseQueue`."""
+    """A ``prometheus_client`` collector for one :class:`DualPhaseQueue`.
 
-    def __init__(self, queue: _DualPhaseCore, prefix: str = "fairq_dualphase") -> None:
+    ``name``: when given, every series carries the constant label
+    ``name=<name>`` (as :class:`fairq.metrics.FairqCollector` does), so
+    several queues can share one registry.
+    """
+
+    def __init__(
+        self, queue: _DualPhaseCore, prefix: str = "fairq_dualphase", name: str | None = None
+    ) -> None:
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a str or None, got {type(name).__name__}")
         self.queue = queue
         self.prefix = prefix
+        self.name = name
 
     def describe(self) -> list[Any]:
-        """Metric families without values (lets the registry check names)."""
-        return list(self._families(None))
+        """Metric families without values (lets the registry check names);
+        none with a ``name`` label, whose families several queues share."""
+        return [] if self.name is not None else list(self._families(None))
 
     def collect(self) -> Iterator[Any]:
         """Current metric families (called by the registry at scrape time)."""
@@ -118,42 +130,51 @@ class DualPhaseCollector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         p = self.prefix
+        const = [] if self.name is None else ["name"]
+        cv = [] if self.name is None else [self.name]
 
         def val(k: str) -> float:
             return float(m[k]) if m is not None else 0.0
 
-        depth = GaugeMetricFamily(f"{p}_queue_depth", "Requests queued per queue", labels=["queue"])
+        depth = GaugeMetricFamily(
+            f"{p}_queue_depth", "Requests queued per queue", labels=[*const, "queue"]
+        )
         batch = GaugeMetricFamily(
-            f"{p}_batch_size", "Slots per phase in the last schedule call", labels=["phase"]
+            f"{p}_batch_size", "Slots per phase in the last schedule call", labels=[*const, "phase"]
         )
         sched = CounterMetricFamily(
-            f"{p}_scheduled", "Slots dispatched per phase", labels=["phase"]
+            f"{p}_scheduled", "Slots dispatched per phase", labels=[*const, "phase"]
         )
         if m is not None:
             for ph in ("output", "think"):
-                depth.add_metric([ph], val(f"queue_depth_{ph}"))
-                batch.add_metric([ph], val(f"batch_size_{ph}"))
-                sched.add_metric([ph], val(f"scheduled_{ph}_total"))
+                depth.add_metric([*cv, ph], val(f"queue_depth_{ph}"))
+                batch.add_metric([*cv, ph], val(f"batch_size_{ph}"))
+                sched.add_metric([*cv, ph], val(f"scheduled_{ph}_total"))
         yield depth
         yield batch
         yield sched
-        yield CounterMetricFamily(
-            f"{p}_budget_force_triggered",
-            "Schedule calls where the starvation guard forced think slots",
-            value=val("budget_force_triggered_total") if m is not None else None,
-        )
-        yield CounterMetricFamily(
-            f"{p}_phase_transitions",
-            "Requests moved from think to output",
-            value=val("phase_transitions_total") if m is not None else None,
-        )
-        yield CounterMetricFamily(
-            f"{p}_schedule_calls",
-            "Schedule calls",
-            value=val("schedule_calls_total") if m is not None else None,
-        )
-        yield GaugeMetricFamily(
-            f"{p}_think_wait_longest_rounds",
-            "Schedule calls the longest-waiting think request has gone unscheduled",
-            value=val("think_wait_longest_rounds") if m is not None else None,
-        )
+        for cls, suffix, doc, key in (
+            (
+                CounterMetricFamily,
+                "budget_force_triggered",
+                "Schedule calls where the starvation guard forced think slots",
+                "budget_force_triggered_total",
+            ),
+            (
+                CounterMetricFamily,
+                "phase_transitions",
+                "Requests moved from think to output",
+                "phase_transitions_total",
+            ),
+            (CounterMetricFamily, "schedule_calls", "Schedule calls", "schedule_calls_total"),
+            (
+                GaugeMetricFamily,
+                "think_wait_longest_rounds",
+                "Schedule calls the longest-waiting think request has gone unscheduled",
+                "think_wait_longest_rounds",
+            ),
+        ):
+            fam = cls(f"{p}_{suffix}", doc, labels=const)
+            if m is not None:
+                fam.add_metric(cv, val(key))
+            yield fam

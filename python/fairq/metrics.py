@@ -105,7 +105,7 @@ class FairqCollector:
         if self.kind == "dualphase":
             from fairq.dualphase import DualPhaseCollector
 
-            yield from DualPhaseCollector(self.obj).collect()
+            yield from DualPhaseCollector(self.obj, name=self.name).collect()
             return
         yield from getattr(self, f"_{self.kind}")()
 
