@@ -116,3 +116,36 @@ def test_dispatchers_keep_the_client_table_bounded(name: str) -> None:
     assert 0 <= w < 3
     if name == "d2lpm":
         assert max(d.deficit("tenant-0", k) for k in range(3)) == 100.0
+
+
+@pytest.mark.slow
+def test_one_shot_tenants_served_one_at_a_time_stay_bounded() -> None:
+    """Nobody waits between tenants, so VTC's lift floor is undefined and every
+    served tenant stays a debtor (counter > 0 = ahead of a new client): the
+    idle-debtor cap (65,536, least debt forgotten first) bounds the table."""
+    cap = 65_536
+    s = VTC()
+    peak = 0
+    for t in range(200_000):
+        s.add(t, f"tenant-{t}", [1] * (3 + t % 5))  # costs 3..7: debts differ
+        for a in s.schedule(64):
+            s.finish(a.request_id)
+        peak = max(peak, s.num_clients)
+    assert peak <= 2 * cap + 1, peak
+    s.forget_idle_clients()
+    assert s.num_clients == cap
+    # the least debt went first: 40,000 tenants per cost 3..7, so the 65,536
+    # kept are all the cost-7 ones and the rest cost 6
+    kept = sorted(s.service(c) for c in s.clients())
+    assert kept[0] == 6 and kept.count(7) == 40_000
+
+
+def test_idle_debtor_cap_forgets_the_smallest_debt_first() -> None:
+    s = VTC()
+    for t in range(4):
+        s.add(t, f"c{t}", [1] * (t + 1))
+        for a in s.schedule(64):
+            s.finish(a.request_id)
+    assert s.num_clients == 4
+    assert s.forget_idle_clients() == 0  # nobody waits: no floor, all debtors, under the cap
+    assert sorted(s.clients()) == ["c0", "c1", "c2", "c3"]

@@ -136,6 +136,11 @@ impl AdmissionOrder for Dlpm {
         self.has_credit(c)
     }
 
+    /// Its unpaid debt `-q` (a client with `q <= 0`).
+    fn debt(&self, c: u32) -> f64 {
+        -self.deficits[c as usize]
+    }
+
     fn load_counters(&mut self, clients: &[SavedClient], refills: u64) {
         for (c, saved) in clients.iter().enumerate() {
             self.deficits[c] = saved.counter;

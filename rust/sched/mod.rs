@@ -38,6 +38,7 @@ mod vtc;
 mod tests;
 
 use crate::error::{check_positive, Error, Result};
+use crate::ordf64::OrdF64;
 use crate::radix::{Namespace, RadixTree};
 
 pub use crate::request_id::RequestId;
@@ -51,6 +52,11 @@ const NIL: u32 = u32::MAX;
 
 /// Client-table size below which idle clients are never swept.
 const FORGET_MIN: usize = 1024;
+
+/// Idle clients that still carry debt kept at most (see
+/// [`LocalScheduler::forget_idle_clients`]): beyond it, the ones with the
+/// least debt are forgotten first.
+pub const MAX_IDLE_DEBTORS: usize = 65_536;
 
 /// The admission policy and its weights (the scheduler's configuration).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -176,13 +182,37 @@ impl<T> LocalScheduler<T> {
     /// have had (VTC lifts it to the floor anyway; DLPM's new client starts
     /// at 0, at most one quantum below its old credit), so fairness between
     /// backlogged clients is unchanged. What is lost is its history:
-    /// `service(client)` restarts at 0 (export metrics first). Runs by itself
-    /// when the client table doubles (from 1,024), so a stream of tenants
-    /// that come and go keeps memory bounded. Returns how many were forgotten.
+    /// `service(client)` restarts at 0 (export metrics first).
+    ///
+    /// Idle clients that do carry debt are kept, up to [`MAX_IDLE_DEBTORS`];
+    /// beyond it the ones with the least debt (VTC: the smallest counter;
+    /// DLPM: the smallest `-q`) are forgotten first, and each of those is
+    /// forgiven that debt if it returns. This cap is what bounds memory when
+    /// nobody waits for long (VTC's floor is defined only while some client
+    /// waits, so a stream of one-shot tenants served one at a time would
+    /// otherwise all stay debtors).
+    ///
+    /// Runs by itself when the client table doubles (from 1,024), so a
+    /// stream of tenants that come and go keeps memory bounded: at most
+    /// about twice the clients holding requests plus [`MAX_IDLE_DEBTORS`].
+    /// Returns how many were forgotten.
     pub fn forget_idle_clients(&mut self) -> usize {
         let mut n = 0;
+        let mut debtors = Vec::new();
         for c in 0..self.book.clients.len() as u32 {
-            if self.book.is_idle(c) && self.order.can_forget(&self.book, c) {
+            if self.book.is_idle(c) {
+                if self.order.can_forget(&self.book, c) {
+                    self.book.forget_client(c);
+                    n += 1;
+                } else {
+                    debtors.push((OrdF64::new(self.order.debt(c)), c));
+                }
+            }
+        }
+        if debtors.len() > MAX_IDLE_DEBTORS {
+            let excess = debtors.len() - MAX_IDLE_DEBTORS;
+            debtors.select_nth_unstable(excess - 1);
+            for &(_, c) in &debtors[..excess] {
                 self.book.forget_client(c);
                 n += 1;
             }

@@ -36,6 +36,13 @@ pub(super) trait AdmissionOrder {
         true
     }
 
+    /// How much idle client `c` would lose if forgotten although
+    /// `can_forget` says no (the policy's unit; only compared between
+    /// clients): which debtors the idle cap forgets first.
+    fn debt(&self, _c: u32) -> f64 {
+        0.0
+    }
+
     /// Waiting request `r` joins the order. Runs before the book counts it
     /// as waiting. `tree` is `Some` whenever the policy needs one.
     fn enqueue<T>(&mut self, book: &Book<T>, tree: Option<&RadixTree>, r: u32);
@@ -142,6 +149,9 @@ impl AdmissionOrder for Order {
     }
     fn can_forget<T>(&self, book: &Book<T>, c: u32) -> bool {
         each!(self, p => p.can_forget(book, c))
+    }
+    fn debt(&self, c: u32) -> f64 {
+        each!(self, p => p.debt(c))
     }
     fn enqueue<T>(&mut self, book: &Book<T>, tree: Option<&RadixTree>, r: u32) {
         each!(self, p => p.enqueue(book, tree, r))

@@ -79,6 +79,11 @@ impl AdmissionOrder for Vtc {
             .is_some_and(|&(OrdF64(floor), _)| self.counters[c as usize] <= floor)
     }
 
+    /// Its counter: what it is ahead of a new client (who starts at 0).
+    fn debt(&self, c: u32) -> f64 {
+        self.counters[c as usize]
+    }
+
     fn load_counters(&mut self, clients: &[SavedClient], _refills: u64) {
         for (c, saved) in clients.iter().enumerate() {
             self.counters[c] = saved.counter;

@@ -44,8 +44,12 @@
 //! never rewinds `F_last` (a client cannot buy an earlier slot by cancelling).
 //!
 //! Flow state is dropped when a flow has nothing queued and `F_last <= V`
-//! (then `max(V, F_last) = V`, indistinguishable from an unknown flow). The
-//! sweep is amortized O(1): it runs when the flow table doubles. Dropped flow
+//! (then `max(V, F_last) = V`, indistinguishable from an unknown flow). Idle
+//! flows still ahead (`F_last > V`) are kept up to [`MAX_IDLE_FLOWS_AHEAD`],
+//! the least ahead dropped first beyond it (a returning one is forgiven
+//! `F_last - V`): with `virtual_clock="start"` and a flow per request, `V`
+//! may never pass them. The sweep is amortized O(1): it runs when the flow
+//! table doubles. Dropped flow
 //! keys are reported through [`Wfq::drain_dropped_flows`] so a binding layer
 //! can forget its own key interning.
 //!
@@ -125,6 +129,10 @@ pub(crate) struct Flow {
 }
 
 const GC_MIN: usize = 1024;
+
+/// Idle flows still ahead of the virtual time (`F_last > V`) kept at most;
+/// beyond it the ones least ahead are dropped first (see `maybe_gc`).
+pub const MAX_IDLE_FLOWS_AHEAD: usize = 65_536;
 
 /// Validate a timestamp-like value (finite; any sign), naming `field`.
 fn check_finite(field: &str, v: f64) -> Result<f64> {
@@ -492,6 +500,24 @@ impl<K: Hash + Eq + Clone, V> Wfq<K, V> {
             }
             keep
         });
+        // Idle flows ahead of V carry a claim (their next start is F_last,
+        // not V). With `virtual_clock="start"` and one flow per request, V
+        // need not pass them ever, so they are capped: the ones least ahead
+        // are dropped first, each forgiven `F_last - V` should it return.
+        let mut ahead: Vec<(OrdF64, K)> = self
+            .flows
+            .iter()
+            .filter(|(_, f)| f.queued == 0)
+            .map(|(k, f)| (OrdF64::new(f.last_finish), k.clone()))
+            .collect();
+        if ahead.len() > MAX_IDLE_FLOWS_AHEAD {
+            let excess = ahead.len() - MAX_IDLE_FLOWS_AHEAD;
+            ahead.select_nth_unstable_by(excess - 1, |a, b| a.0.cmp(&b.0));
+            for (_, k) in ahead.drain(..excess) {
+                self.flows.remove(&k);
+                self.dropped.push(k);
+            }
+        }
         self.gc_threshold = GC_MIN.max(2 * self.flows.len());
     }
 }
@@ -827,6 +853,29 @@ mod tests {
         let order: Vec<_> = std::iter::from_fn(|| q.pop().map(|(v, _)| v)).collect();
         assert_eq!(order, vec!["b1", "c1", "a2"]);
         assert_eq!(q.virtual_time(), 20.0);
+    }
+
+    #[test]
+    fn start_clock_caps_idle_flows_ahead() {
+        // Start clock, one flow per request: V stays at 0 (every request
+        // starts at V), so every popped flow stays ahead (F_last > V) and
+        // only the cap bounds the table; the least ahead go first.
+        let mut q: Wfq<u32, u32> = Wfq::new();
+        let n = 2 * MAX_IDLE_FLOWS_AHEAD as u32 + 10_000;
+        let mut peak = 0;
+        for i in 0..n {
+            q.add(i, Some(i), 1.0 + (i % 4) as f64, 1.0, 0.0).unwrap();
+            q.pop().unwrap();
+            peak = peak.max(q.flow_count());
+        }
+        assert_eq!(q.virtual_time(), 0.0);
+        assert!(peak <= 2 * MAX_IDLE_FLOWS_AHEAD + 2, "{peak}");
+        let dropped: std::collections::HashSet<u32> = q.drain_dropped_flows().collect();
+        assert!(dropped.len() as u32 >= n - 2 * MAX_IDLE_FLOWS_AHEAD as u32 - 1);
+        // The least ahead go first: flows with F_last = 1 are dropped far
+        // more often than those with F_last = 4.
+        let by = |c: u32| dropped.iter().filter(|&&k| k % 4 == c).count();
+        assert!(by(0) > 2 * by(3), "{} {}", by(0), by(3));
     }
 
     #[test]
