@@ -605,6 +605,95 @@ impl RadixTree {
         freed
     }
 
+    /// Remove what the tree holds on the path of `tokens` past its first
+    /// `keep` tokens (rounded down to whole pages): the node at that depth
+    /// on the path (split off if `keep` falls inside one) and everything
+    /// below it. What an engine's cache does when it evicts a block: the
+    /// blocks after it in any sequence can no longer be matched. Returns the
+    /// tokens removed (0 when the tree does not hold `tokens` up to at
+    /// least one page past `keep`).
+    ///
+    /// Errors (nothing changes): the part to remove is locked -> `Value`.
+    pub fn truncate(&mut self, ns: &Namespace, tokens: &[u32], keep: usize) -> Result<usize> {
+        let p = self.page;
+        let keep = keep / p * p;
+        if tokens.len() < keep + p {
+            return Ok(0);
+        }
+        let Some(mut node) = self.root(ns) else {
+            return Ok(0);
+        };
+        let mut pos = 0usize;
+        // Walk to the child `c` that holds position `keep` on the path.
+        let (c, cut) = loop {
+            let Some(c) = self.find_child(node, &tokens[pos..pos + p]) else {
+                return Ok(0);
+            };
+            let klen = self.nodes[c as usize].key.len();
+            let common = common_prefix(&self.nodes[c as usize].key, &tokens[pos..]) / p * p;
+            if pos + klen <= keep {
+                if common < klen {
+                    return Ok(0); // the path leaves the tree before `keep`
+                }
+                node = c;
+                pos += klen;
+                if pos == keep {
+                    match self.find_child(node, &tokens[pos..pos + p]) {
+                        Some(c) => break (c, 0),
+                        None => return Ok(0),
+                    }
+                }
+                continue;
+            }
+            // `c` spans `keep`: it must hold the path up to one page past it.
+            if common < keep - pos + p {
+                return Ok(0);
+            }
+            break (c, keep - pos);
+        };
+        if self.nodes[c as usize].lock > 0 {
+            return Err(Error::value(format!(
+                "truncate: the tokens past {keep} are locked (unlock them first)"
+            )));
+        }
+        let top = if cut > 0 {
+            self.split(c, cut);
+            c // `split` keeps `c` as the lower part
+        } else {
+            c
+        };
+        let parent = self.nodes[top as usize].parent;
+        self.remove_child(parent, top);
+        let mut removed = 0;
+        let mut stack = vec![top];
+        while let Some(idx) = stack.pop() {
+            let heads: Vec<u32> = self.nodes[idx as usize].children.values().copied().collect();
+            for mut k in heads {
+                while k != NIL {
+                    stack.push(k);
+                    k = self.nodes[k as usize].sib;
+                }
+            }
+            let n = &mut self.nodes[idx as usize];
+            if let Some(ts) = n.in_lru.take() {
+                self.lru.remove(&(ts, idx));
+            }
+            let n = &mut self.nodes[idx as usize];
+            removed += n.key.len();
+            n.key = Vec::new();
+            n.children = FastMap::default();
+            n.live = false;
+            n.gen = n.gen.wrapping_add(1);
+            n.parent = NIL;
+            n.sib = NIL;
+            self.free.push(idx);
+            self.push_log(idx, ALL_CHILDREN);
+        }
+        self.size -= removed;
+        self.refresh_lru(parent);
+        Ok(removed)
+    }
+
     /// Check every internal invariant (tests).
     pub fn check_invariants(&self) {
         let mut size = 0;
@@ -666,6 +755,71 @@ mod tests {
         assert_eq!(t.size(), 5);
         assert_eq!(t.match_len(&Namespace::Str("a".into()), &[1, 2]), 0);
         t.check_invariants();
+    }
+
+    #[test]
+    fn truncate_removes_the_path_past_keep() {
+        let mut t = RadixTree::new(None, 2).unwrap();
+        t.insert(&ns(), &[1, 2, 3, 4, 5, 6]);
+        t.insert(&ns(), &[1, 2, 3, 4, 7, 8]);
+        t.insert(&ns(), &[1, 2, 9, 9]);
+        // not on the path / nothing past keep: no-op
+        assert_eq!(t.truncate(&ns(), &[1, 2, 8, 8], 2).unwrap(), 0);
+        assert_eq!(t.truncate(&ns(), &[1, 2, 3, 4], 4).unwrap(), 0);
+        // inside a node: split, drop the lower part and what hangs below
+        assert_eq!(t.truncate(&ns(), &[1, 2, 3, 4], 2).unwrap(), 6);
+        assert_eq!(t.match_len(&ns(), &[1, 2, 3, 4, 5, 6]), 2);
+        assert_eq!(t.match_len(&ns(), &[1, 2, 9, 9]), 4);
+        assert_eq!(t.size(), 4);
+        t.check_invariants();
+        // keep rounds down to a page; a whole child at a node boundary
+        assert_eq!(t.truncate(&ns(), &[1, 2, 9, 9], 3).unwrap(), 2);
+        assert_eq!(t.size(), 2);
+        t.check_invariants();
+        // locked: refused, nothing changes
+        t.insert(&ns(), &[1, 2, 5, 5]);
+        t.lock(&ns(), &[1, 2, 5, 5]);
+        assert!(t.truncate(&ns(), &[1, 2, 5, 5], 2).is_err());
+        assert_eq!(t.size(), 4);
+        t.check_invariants();
+    }
+
+    #[test]
+    fn truncate_matches_a_set_of_prefixes() {
+        // Reference: the set of cached token prefixes (whole pages); a
+        // truncation removes every cached sequence extending tokens[..keep+p].
+        let mut rng = 5u64;
+        let mut next = || crate::testutil::lcg(&mut rng);
+        for page in [1usize, 2, 4] {
+            let mut t = RadixTree::new(None, page).unwrap();
+            let mut seqs: Vec<Vec<u32>> = Vec::new();
+            for _ in 0..2000 {
+                let len = page * (next() % 5) as usize;
+                let toks: Vec<u32> = (0..len).map(|_| (next() % 2) as u32).collect();
+                if next() % 3 > 0 {
+                    t.insert(&ns(), &toks);
+                    seqs.push(toks);
+                } else {
+                    let keep = (next() % 5) as usize;
+                    let kp = keep / page * page;
+                    let held = |s: &Vec<u32>| s.len() >= kp + page && s[..kp + page] == toks[..(kp + page).min(toks.len())];
+                    let before = t.size();
+                    let n = t.truncate(&ns(), &toks, keep).unwrap();
+                    if toks.len() >= kp + page {
+                        for s in seqs.iter_mut() {
+                            if held(s) {
+                                s.truncate(kp);
+                            }
+                        }
+                    }
+                    assert_eq!(before - n, t.size());
+                }
+                for s in &seqs {
+                    assert_eq!(t.match_len(&ns(), s), s.len());
+                }
+                t.check_invariants();
+            }
+        }
     }
 
     #[test]

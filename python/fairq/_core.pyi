@@ -313,6 +313,11 @@ class RadixTree:
     def lock(self, tokens: TokenIds, namespace: Namespace = None) -> int: ...
     def unlock(self, tokens: TokenIds, namespace: Namespace = None) -> None: ...
     def evict(self, n_tokens: int) -> int: ...
+    def truncate(self, tokens: TokenIds, keep: int, namespace: Namespace = None) -> int:
+        """Remove what the tree holds on the path of ``tokens`` past its first
+        ``keep`` tokens (whole pages): an engine evicted that block, so nothing
+        after it can match. Returns the tokens removed; a locked part is a
+        ``ValueError`` (nothing changes)."""
     @property
     def size(self) -> int: ...
     @property
@@ -372,6 +377,14 @@ class FCFS:
     def recharge_extend(self, request_id: RequestIdLike, extend_len: int) -> int:
         """Replace a running request's charged extend tokens by the engine's
         real value; returns the old value."""
+    def requeue(
+        self, request_id: RequestIdLike, tokens: TokenIds, item: Any = None, *, refund: bool = False
+    ) -> None:
+        """A running request goes back to waiting, keeping its place (arrival
+        order) and client, matched on ``tokens`` now. ``refund=True``: the
+        engine never ran it; its admission's charges are undone.
+        ``refund=False``: it was preempted; its charges stand and its next
+        admission charges nothing (recomputation is free)."""
     def charged_extend(self, request_id: RequestIdLike) -> int:
         """Extend tokens currently charged for a running request."""
     def finish(self, request_id: RequestIdLike) -> None:
@@ -426,6 +439,14 @@ class LPM:
     def recharge_extend(self, request_id: RequestIdLike, extend_len: int) -> int:
         """Replace a running request's charged extend tokens by the engine's
         real value; returns the old value."""
+    def requeue(
+        self, request_id: RequestIdLike, tokens: TokenIds, item: Any = None, *, refund: bool = False
+    ) -> None:
+        """A running request goes back to waiting, keeping its place (arrival
+        order) and client, matched on ``tokens`` now. ``refund=True``: the
+        engine never ran it; its admission's charges are undone.
+        ``refund=False``: it was preempted; its charges stand and its next
+        admission charges nothing (recomputation is free)."""
     def charged_extend(self, request_id: RequestIdLike) -> int:
         """Extend tokens currently charged for a running request."""
     def finish(self, request_id: RequestIdLike) -> None:
@@ -482,6 +503,14 @@ class VTC:
     def recharge_extend(self, request_id: RequestIdLike, extend_len: int) -> int:
         """Replace a running request's charged extend tokens by the engine's
         real value; returns the old value."""
+    def requeue(
+        self, request_id: RequestIdLike, tokens: TokenIds, item: Any = None, *, refund: bool = False
+    ) -> None:
+        """A running request goes back to waiting, keeping its place (arrival
+        order) and client, matched on ``tokens`` now. ``refund=True``: the
+        engine never ran it; its admission's charges are undone.
+        ``refund=False``: it was preempted; its charges stand and its next
+        admission charges nothing (recomputation is free)."""
     def charged_extend(self, request_id: RequestIdLike) -> int:
         """Extend tokens currently charged for a running request."""
     def finish(self, request_id: RequestIdLike) -> None:
@@ -540,6 +569,14 @@ class DLPM:
     def recharge_extend(self, request_id: RequestIdLike, extend_len: int) -> int:
         """Replace a running request's charged extend tokens by the engine's
         real value; returns the old value."""
+    def requeue(
+        self, request_id: RequestIdLike, tokens: TokenIds, item: Any = None, *, refund: bool = False
+    ) -> None:
+        """A running request goes back to waiting, keeping its place (arrival
+        order) and client, matched on ``tokens`` now. ``refund=True``: the
+        engine never ran it; its admission's charges are undone.
+        ``refund=False``: it was preempted; its charges stand and its next
+        admission charges nothing (recomputation is free)."""
     def charged_extend(self, request_id: RequestIdLike) -> int:
         """Extend tokens currently charged for a running request."""
     def finish(self, request_id: RequestIdLike) -> None:

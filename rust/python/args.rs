@@ -120,6 +120,7 @@ named! {
     match_threshold: float_arg("match_threshold") -> f64;
     page_size: int_arg("page_size") -> i64;
     n_tokens: int_arg("n_tokens") -> i64;
+    keep: int_arg("keep") -> i64;
     output_budget: int_arg("output_budget") -> i64;
     available_blocks: int_arg("available_blocks") -> i64;
     min_think_reservation: int_arg("min_think_reservation") -> i64;

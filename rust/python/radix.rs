@@ -135,6 +135,23 @@ impl PyRadixTree {
         Ok(self.inner.evict(n_tokens))
     }
 
+    /// Remove what the tree holds on the path of `tokens` past its first
+    /// `keep` tokens (whole pages): an engine evicted that block, so nothing
+    /// after it can match. Returns the tokens removed; a locked part ->
+    /// ValueError (nothing changes).
+    #[pyo3(signature = (tokens, keep, namespace = None))]
+    fn truncate(
+        &mut self,
+        tokens: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = args::keep)] keep: i64,
+        namespace: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        let ns = extract_namespace(namespace)?;
+        let t = extract_tokens(tokens, "tokens")?;
+        let keep = args::non_negative("keep", keep)?;
+        Ok(self.inner.truncate(&ns, &t, keep)?)
+    }
+
     /// Tokens cached.
     #[getter]
     fn size(&self) -> usize {

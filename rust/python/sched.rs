@@ -167,6 +167,28 @@ macro_rules! sched_class {
                 Ok(self.core.recharge_extend(&id, n)?)
             }
 
+            /// A running request goes back to waiting, keeping its place
+            /// (arrival order) and client: `tokens` to match now, `item`;
+            /// `refund=True` undoes its admission's charges (the engine never
+            /// ran it), `refund=False` keeps them and its next admission
+            /// charges nothing (a preemption). Not running -> KeyError.
+            #[pyo3(signature = (request_id, tokens, item = None, *, refund = false))]
+            fn requeue(
+                &mut self,
+                py: Python<'_>,
+                request_id: &Bound<'_, PyAny>,
+                tokens: &Bound<'_, PyAny>,
+                item: Option<PyObject>,
+                refund: bool,
+            ) -> PyResult<()> {
+                let id = request_id::parse(request_id)?;
+                let toks = extract_tokens(tokens, "tokens")?;
+                let item = item.unwrap_or_else(|| py.None());
+                let mut t = borrow_tree(py, &self.tree)?;
+                let tr: Option<&mut RadixTree> = t.as_deref_mut().map(|x| &mut x.inner);
+                Ok(self.core.requeue(tr, &id, toks, item, refund)?)
+            }
+
             /// Extend tokens charged for a running request (admission or the
             /// last `recharge_extend`); not running -> KeyError.
             fn charged_extend(&self, request_id: &Bound<'_, PyAny>) -> PyResult<usize> {

@@ -35,6 +35,10 @@ pub(super) struct Req<T> {
     /// Running: the client's weight when it was admitted (DLPM divides the
     /// extend charge by it; a recharge replaces that charge exactly).
     pub admission_weight: f64,
+    /// Waiting again after [`super::LocalScheduler::requeue`] without a
+    /// refund (the engine preempted it): its charges stand, and its next
+    /// admission charges nothing more.
+    pub resumed: bool,
 }
 
 impl<T> Req<T> {
@@ -51,6 +55,7 @@ impl<T> Req<T> {
             running: false,
             charged_extend: 0,
             admission_weight: 1.0,
+            resumed: false,
         }
     }
 }
@@ -252,21 +257,41 @@ impl<T> Book<T> {
         let c = q.client;
         let input_len = q.input_len;
         let id = q.id.clone();
-        let extend = input_len - cached;
-        q.charged_extend = extend;
-        q.admission_weight = self.clients[c as usize].weight;
+        let extend = input_len.saturating_sub(cached);
+        let resumed = std::mem::take(&mut q.resumed);
+        if !resumed {
+            q.charged_extend = extend;
+            q.admission_weight = self.clients[c as usize].weight;
+        }
         let cl = &mut self.clients[c as usize];
         cl.running += 1;
-        cl.admitted += 1;
-        cl.service += input_weight * extend as f64;
+        if !resumed {
+            cl.admitted += 1;
+            cl.service += input_weight * extend as f64;
+        }
         Admission {
             id,
             client: cl.name.clone(),
             item,
             input_len,
-            cached_len: cached,
+            cached_len: cached.min(input_len),
             extend_len: extend,
         }
+    }
+
+    /// Running request `r` goes back to waiting with `tokens` and `item`
+    /// (its slot, client and arrival number kept); the policy enqueues it and
+    /// the facade counts it as waiting afterwards.
+    pub fn unadmit(&mut self, r: u32, tokens: Vec<u32>, item: T, resumed: bool) {
+        self.running -= 1;
+        let q = self.slots[r as usize].as_mut().expect("live request");
+        q.running = false;
+        q.input_len = tokens.len();
+        q.tokens = tokens;
+        q.item = Some(item);
+        q.resumed = resumed;
+        let c = q.client;
+        self.clients[c as usize].running -= 1;
     }
 
     /// A running request is done: free its slot.

@@ -259,8 +259,10 @@ impl AdmissionOrder for Dlpm {
                 continue;
             }
             left -= extend;
-            let w = book.clients[c as usize].weight;
-            self.add_deficit(book, c, -(self.w_e * extend as f64 / w));
+            if !book.req(r).resumed {
+                let w = book.clients[c as usize].weight;
+                self.add_deficit(book, c, -(self.w_e * extend as f64 / w));
+            }
             self.dequeue(book, r);
             out.push(book.admit(r, cached));
             progress = true;

@@ -390,6 +390,73 @@ impl<T> LocalScheduler<T> {
         Ok(old)
     }
 
+    /// A running request goes back to waiting: the engine admitted it and
+    /// then did not run it after all. It keeps its client and its arrival
+    /// number (its place in every order) and waits with `tokens` (the
+    /// sequence to prefix-match now, e.g. prompt and output so far after a
+    /// preemption) and `item`.
+    ///
+    /// * `refund = true`: the engine never ran it (it skipped the request in
+    ///   the step that admitted it). Everything its admission charged is
+    ///   taken back (service, VTC's counter, DLPM's deficit), as if it had
+    ///   never been admitted.
+    /// * `refund = false`: the engine ran it and then preempted it. Its
+    ///   charges stand and its next admission charges nothing, so
+    ///   recomputing what it had computed costs its client nothing
+    ///   (ALGORITHMS.md section 9); what it computes beyond that is charged
+    ///   with [`Self::recharge_extend`] (the total extend tokens it has
+    ///   really computed for the first time) and [`Self::charge_output`].
+    ///
+    /// Its client is not lifted (VTC): it never left the system.
+    ///
+    /// Errors (nothing changes): not running -> `Key`; too many tokens or a
+    /// policy needing a tree without one -> `Value`.
+    pub fn requeue(
+        &mut self,
+        tree: Option<&mut RadixTree>,
+        id: &RequestId,
+        tokens: Vec<u32>,
+        item: T,
+        refund: bool,
+    ) -> Result<()> {
+        let (r, c) = self.running_client(id)?;
+        if tokens.len() >= u32::MAX as usize {
+            return Err(Error::value(format!(
+                "tokens: {} tokens is too long (max {})",
+                tokens.len(),
+                u32::MAX - 1
+            )));
+        }
+        if self.policy.needs_tree() && tree.is_none() {
+            return Err(Error::value("this policy needs a RadixTree"));
+        }
+        let tree: Option<&RadixTree> = match tree {
+            Some(t) => {
+                self.sync(t)?;
+                if self.book.req(r).root == NIL {
+                    // restored from a state_dict (which keeps no namespace)
+                    self.book.req_mut(r).root = t.root_or_create(&Namespace::Default);
+                }
+                Some(&*t)
+            }
+            None => None,
+        };
+        if refund {
+            self.recharge_extend(id, 0)?;
+            let (input_len, weight) = {
+                let q = self.book.req(r);
+                (q.input_len, q.admission_weight)
+            };
+            self.order.refund_input(&self.book, c, input_len, weight);
+            self.book.clients[c as usize].admitted -= 1;
+        }
+        self.book.unadmit(r, tokens, item, !refund);
+        self.order.keep_place(&self.book, c);
+        self.order.enqueue(&self.book, tree, r);
+        self.book.count_waiting(r);
+        Ok(())
+    }
+
     /// Extend tokens currently charged for a running request (`Key` error if
     /// it is not running).
     pub fn charged_extend(&self, id: &RequestId) -> Result<usize> {

@@ -77,6 +77,24 @@ pub(super) trait AdmissionOrder {
     ) {
     }
 
+    /// A request of client `c` admitted with `input_len` input tokens and
+    /// weight `admission_weight` goes back to waiting with its admission
+    /// undone: take back what admission charged beyond the extend tokens
+    /// (the facade has already recharged the extend charge to 0). VTC:
+    /// `w_in * input_len / w`.
+    fn refund_input<T>(
+        &mut self,
+        _book: &Book<T>,
+        _c: u32,
+        _input_len: usize,
+        _admission_weight: f64,
+    ) {
+    }
+
+    /// Client `c`'s next `enqueue` is a request it already had in the
+    /// system (requeued): its waiting queue is not "returning" (no VTC lift).
+    fn keep_place<T>(&mut self, _book: &Book<T>, _c: u32) {}
+
     /// A state restore: set each client's counter (VTC) or deficit (DLPM)
     /// from `clients` (indices in order; every client already added) and
     /// the refill count. VTC also remembers which clients had requests
@@ -173,6 +191,12 @@ impl AdmissionOrder for Order {
     }
     fn load_counters(&mut self, clients: &[SavedClient], refills: u64) {
         each!(self, p => p.load_counters(clients, refills))
+    }
+    fn refund_input<T>(&mut self, book: &Book<T>, c: u32, input_len: usize, admission_weight: f64) {
+        each!(self, p => p.refund_input(book, c, input_len, admission_weight))
+    }
+    fn keep_place<T>(&mut self, book: &Book<T>, c: u32) {
+        each!(self, p => p.keep_place(book, c))
     }
     fn recharge_extend<T>(
         &mut self,

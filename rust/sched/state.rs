@@ -365,6 +365,7 @@ impl<T> LocalScheduler<T> {
                 running: true,
                 charged_extend: r.charged_extend,
                 admission_weight: r.admission_weight,
+                resumed: false,
             });
         }
         Ok(())

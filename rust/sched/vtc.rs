@@ -141,13 +141,27 @@ impl AdmissionOrder for Vtc {
                 break;
             }
             left -= extend;
-            let w = book.clients[c as usize].weight;
-            let counter = self.counters[c as usize] + self.w_in * input_len as f64 / w;
-            self.set_counter(book, c, counter);
+            if !book.req(r).resumed {
+                let w = book.clients[c as usize].weight;
+                let counter = self.counters[c as usize] + self.w_in * input_len as f64 / w;
+                self.set_counter(book, c, counter);
+            }
             self.dequeue(book, r);
             out.push(book.admit(r, cached));
         }
         out
+    }
+
+    fn refund_input<T>(&mut self, book: &Book<T>, c: u32, input_len: usize, admission_weight: f64) {
+        let counter = self.counters[c as usize] - self.w_in * input_len as f64 / admission_weight;
+        self.set_counter(book, c, counter);
+    }
+
+    fn keep_place<T>(&mut self, book: &Book<T>, c: u32) {
+        // Only a client with nothing waiting would be lifted.
+        if book.clients[c as usize].waiting == 0 {
+            self.restored_waiting[c as usize] = true;
+        }
     }
 
     fn charge_output<T>(&mut self, book: &Book<T>, c: u32, tokens: f64) {
