@@ -130,7 +130,10 @@ def _build(name: str) -> type:
         from fairq.vllm import install
 
         install()
-        base.__init__(self, *args, **kwargs)
+        # Cooperative: a vLLM class deriving from both fairq's scheduler and
+        # another Scheduler subclass (e.g. one built with ``AsyncScheduler``
+        # as a second base) still runs every base's ``__init__``.
+        super(cls, self).__init__(*args, **kwargs)
         self.fairq_policy = resolve_policy(self)
         replace_queues(self, self.fairq_policy, **resolve_options())
 
@@ -138,7 +141,8 @@ def _build(name: str) -> type:
         f"vLLM ``{base_name}`` whose waiting queues are fairq queues "
         f"(policy from ``${ENV_VAR}`` or vLLM's ``--scheduling-policy``)."
     )
-    return type(name, (base,), {"__init__": __init__, "__doc__": doc, "__module__": __name__})
+    cls: type = type(name, (base,), {"__init__": __init__, "__doc__": doc, "__module__": __name__})
+    return cls
 
 
 def __getattr__(name: str) -> Any:
