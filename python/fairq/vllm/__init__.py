@@ -93,4 +93,8 @@ def create_request_queue(policy: SchedulingPolicy | str, **options: Any) -> Requ
 
         queue: RequestQueue = WFQRequestQueue(**options)
         return queue
-    raise ValueError(f"Unknown scheduling policy: {policy}")  # pragma: no cover
+    raise ValueError(
+        f"policy {p.value!r} runs inside vLLM's scheduler, not as a standalone queue: "
+        f"FAIRQ_VLLM_POLICY={p.value} vllm serve MODEL "
+        "--scheduler-cls fairq.vllm.scheduler.FairqAsyncScheduler"
+    )

@@ -19,12 +19,19 @@ class SchedulingPolicy(Enum):
 
     ``FCFS`` and ``PRIORITY`` have the values and meaning of vLLM's own
     ``SchedulingPolicy``; ``WFQ`` is fairq's weighted fair queuing across
-    clients (:class:`fairq.vllm.wfq.WFQRequestQueue`).
+    clients (:class:`fairq.vllm.wfq.WFQRequestQueue`); ``VTC``, ``LPM`` and
+    ``DLPM`` are fairq's per-tenant policies, which need vLLM's scheduler
+    (:mod:`fairq.vllm.fair`, selected with ``FAIRQ_VLLM_POLICY``).
     """
 
     FCFS = "fcfs"
     PRIORITY = "priority"
     WFQ = "wfq"
+    #: The fair policies below run inside vLLM's scheduler
+    #: (``fairq.vllm.scheduler``), not as standalone queues.
+    VTC = "vtc"
+    LPM = "lpm"
+    DLPM = "dlpm"
 
 
 class RequestQueue(ABC):

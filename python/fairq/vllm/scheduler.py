@@ -28,6 +28,7 @@ import os
 from typing import Any
 
 from fairq.vllm._base import RequestQueue, SchedulingPolicy
+from fairq.vllm.tenants import FAIR_POLICIES
 
 __all__ = [
     "ENV_VAR",
@@ -36,6 +37,7 @@ __all__ = [
     "QUEUE_ATTRS",
     "replace_queues",
     "resolve_policy",
+    "attach_fair_policy",
 ]
 
 # FairqScheduler / FairqAsyncScheduler are built on first access (they need
@@ -117,6 +119,35 @@ def replace_queues(scheduler: Any, policy: SchedulingPolicy | str, **options: An
     return replaced
 
 
+def attach_fair_policy(scheduler: Any, policy: str) -> Any:
+    """Put a fair policy (``vtc``, ``lpm``, ``dlpm``) into a built vLLM
+    scheduler: its ``waiting`` queue becomes a
+    :class:`fairq.vllm.fair.FairWaitingQueue` (requests already queued move
+    over in order), LPM/DLPM follow its prefix cache
+    (:class:`fairq.vllm.mirror.PrefixCacheMirror`), and the returned
+    :class:`fairq.vllm.fair.FairState` charges what it schedules. Options:
+    :func:`fairq.vllm.tenants.load_options` (a bad one raises here, naming the
+    field). With vLLM's ``priority`` scheduling policy, each priority value is
+    a tier served strictly before higher values, fairly within itself.
+    """
+    from fairq.vllm.fair import FairState, FairWaitingQueue
+    from fairq.vllm.tenants import FairOptions, load_options
+
+    raw = load_options()
+    raw.pop("policy", None)
+    options = FairOptions.from_mapping(policy, raw)
+    vllm_policy = getattr(getattr(scheduler, "policy", None), "value", "fcfs")
+    state = FairState(options, int(scheduler.block_size), tiers=vllm_policy == "priority")
+    if state.mirror is not None:
+        state.mirror.attach(scheduler.kv_cache_manager)
+    old = scheduler.waiting
+    queue = FairWaitingQueue(state)
+    for request in list(old):
+        queue.add_request(request)
+    scheduler.waiting = queue
+    return state
+
+
 def _build(name: str) -> type:
     module, base_name = _BASES[name]
     try:
@@ -135,13 +166,51 @@ def _build(name: str) -> type:
         # as a second base) still runs every base's ``__init__``.
         super(cls, self).__init__(*args, **kwargs)
         self.fairq_policy = resolve_policy(self)
-        replace_queues(self, self.fairq_policy, **resolve_options())
+        self.fairq = None
+        if self.fairq_policy.value in FAIR_POLICIES:
+            self.fairq = attach_fair_policy(self, self.fairq_policy.value)
+        else:
+            replace_queues(self, self.fairq_policy, **resolve_options())
+
+    def schedule(self: Any, *args: Any, **kwargs: Any) -> Any:
+        output = super(cls, self).schedule(*args, **kwargs)
+        if self.fairq is not None:
+            self.fairq.after_schedule(self, output)
+        return output
+
+    def update_from_output(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.fairq is None:
+            return super(cls, self).update_from_output(scheduler_output, *args, **kwargs)
+        snapshot = self.fairq.output_snapshot(scheduler_output, self.requests)
+        out = super(cls, self).update_from_output(scheduler_output, *args, **kwargs)
+        self.fairq.after_update(snapshot)
+        return out
+
+    def finish_requests(self: Any, request_ids: Any, *args: Any, **kwargs: Any) -> Any:
+        out = super(cls, self).finish_requests(request_ids, *args, **kwargs)
+        if self.fairq is not None:
+            ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
+            for rid in ids:
+                r = self.requests.get(rid)
+                if r is None or r.is_finished():
+                    self.fairq.finished(rid)
+        return out
 
     doc = (
         f"vLLM ``{base_name}`` whose waiting queues are fairq queues "
-        f"(policy from ``${ENV_VAR}`` or vLLM's ``--scheduling-policy``)."
+        f"(policy from ``${ENV_VAR}`` or vLLM's ``--scheduling-policy``; "
+        "``vtc``/``lpm``/``dlpm`` run per-tenant fairness inside its step, "
+        ":mod:`fairq.vllm.fair`)."
     )
-    cls: type = type(name, (base,), {"__init__": __init__, "__doc__": doc, "__module__": __name__})
+    methods = {
+        "__init__": __init__,
+        "schedule": schedule,
+        "update_from_output": update_from_output,
+        "finish_requests": finish_requests,
+        "__doc__": doc,
+        "__module__": __name__,
+    }
+    cls: type = type(name, (base,), methods)
     return cls
 
 

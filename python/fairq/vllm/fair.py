@@ -1,0 +1,314 @@
+"""VTC, LPM and DLPM inside vLLM's scheduler (``FAIRQ_VLLM_POLICY=vtc|lpm|dlpm``).
+
+vLLM's scheduling loop stays vLLM's: each step it peeks the head of
+``scheduler.waiting``, holds back what it must (KV transfers, grammars, LoRA
+slots: it pops those and puts them back at the end of the step), stops when
+the KV cache or the token budget is full, and pops what it schedules. fairq
+decides only which request is at the head.
+
+* :class:`FairWaitingQueue` replaces ``scheduler.waiting``. Its head is the
+  policy's next request: ``peek_request`` admits it in a fairq local
+  scheduler (``schedule(max_requests=1)``), which charges a provisional
+  estimate at once, so the next choice in the same step already sees it.
+  ``prepend_request(s)`` of a request popped in this step (vLLM held it
+  back) undoes that admission and puts it back in its place
+  (``requeue(refund=True)``); a preempted request goes back in its place
+  with its charges kept (``requeue(refund=False)``). A head vLLM peeked but
+  did not take (no room) goes back the same way at the end of the step.
+* :class:`FairState` charges what vLLM really did, once per step:
+  extend tokens per chunk as scheduled (``SchedulerOutput``), after vLLM's
+  own prefix match, each prompt position once (recomputation after a
+  preemption is free: the high-water mark rule); output tokens as
+  ``update_from_output`` appends them (async placeholders are not tokens);
+  finishes and aborts leave fairq at once.
+* With vLLM's ``--scheduling-policy priority``, requests are split by
+  ``request.priority`` into tiers, each with its own fair scheduler: strict
+  priority between tiers (lower value first), fairness within one.
+* LPM and DLPM match requests against :class:`fairq.vllm.mirror.PrefixCacheMirror`,
+  vLLM's prefix cache followed through its KV events.
+
+Nothing here raises inside vLLM's step for a well-formed request; options
+are validated when the scheduler is built (:mod:`fairq.vllm.tenants`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from fairq.sched import make_scheduler
+from fairq.vllm._base import RequestQueue
+from fairq.vllm.mirror import PrefixCacheMirror, request_namespace
+from fairq.vllm.tenants import FairOptions
+
+__all__ = ["FairState", "FairWaitingQueue"]
+
+#: Token budget of a one-request admission (vLLM checks the real budget).
+_UNBOUNDED = 1 << 62
+
+
+class FairState:
+    """fairq's side of one vLLM scheduler: the policy, the tenants, the charges.
+
+    ``options``: :class:`fairq.vllm.tenants.FairOptions`. ``block_size``:
+    vLLM's (the mirror's page). ``tiers``: split requests by priority.
+    """
+
+    def __init__(self, options: FairOptions, block_size: int, tiers: bool = False) -> None:
+        self.options = options
+        self.tiers = tiers
+        needs_tree = options.policy in ("lpm", "dlpm")
+        self.mirror = PrefixCacheMirror(block_size) if needs_tree else None
+        self._scheds: dict[int, Any] = {}
+        #: per request: tenant, tier, tokens it was added with
+        self.tenant_of: dict[str, str] = {}
+        self._tier_of: dict[str, int] = {}
+        #: waiting in fairq (request objects, arrival order)
+        self.waiting: dict[str, Any] = {}
+        #: admitted in fairq (running, or held back by vLLM), request objects
+        self.running: dict[str, Any] = {}
+        #: admitted in fairq during the current step
+        self._admitted_now: set[str] = set()
+        #: prompt positions charged (high-water mark) and extend charged
+        self._high: dict[str, int] = {}
+        self._extend: dict[str, int] = {}
+        #: output tokens that arrived while the request was waiting again
+        self._pending_output: dict[str, int] = {}
+        self.head: Any = None
+
+    # -- schedulers -------------------------------------------------------
+    def _sched(self, tier: int) -> Any:
+        s = self._scheds.get(tier)
+        if s is None:
+            tree = self.mirror.tree if self.mirror is not None else None
+            s = make_scheduler(self.options.policy, tree, **self.options.policy_options)
+            for t, w in self.options.tenant_weights.items():
+                s.set_weight(t, w)
+            self._scheds[tier] = s
+            from fairq.metrics import publish
+
+            publish(s, f"vllm-{self.options.policy}-tier{tier}")
+        return s
+
+    def schedulers(self) -> dict[int, Any]:
+        """The fairq local scheduler of each priority tier (0 without tiers)."""
+        return dict(self._scheds)
+
+    def _tokens(self, request: Any, resumed: bool) -> list[int]:
+        toks = request.all_token_ids if resumed else request.prompt_token_ids
+        return list(toks) if toks is not None else [0] * int(request.num_prompt_tokens)
+
+    # -- the queue's operations ------------------------------------------
+    def add(self, request: Any) -> None:
+        rid = request.request_id
+        if rid in self.running:  # back from vLLM's kv-holding or streaming paths
+            self.requeue(request)
+            return
+        tenant = self.options.tenant(request)
+        tier = int(getattr(request, "priority", 0) or 0) if self.tiers else 0
+        ns = request_namespace(request)
+        toks = self._tokens(request, resumed=False)
+        if ns is False:  # the mirror cannot match it: its own namespace
+            ns = f"unmatched:{rid}"
+        self._sched(tier).add(rid, tenant, toks, request, namespace=ns)
+        self.tenant_of[rid] = tenant
+        self._tier_of[rid] = tier
+        self.waiting[rid] = request
+
+    def peek(self) -> Any:
+        if self.head is not None:
+            return self.head
+        if self.mirror is not None:
+            self.mirror.sync()
+        for tier in sorted(self._scheds):
+            adm = self._scheds[tier].schedule(_UNBOUNDED, 1)
+            if adm:
+                request = adm[0].item
+                rid = request.request_id
+                self.waiting.pop(rid, None)
+                self.running[rid] = request
+                self._admitted_now.add(rid)
+                self.head = request
+                return request
+        raise IndexError("peek from an empty queue")
+
+    def pop(self) -> Any:
+        request = self.peek()
+        self.head = None
+        return request
+
+    def requeue(self, request: Any) -> None:
+        """An admitted request back to waiting, in its place. One that vLLM
+        never ran (no prompt token scheduled yet) has its admission undone;
+        one that ran (a preemption, or held back after running) keeps its
+        charges and its next admission charges nothing."""
+        rid = request.request_id
+        sched = self._sched(self._tier_of[rid])
+        ran = rid in self._high
+        self._admitted_now.discard(rid)
+        sched.requeue(rid, self._tokens(request, resumed=ran), request, refund=not ran)
+        self.running.pop(rid, None)
+        self.waiting[rid] = request
+        if self.head is request:
+            self.head = None
+
+    def prepend(self, request: Any) -> None:
+        rid = request.request_id
+        if rid in self.waiting:
+            return
+        if rid in self.running:  # held back by vLLM, or preempted
+            self.requeue(request)
+        else:
+            self.add(request)
+
+    def remove(self, request: Any) -> bool:
+        rid = request.request_id
+        if rid in self.waiting:
+            del self.waiting[rid]
+            self._sched(self._tier_of[rid]).remove(rid)
+            self._forget(rid)
+            return True
+        if request is self.head:
+            self.requeue(request)
+            return self.remove(request)
+        return False
+
+    def __len__(self) -> int:
+        return len(self.waiting) + (self.head is not None)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.head is not None:
+            yield self.head
+        yield from list(self.waiting.values())
+
+    def __contains__(self, request: Any) -> bool:
+        rid = getattr(request, "request_id", None)
+        return (rid in self.waiting and self.waiting[rid] is request) or request is self.head
+
+    # -- accounting -------------------------------------------------------
+    def after_schedule(self, scheduler: Any, output: Any) -> None:
+        """End of vLLM's ``schedule()``: charge what it scheduled."""
+        if self.head is not None:  # peeked, not taken: keeps its place
+            self.requeue(self.head)
+        scheduled = output.num_scheduled_tokens
+        for rid, n in scheduled.items():
+            request = self.running.get(rid)
+            if request is None:
+                continue
+            before = request.num_computed_tokens - n
+            end = min(before + n, request.num_prompt_tokens)
+            high = self._high.get(rid, 0)
+            new = end - max(before, high)
+            if new > 0:
+                self._extend[rid] = self._extend.get(rid, 0) + new
+            if end > high:
+                self._high[rid] = end
+        for rid in self._admitted_now | set(scheduled):
+            if rid in self.running:
+                sched = self._sched(self._tier_of[rid])
+                sched.recharge_extend(rid, min(self._extend.get(rid, 0), self._input_cap(rid)))
+                pending = self._pending_output.pop(rid, 0)
+                if pending:
+                    sched.charge_output(rid, pending)
+        self._admitted_now.clear()
+
+    def _input_cap(self, rid: str) -> int:
+        request = self.running[rid]
+        return max(int(request.num_prompt_tokens), len(request.all_token_ids))
+
+    def output_snapshot(self, scheduler_output: Any, requests: dict[str, Any]) -> list[tuple[str, Any, int]]:
+        """Before ``update_from_output``: output counts of the requests that ran."""
+        out = []
+        for rid in scheduler_output.num_scheduled_tokens:
+            if rid in self.tenant_of:
+                r = requests.get(rid)
+                if r is not None:
+                    out.append((rid, r, r.num_output_tokens))
+        return out
+
+    def after_update(self, snapshot: list[tuple[str, Any, int]]) -> None:
+        """After ``update_from_output``: charge new output tokens, drop finished."""
+        for rid, request, before in snapshot:
+            new = request.num_output_tokens - before
+            if new > 0:
+                if rid in self.running:
+                    self._sched(self._tier_of[rid]).charge_output(rid, new)
+                elif rid in self.tenant_of:
+                    self._pending_output[rid] = self._pending_output.get(rid, 0) + new
+            if request.is_finished():
+                self.finished(rid)
+
+    def finished(self, rid: str) -> None:
+        """vLLM is done with ``rid`` (finished, aborted): it leaves fairq."""
+        if rid in self.running:
+            del self.running[rid]
+            self._sched(self._tier_of[rid]).finish(rid)
+            self._forget(rid)
+        elif rid in self.waiting:
+            request = self.waiting.pop(rid)
+            self._sched(self._tier_of[rid]).remove(rid)
+            self._forget(rid)
+            del request
+
+    def _forget(self, rid: str) -> None:
+        self.tenant_of.pop(rid, None)
+        self._tier_of.pop(rid, None)
+        self._high.pop(rid, None)
+        self._extend.pop(rid, None)
+        self._pending_output.pop(rid, None)
+        self._admitted_now.discard(rid)
+
+    # -- introspection ------------------------------------------------------
+    def service(self, tenant: str) -> float:
+        """Weighted tokens served to ``tenant`` (summed over tiers)."""
+        return sum(s.service(tenant) for s in self._scheds.values())
+
+
+class FairWaitingQueue(RequestQueue):
+    """``scheduler.waiting`` under a fair policy (see the module doc).
+
+    Iteration yields the head (if vLLM peeked one) then the waiting requests
+    in arrival order, not in the policy's order (which depends on the
+    admissions that have not happened yet).
+    """
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: FairState) -> None:
+        self.state = state
+
+    def add_request(self, request: Any) -> None:
+        self.state.add(request)
+
+    def pop_request(self) -> Any:
+        return self.state.pop()
+
+    def peek_request(self) -> Any:
+        return self.state.peek()
+
+    def prepend_request(self, request: Any) -> None:
+        self.state.prepend(request)
+
+    def prepend_requests(self, requests: Iterable[Any]) -> None:
+        for r in list(requests):
+            self.state.prepend(r)
+
+    def remove_request(self, request: Any) -> None:
+        if not self.state.remove(request):
+            raise ValueError(f"{request!r} is not in the queue")
+
+    def remove_requests(self, requests: Iterable[Any]) -> None:
+        for r in list(requests):
+            self.state.remove(r)
+
+    def __bool__(self) -> bool:
+        return len(self.state) > 0
+
+    def __len__(self) -> int:
+        return len(self.state)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.state)
+
+    def __contains__(self, request: object) -> bool:
+        return request in self.state

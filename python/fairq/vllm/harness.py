@@ -1,0 +1,175 @@
+"""Drive a real vLLM scheduler without a model (tests and ``engine-bench``).
+
+vLLM's own scheduler tests do the same: build a ``Scheduler`` (or
+``AsyncScheduler``) from a ``VllmConfig`` whose model is a local
+``config.json`` (no hub, no weights), add ``Request`` objects, and alternate
+``schedule()`` with ``update_from_output()`` fed a ``ModelRunnerOutput`` the
+caller builds: one sampled token for every request whose scheduled tokens
+complete its sequence, none for a partial prefill chunk. Everything between
+(admission, prefix caching, chunked prefill, preemption, block allocation,
+finishing) is vLLM's real code.
+
+Needs vLLM (tested with the 0.33 series) and torch; importing this module
+imports them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+from vllm.sampling_params import SamplingParams
+from vllm.utils.hashing import sha256
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.request import Request
+from vllm.v1.structured_output import StructuredOutputManager
+
+__all__ = ["TINY_LLAMA", "model_dir", "build_scheduler", "make_request", "step"]
+
+#: A small Llama-style config: only its shape is read (no weights exist).
+TINY_LLAMA: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 32000,
+    "max_position_embeddings": 16384,
+    "rms_norm_eps": 1e-6,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "torch_dtype": "float16",
+}
+
+EOS = 2
+_hash_ready = False
+
+
+def model_dir(config: dict[str, Any] | None = None) -> str:
+    """A folder holding ``config.json`` (default :data:`TINY_LLAMA`)."""
+    d = tempfile.mkdtemp(prefix="fairq-vllm-model-")
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config or TINY_LLAMA, f)
+    return d
+
+
+def build_scheduler(
+    scheduler_cls: type,
+    *,
+    num_blocks: int = 2048,
+    block_size: int = 16,
+    max_num_batched_tokens: int = 2048,
+    max_num_seqs: int = 64,
+    max_model_len: int = 8192,
+    enable_prefix_caching: bool = True,
+    scheduling_policy: str = "fcfs",
+    async_scheduling: bool = False,
+    model: str | None = None,
+) -> Any:
+    """A ``scheduler_cls`` (vLLM's or fairq's) over ``num_blocks`` KV blocks."""
+    model_config = ModelConfig(
+        model=model or model_dir(),
+        dtype="float16",
+        seed=0,
+        skip_tokenizer_init=True,
+        max_model_len=max_model_len,
+    )
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=max_model_len,
+        enable_chunked_prefill=True,
+        async_scheduling=async_scheduling,
+        is_encoder_decoder=False,
+        watermark=0.0,
+        policy=scheduling_policy,
+    )
+    cache_config = CacheConfig(
+        block_size=block_size,
+        gpu_memory_utilization=0.9,
+        cache_dtype="auto",
+        enable_prefix_caching=enable_prefix_caching,
+    )
+    vllm_config = VllmConfig(
+        scheduler_config=scheduler_config,
+        model_config=model_config,
+        cache_config=cache_config,
+    )
+    spec = FullAttentionSpec(
+        block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
+    )
+    kv_cache_config = KVCacheConfig(
+        num_blocks=num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
+    )
+    cache_config.num_gpu_blocks = num_blocks
+    return scheduler_cls(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        block_size=block_size,
+        log_stats=True,
+        structured_output_manager=StructuredOutputManager(vllm_config),
+    )
+
+
+def make_request(
+    request_id: str,
+    prompt: Sequence[int],
+    max_tokens: int,
+    *,
+    block_size: int = 16,
+    tenant: str | None = None,
+    priority: int = 0,
+    arrival_time: float | None = None,
+) -> Request:
+    """A vLLM ``Request`` that generates exactly ``max_tokens`` tokens."""
+    global _hash_ready
+    if not _hash_ready:
+        init_none_hash(sha256)
+        _hash_ready = True
+    params = SamplingParams(
+        max_tokens=max_tokens,
+        ignore_eos=True,
+        extra_args={"tenant": tenant} if tenant is not None else None,
+    )
+    params.update_from_generation_config({}, EOS)
+    return Request(
+        request_id=request_id,
+        prompt_token_ids=list(prompt),
+        sampling_params=params,
+        pooling_params=None,
+        block_hasher=get_request_block_hasher(block_size, sha256),
+        priority=priority,
+        arrival_time=arrival_time,
+    )
+
+
+def step(scheduler: Any, token: int = 7) -> tuple[Any, dict[int, Any]]:
+    """One engine step: ``schedule()``, then ``update_from_output()`` with one
+    sampled ``token`` per request whose sequence the step completes.
+    Returns the ``SchedulerOutput`` and vLLM's engine-core outputs."""
+    out = scheduler.schedule()
+    req_ids = list(out.num_scheduled_tokens)
+    sampled: list[list[int]] = []
+    for rid in req_ids:
+        r = scheduler.requests[rid]
+        sampled.append([] if getattr(r, "is_prefill_chunk", False) else [token])
+    mro = ModelRunnerOutput(
+        req_ids=req_ids,
+        req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+        sampled_token_ids=sampled,
+        logprobs=None,
+        prompt_logprobs_dict={},
+        pooler_output=[],
+    )
+    return out, scheduler.update_from_output(out, mro)

@@ -1,0 +1,216 @@
+"""Which tenant a vLLM request belongs to, and the fair policies' options.
+
+Pure Python (no vLLM import): the scheduler integration
+(:mod:`fairq.vllm.fair`) reads requests through duck typing, and the options
+are validated when the scheduler is built, each error naming its field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "CONFIG_ENV_VAR",
+    "FAIR_POLICIES",
+    "SOURCES",
+    "FairOptions",
+    "TenantResolver",
+    "load_options",
+]
+
+#: Environment variable naming a YAML or JSON file of fair-policy options
+#: (``FAIRQ_VLLM_OPTIONS``, a JSON object, overrides its keys).
+CONFIG_ENV_VAR = "FAIRQ_VLLM_CONFIG"
+
+#: The fair policies that run inside vLLM's scheduler (not standalone queues).
+FAIR_POLICIES = ("vtc", "lpm", "dlpm")
+
+#: Where a tenant can come from, in the default resolution order.
+SOURCES = ("extra_args", "lora", "request_id", "cache_salt")
+
+
+class TenantResolver:
+    """Maps a vLLM request to a tenant name, trying ``order`` in turn.
+
+    * ``"extra_args"``: ``request.sampling_params.extra_args[extra_args_key]``
+      (what the OpenAI server's ``vllm_xargs`` sets: ``{"vllm_xargs":
+      {"tenant": "alice"}}`` in the request body);
+    * ``"lora"``: the LoRA adapter's name;
+    * ``"request_id"``: the text before the first ``separator`` in the
+      request id (``"alice:0f3c"`` -> ``"alice"``); vLLM's OpenAI server
+      prefixes ids (``"cmpl-"``, ``"chatcmpl-"``) and passes a client's
+      ``X-Request-Id`` header through, so this suits ids the caller sets;
+    * ``"cache_salt"``: the request's ``cache_salt``.
+
+    A source that yields nothing (absent, empty, not a string) falls through
+    to the next; none: ``default``. Never raises for a request.
+    """
+
+    def __init__(
+        self,
+        order: tuple[str, ...] | list[str] = SOURCES,
+        extra_args_key: str = "tenant",
+        separator: str = ":",
+        default: str = "default",
+    ) -> None:
+        order = tuple(order)
+        for i, src in enumerate(order):
+            if src not in SOURCES:
+                raise ValueError(
+                    f"tenant.order[{i}] must be one of {', '.join(SOURCES)}, got {src!r}"
+                )
+        if len(set(order)) != len(order):
+            raise ValueError(f"tenant.order has a duplicate source: {list(order)}")
+        for name, v in (
+            ("tenant.extra_args_key", extra_args_key),
+            ("tenant.separator", separator),
+            ("tenant.default", default),
+        ):
+            if not isinstance(v, str) or not v:
+                raise ValueError(f"{name} must be a non-empty string, got {v!r}")
+        self.order = order
+        self.extra_args_key = extra_args_key
+        self.separator = separator
+        self.default = default
+
+    def __call__(self, request: Any) -> str:
+        """The tenant of ``request`` (any object with vLLM's attributes)."""
+        for src in self.order:
+            t = self._from(src, request)
+            if isinstance(t, str) and t:
+                return t
+        return self.default
+
+    def _from(self, src: str, request: Any) -> Any:
+        if src == "extra_args":
+            extra = getattr(getattr(request, "sampling_params", None), "extra_args", None)
+            return extra.get(self.extra_args_key) if isinstance(extra, Mapping) else None
+        if src == "lora":
+            return getattr(getattr(request, "lora_request", None), "lora_name", None)
+        if src == "request_id":
+            rid = getattr(request, "request_id", None)
+            if isinstance(rid, str):
+                head, sep, _ = rid.partition(self.separator)
+                return head if sep else None
+            return None
+        return getattr(request, "cache_salt", None)
+
+    def __repr__(self) -> str:
+        return (
+            f"TenantResolver(order={list(self.order)}, extra_args_key={self.extra_args_key!r}, "
+            f"separator={self.separator!r}, default={self.default!r})"
+        )
+
+
+def _number(name: str, v: Any, *, positive: bool = False) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"{name} must be a number, got {v!r}")
+    x = float(v)
+    if not math.isfinite(x) or x < 0 or (positive and x == 0):
+        kind = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be finite and {kind}, got {v!r}")
+    return x
+
+
+@dataclass(frozen=True)
+class FairOptions:
+    """Validated options of a fair policy inside vLLM.
+
+    ``policy_options``: the local scheduler's own (VTC ``w_in``/``w_out``,
+    DLPM ``quantum``/``w_e``/``w_q``; defaults as the transformers
+    integration's). ``tenant_weights``: ``{tenant: weight > 0}`` (a weight
+    divides the tenant's charges: weight 2 gets twice the service).
+    ``tenant``: the :class:`TenantResolver`.
+    """
+
+    policy: str
+    policy_options: dict[str, float] = field(default_factory=dict)
+    tenant_weights: dict[str, float] = field(default_factory=dict)
+    tenant: TenantResolver = field(default_factory=TenantResolver)
+
+    @classmethod
+    def from_mapping(cls, policy: str, raw: Mapping[str, Any]) -> FairOptions:
+        """Build from plain data (the parsed file / JSON), naming any bad field."""
+        from fairq.integrations.transformers.policies import POLICIES, policy_options
+
+        if policy not in FAIR_POLICIES:
+            raise ValueError(
+                f"policy must be one of {', '.join(FAIR_POLICIES)} here, got {policy!r}"
+            )
+        known = set(POLICIES[policy][1]) | {"tenant_weights", "tenant", "policy"}
+        for key in raw:
+            if key not in known:
+                raise ValueError(
+                    f"unknown option {key!r} for policy {policy!r} "
+                    f"(options: {', '.join(sorted(known - {'policy'}))})"
+                )
+        opts = policy_options(policy, {k: v for k, v in raw.items() if k in POLICIES[policy][1]})
+        weights_raw = raw.get("tenant_weights") or {}
+        if not isinstance(weights_raw, Mapping):
+            raise TypeError(f"tenant_weights must be a mapping of tenant -> weight, got {weights_raw!r}")
+        weights: dict[str, float] = {}
+        for t, w in weights_raw.items():
+            if not isinstance(t, str) or not t:
+                raise ValueError(f"tenant_weights: tenant names must be non-empty strings, got {t!r}")
+            weights[t] = _number(f"tenant_weights[{t!r}]", w, positive=True)
+        tenant_raw = raw.get("tenant") or {}
+        if not isinstance(tenant_raw, Mapping):
+            raise TypeError(f"tenant must be a mapping of resolver options, got {tenant_raw!r}")
+        allowed = ("order", "extra_args_key", "separator", "default")
+        for k in tenant_raw:
+            if k not in allowed:
+                raise ValueError(f"unknown option tenant.{k} (options: {', '.join(allowed)})")
+        if "order" in tenant_raw and not isinstance(tenant_raw["order"], (list, tuple)):
+            raise TypeError(f"tenant.order must be a list of sources, got {tenant_raw['order']!r}")
+        resolver = TenantResolver(**dict(tenant_raw))
+        return cls(policy, opts, weights, resolver)
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ValueError(f"{CONFIG_ENV_VAR}={path!r} cannot be read: {e}") from None
+    if path.endswith((".yaml", ".yml")):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ValueError(f"{CONFIG_ENV_VAR}={path!r} is not valid YAML: {e}") from None
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{CONFIG_ENV_VAR}={path!r} is not valid JSON: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{CONFIG_ENV_VAR}={path!r} must hold a mapping of options, got {data!r}")
+    return data
+
+
+def load_options(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The raw options: the file named by ``$FAIRQ_VLLM_CONFIG`` (YAML or
+    JSON), then ``$FAIRQ_VLLM_OPTIONS`` (a JSON object) over it."""
+    from fairq.vllm.scheduler import OPTIONS_ENV_VAR, resolve_options
+
+    env = os.environ if env is None else env
+    out: dict[str, Any] = {}
+    path = env.get(CONFIG_ENV_VAR, "").strip()
+    if path:
+        out.update(_read_file(path))
+    if env is os.environ:
+        out.update(resolve_options())
+    elif env.get(OPTIONS_ENV_VAR, "").strip():
+        data = json.loads(env[OPTIONS_ENV_VAR])
+        if not isinstance(data, dict):
+            raise ValueError(f"{OPTIONS_ENV_VAR} must be a JSON object of queue options")
+        out.update(data)
+    return out
