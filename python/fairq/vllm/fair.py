@@ -216,7 +216,9 @@ class FairState:
         request = self.running[rid]
         return max(int(request.num_prompt_tokens), len(request.all_token_ids))
 
-    def output_snapshot(self, scheduler_output: Any, requests: dict[str, Any]) -> list[tuple[str, Any, int]]:
+    def output_snapshot(
+        self, scheduler_output: Any, requests: dict[str, Any]
+    ) -> list[tuple[str, Any, int]]:
         """Before ``update_from_output``: output counts of the requests that ran."""
         out = []
         for rid in scheduler_output.num_scheduled_tokens:

@@ -173,3 +173,144 @@ def step(scheduler: Any, token: int = 7) -> tuple[Any, dict[int, Any]]:
         pooler_output=[],
     )
     return out, scheduler.update_from_output(out, mro)
+
+
+class Replay:
+    """What :func:`replay` measured (simulated seconds from the step model)."""
+
+    def __init__(self) -> None:
+        self.arrival: dict[str, float] = {}
+        self.first_token: dict[str, float] = {}
+        self.finish: dict[str, float] = {}
+        self.finished_count: dict[str, int] = {}
+        self.tenant: dict[str, str] = {}
+        self.steps = 0
+        self.clock = 0.0
+        self.prefix_queries = 0
+        self.prefix_hits = 0
+        self.output_tokens = 0
+        self.prompt_tokens = 0
+        #: per step: (clock, {tenant: service}, {tenant: waiting count},
+        #: {tenant: VTC's cost: every prompt token, cached or not, + w_q * output})
+        self.timeline: list[tuple[float, dict[str, float], dict[str, int], dict[str, float]]] = []
+        #: wall seconds inside schedule() / update_from_output()
+        self.schedule_s = 0.0
+        self.update_s = 0.0
+
+    @property
+    def hit_rate(self) -> float:
+        return self.prefix_hits / self.prefix_queries if self.prefix_queries else 0.0
+
+
+def replay(
+    scheduler: Any,
+    workload: Sequence[Any],
+    step_model: Any,
+    *,
+    block_size: int = 16,
+    max_steps: int = 100_000,
+    w_e: float = 1.0,
+    w_q: float = 2.0,
+) -> Replay:
+    """Run ``workload`` (``EngineRequest``s: ``request_id``, ``client``,
+    ``arrival``, ``prompt``, ``max_new_tokens``) through ``scheduler`` to
+    the end. Time advances by ``step_model.step_time(prefill tokens, decode
+    batch, KV tokens read)`` per step (the simulator's model: on CPU there is
+    no forward pass to time).
+
+    Service is measured from what vLLM scheduled, whatever the policy:
+    ``w_e`` per prompt position computed for the first time (prefix-cache
+    hits are not computed; recomputation after a preemption is not counted
+    again) and ``w_q`` per output token; ``timeline`` holds, after every step, the
+    clock, each tenant's cumulative service and its waiting requests."""
+    import time
+
+    rep = Replay()
+    pending = sorted(workload, key=lambda r: r.arrival)
+    by_id = {r.request_id: r for r in pending}
+    tenants = sorted({r.client for r in pending})
+    served: dict[str, float] = dict.fromkeys(tenants, 0.0)
+    cost: dict[str, float] = dict.fromkeys(tenants, 0.0)
+    high: dict[str, int] = {}  # prompt positions computed once (preemption recomputes)
+    i = 0
+    while i < len(pending) or scheduler.has_requests():
+        if rep.steps >= max_steps:
+            raise RuntimeError(f"replay: not done after {max_steps} steps")
+        if not scheduler.has_requests() and i < len(pending):
+            rep.clock = max(rep.clock, pending[i].arrival)
+        while i < len(pending) and pending[i].arrival <= rep.clock:
+            r = pending[i]
+            scheduler.add_request(
+                make_request(
+                    r.request_id, r.prompt, r.max_new_tokens, block_size=block_size, tenant=r.client
+                )
+            )
+            rep.arrival[r.request_id] = rep.clock
+            rep.tenant[r.request_id] = r.client
+            rep.prompt_tokens += len(r.prompt)
+            i += 1
+        t0 = time.perf_counter()
+        out = scheduler.schedule()
+        t1 = time.perf_counter()
+        prefill = decode = kv = 0
+        req_ids = list(out.num_scheduled_tokens)
+        sampled: list[list[int]] = []
+        for rid in req_ids:
+            r = scheduler.requests[rid]
+            n = out.num_scheduled_tokens[rid]
+            before = r.num_computed_tokens - n
+            if before < r.num_prompt_tokens:
+                prefill += n
+                if rid not in high:
+                    cost[rep.tenant[rid]] += w_e * r.num_prompt_tokens
+                    high[rid] = 0
+                end = min(before + n, r.num_prompt_tokens)
+                first = end - max(before, high.get(rid, 0))
+                if first > 0:
+                    served[rep.tenant[rid]] += w_e * first
+                    high[rid] = end
+            else:
+                decode += 1
+                kv += r.num_computed_tokens
+            sampled.append([] if getattr(r, "is_prefill_chunk", False) else [7])
+        mro = ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={rid: k for k, rid in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+            logprobs=None,
+            prompt_logprobs_dict={},
+            pooler_output=[],
+        )
+        rep.clock += step_model.step_time(prefill, decode, kv)
+        t2 = time.perf_counter()
+        eco = scheduler.update_from_output(out, mro)
+        t3 = time.perf_counter()
+        rep.schedule_s += t1 - t0
+        rep.update_s += t3 - t2
+        rep.steps += 1
+        for o in eco.values():
+            stats = getattr(o, "scheduler_stats", None)
+            pcs = getattr(stats, "prefix_cache_stats", None)
+            if pcs is not None:
+                rep.prefix_queries += pcs.queries
+                rep.prefix_hits += pcs.hits
+            for ro in o.outputs:
+                rid = ro.request_id
+                if ro.new_token_ids:
+                    rep.first_token.setdefault(rid, rep.clock)
+                    rep.output_tokens += len(ro.new_token_ids)
+                    served[rep.tenant[rid]] += w_q * len(ro.new_token_ids)
+                    cost[rep.tenant[rid]] += w_q * len(ro.new_token_ids)
+                if ro.finish_reason is not None:
+                    rep.finish[rid] = rep.clock
+                    rep.finished_count[rid] = rep.finished_count.get(rid, 0) + 1
+        waiting: dict[str, int] = dict.fromkeys(tenants, 0)
+        for r in getattr(scheduler, "waiting", []):
+            t = rep.tenant.get(r.request_id)
+            if t is not None:
+                waiting[t] += 1
+        rep.timeline.append((rep.clock, dict(served), waiting, dict(cost)))
+    missing = [rid for rid in by_id if rid not in rep.finish]
+    if missing:
+        raise RuntimeError(f"replay: {len(missing)} requests never finished, e.g. {missing[:3]}")
+    return rep

@@ -152,11 +152,15 @@ class FairOptions:
         opts = policy_options(policy, {k: v for k, v in raw.items() if k in POLICIES[policy][1]})
         weights_raw = raw.get("tenant_weights") or {}
         if not isinstance(weights_raw, Mapping):
-            raise TypeError(f"tenant_weights must be a mapping of tenant -> weight, got {weights_raw!r}")
+            raise TypeError(
+                f"tenant_weights must be a mapping of tenant -> weight, got {weights_raw!r}"
+            )
         weights: dict[str, float] = {}
         for t, w in weights_raw.items():
             if not isinstance(t, str) or not t:
-                raise ValueError(f"tenant_weights: tenant names must be non-empty strings, got {t!r}")
+                raise ValueError(
+                    f"tenant_weights: tenant names must be non-empty strings, got {t!r}"
+                )
             weights[t] = _number(f"tenant_weights[{t!r}]", w, positive=True)
         tenant_raw = raw.get("tenant") or {}
         if not isinstance(tenant_raw, Mapping):
