@@ -207,7 +207,7 @@ class PrefixCacheMirror:
 
     def clear(self) -> None:
         """Drop everything (vLLM reset its prefix cache)."""
-        for h, b in list(self._blocks.items()):
+        for b in list(self._blocks.values()):
             if b.parent is None and b.alive:
                 self.tree.truncate(list(b.tokens), 0, namespace=b.ns)
         self._blocks.clear()

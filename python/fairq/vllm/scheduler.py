@@ -157,61 +157,59 @@ def _build(name: str) -> type:
             f"fairq.vllm.scheduler.{name} needs vLLM ({module}.{base_name}): {e}"
         ) from e
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        from fairq.vllm import install
+    class FairqSchedulerClass(base):  # type: ignore[misc, valid-type]
+        #: The fair policy's state (:class:`fairq.vllm.fair.FairState`) or
+        #: None; a class default too, for instances made without __init__.
+        fairq: Any = None
 
-        install()
-        # Cooperative: a vLLM class deriving from both fairq's scheduler and
-        # another Scheduler subclass (e.g. one built with ``AsyncScheduler``
-        # as a second base) still runs every base's ``__init__``.
-        super(cls, self).__init__(*args, **kwargs)
-        self.fairq_policy = resolve_policy(self)
-        self.fairq = None
-        if self.fairq_policy.value in FAIR_POLICIES:
-            self.fairq = attach_fair_policy(self, self.fairq_policy.value)
-        else:
-            replace_queues(self, self.fairq_policy, **resolve_options())
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            from fairq.vllm import install
 
-    def schedule(self: Any, *args: Any, **kwargs: Any) -> Any:
-        output = super(cls, self).schedule(*args, **kwargs)
-        if self.fairq is not None:
-            self.fairq.after_schedule(self, output)
-        return output
+            install()
+            # Cooperative: a vLLM class deriving from both fairq's scheduler
+            # and another Scheduler subclass (e.g. one built with
+            # ``AsyncScheduler`` as a second base) still runs every base's
+            # ``__init__``.
+            super().__init__(*args, **kwargs)
+            self.fairq_policy = resolve_policy(self)
+            if self.fairq_policy.value in FAIR_POLICIES:
+                self.fairq = attach_fair_policy(self, self.fairq_policy.value)
+            else:
+                replace_queues(self, self.fairq_policy, **resolve_options())
 
-    def update_from_output(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
-        if self.fairq is None:
-            return super(cls, self).update_from_output(scheduler_output, *args, **kwargs)
-        snapshot = self.fairq.output_snapshot(scheduler_output, self.requests)
-        out = super(cls, self).update_from_output(scheduler_output, *args, **kwargs)
-        self.fairq.after_update(snapshot)
-        return out
+        def schedule(self, *args: Any, **kwargs: Any) -> Any:
+            output = super().schedule(*args, **kwargs)
+            if self.fairq is not None:
+                self.fairq.after_schedule(self, output)
+            return output
 
-    def finish_requests(self: Any, request_ids: Any, *args: Any, **kwargs: Any) -> Any:
-        out = super(cls, self).finish_requests(request_ids, *args, **kwargs)
-        if self.fairq is not None:
-            ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
-            for rid in ids:
-                r = self.requests.get(rid)
-                if r is None or r.is_finished():
-                    self.fairq.finished(rid)
-        return out
+        def update_from_output(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.fairq is None:
+                return super().update_from_output(scheduler_output, *args, **kwargs)
+            snapshot = self.fairq.output_snapshot(scheduler_output, self.requests)
+            out = super().update_from_output(scheduler_output, *args, **kwargs)
+            self.fairq.after_update(snapshot)
+            return out
 
-    doc = (
+        def finish_requests(self, request_ids: Any, *args: Any, **kwargs: Any) -> Any:
+            out = super().finish_requests(request_ids, *args, **kwargs)
+            if self.fairq is not None:
+                ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
+                for rid in ids:
+                    r = self.requests.get(rid)
+                    if r is None or r.is_finished():
+                        self.fairq.finished(rid)
+            return out
+
+    FairqSchedulerClass.__name__ = FairqSchedulerClass.__qualname__ = name
+    FairqSchedulerClass.__module__ = __name__
+    FairqSchedulerClass.__doc__ = (
         f"vLLM ``{base_name}`` whose waiting queues are fairq queues "
         f"(policy from ``${ENV_VAR}`` or vLLM's ``--scheduling-policy``; "
         "``vtc``/``lpm``/``dlpm`` run per-tenant fairness inside its step, "
         ":mod:`fairq.vllm.fair`)."
     )
-    methods = {
-        "__init__": __init__,
-        "schedule": schedule,
-        "update_from_output": update_from_output,
-        "finish_requests": finish_requests,
-        "__doc__": doc,
-        "__module__": __name__,
-    }
-    cls: type = type(name, (base,), methods)
-    return cls
+    return FairqSchedulerClass
 
 
 def __getattr__(name: str) -> Any:
