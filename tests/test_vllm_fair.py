@@ -19,7 +19,7 @@ import pytest
 vllm = pytest.importorskip("vllm", reason="needs vLLM 0.33 (installed by .ci/run)")
 if not vllm.__version__.startswith("0.33."):
     pytest.skip(f"tested against vLLM 0.33, found {vllm.__version__}", allow_module_level=True)
-os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
 
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 

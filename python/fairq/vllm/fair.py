@@ -191,26 +191,33 @@ class FairState:
         if self.head is not None:  # peeked, not taken: keeps its place
             self.requeue(self.head)
         scheduled = output.num_scheduled_tokens
+        changed = self._admitted_now
+        running = self.running
+        high_of = self._high
         for rid, n in scheduled.items():
-            request = self.running.get(rid)
+            request = running.get(rid)
             if request is None:
                 continue
             before = request.num_computed_tokens - n
-            end = min(before + n, request.num_prompt_tokens)
-            high = self._high.get(rid, 0)
+            prompt = request.num_prompt_tokens
+            if before >= prompt:
+                continue  # decoding: output is charged in after_update
+            end = min(before + n, prompt)
+            high = high_of.get(rid, 0)
             new = end - max(before, high)
             if new > 0:
                 self._extend[rid] = self._extend.get(rid, 0) + new
+                changed.add(rid)
             if end > high:
-                self._high[rid] = end
-        for rid in self._admitted_now | set(scheduled):
-            if rid in self.running:
+                high_of[rid] = end
+        for rid in changed:
+            if rid in running:
                 sched = self._sched(self._tier_of[rid])
                 sched.recharge_extend(rid, min(self._extend.get(rid, 0), self._input_cap(rid)))
                 pending = self._pending_output.pop(rid, 0)
                 if pending:
                     sched.charge_output(rid, pending)
-        self._admitted_now.clear()
+        self._admitted_now = set()
 
     def _input_cap(self, rid: str) -> int:
         request = self.running[rid]

@@ -22,6 +22,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+
+if not torch.cuda.is_available():
+    # vLLM's wheels are built for CUDA; on a CPU-only machine its platform
+    # must be named (nothing here runs a kernel).
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
 from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256

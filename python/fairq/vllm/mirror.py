@@ -47,7 +47,10 @@ __all__ = ["PrefixCacheMirror", "request_namespace"]
 @dataclass
 class _Block:
     parent: Any
-    tokens: tuple[int, ...]
+    #: the token path of the event that stored it (shared by that event's
+    #: blocks); this block's path is ``chain[:end]``
+    chain: list[int]
+    end: int
     ns: str | None
     alive: bool = True
     children: int = 0
@@ -126,15 +129,8 @@ class PrefixCacheMirror:
             self.clear()
 
     def _path(self, h: Any) -> list[int]:
-        parts: list[tuple[int, ...]] = []
-        while h is not None:
-            b = self._blocks[h]
-            parts.append(b.tokens)
-            h = b.parent
-        out: list[int] = []
-        for p in reversed(parts):
-            out.extend(p)
-        return out
+        b = self._blocks[h]
+        return b.chain[: b.end]
 
     def _stored(self, ev: Any) -> None:
         bs = self.block_size
@@ -164,14 +160,16 @@ class PrefixCacheMirror:
             salt = next((k for k in keys if isinstance(k, str)), None)
             ns = _namespace(lora, salt)
             prefix = []
-        self.tree.insert(prefix + tokens, namespace=ns)
+        chain = prefix + tokens
+        self.tree.insert(chain, namespace=ns)
         prev = parent
+        base = len(prefix)
         for i, h in enumerate(hashes):
             old = self._blocks.get(h)
             if old is not None and old.alive:
                 prev = h
                 continue
-            b = _Block(prev, tuple(tokens[i * bs : (i + 1) * bs]), ns)
+            b = _Block(prev, chain, base + (i + 1) * bs, ns)
             if old is not None:  # stored again: keep the children it had
                 b.children, b.kids = old.children, old.kids
             self._blocks[h] = b
@@ -209,7 +207,7 @@ class PrefixCacheMirror:
         """Drop everything (vLLM reset its prefix cache)."""
         for b in list(self._blocks.values()):
             if b.parent is None and b.alive:
-                self.tree.truncate(list(b.tokens), 0, namespace=b.ns)
+                self.tree.truncate(b.chain[: b.end], 0, namespace=b.ns)
         self._blocks.clear()
 
     def __len__(self) -> int:

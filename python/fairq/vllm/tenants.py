@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "VLLM_ID_PREFIXES",
     "CONFIG_ENV_VAR",
     "FAIR_POLICIES",
     "SOURCES",
@@ -33,6 +34,9 @@ FAIR_POLICIES = ("vtc", "lpm", "dlpm")
 #: Where a tenant can come from, in the default resolution order.
 SOURCES = ("extra_args", "lora", "request_id", "cache_salt")
 
+#: Prefixes vLLM's OpenAI server puts before a client's ``X-Request-Id``.
+VLLM_ID_PREFIXES = ("chatcmpl-", "cmpl-", "embd-", "score-", "rerank-", "classify-", "pool-")
+
 
 class TenantResolver:
     """Maps a vLLM request to a tenant name, trying ``order`` in turn.
@@ -42,9 +46,10 @@ class TenantResolver:
       {"tenant": "alice"}}`` in the request body);
     * ``"lora"``: the LoRA adapter's name;
     * ``"request_id"``: the text before the first ``separator`` in the
-      request id (``"alice:0f3c"`` -> ``"alice"``); vLLM's OpenAI server
-      prefixes ids (``"cmpl-"``, ``"chatcmpl-"``) and passes a client's
-      ``X-Request-Id`` header through, so this suits ids the caller sets;
+      request id (``"alice:0f3c"`` -> ``"alice"``), after dropping one of
+      ``strip_prefixes``: vLLM's OpenAI server builds the engine's id from
+      a client's ``X-Request-Id`` header as ``"cmpl-<header>"`` (chat:
+      ``"chatcmpl-"``), so ``X-Request-Id: alice:42`` gives ``"alice"``;
     * ``"cache_salt"``: the request's ``cache_salt``.
 
     A source that yields nothing (absent, empty, not a string) falls through
@@ -57,8 +62,13 @@ class TenantResolver:
         extra_args_key: str = "tenant",
         separator: str = ":",
         default: str = "default",
+        strip_prefixes: tuple[str, ...] | list[str] = VLLM_ID_PREFIXES,
     ) -> None:
         order = tuple(order)
+        strip = tuple(strip_prefixes)
+        for i, p in enumerate(strip):
+            if not isinstance(p, str) or not p:
+                raise ValueError(f"tenant.strip_prefixes[{i}] must be a non-empty string, got {p!r}")
         for i, src in enumerate(order):
             if src not in SOURCES:
                 raise ValueError(
@@ -77,6 +87,7 @@ class TenantResolver:
         self.extra_args_key = extra_args_key
         self.separator = separator
         self.default = default
+        self.strip_prefixes = strip
 
     def __call__(self, request: Any) -> str:
         """The tenant of ``request`` (any object with vLLM's attributes)."""
@@ -95,6 +106,10 @@ class TenantResolver:
         if src == "request_id":
             rid = getattr(request, "request_id", None)
             if isinstance(rid, str):
+                for p in self.strip_prefixes:
+                    if rid.startswith(p):
+                        rid = rid[len(p) :]
+                        break
                 head, sep, _ = rid.partition(self.separator)
                 return head if sep else None
             return None
@@ -165,12 +180,13 @@ class FairOptions:
         tenant_raw = raw.get("tenant") or {}
         if not isinstance(tenant_raw, Mapping):
             raise TypeError(f"tenant must be a mapping of resolver options, got {tenant_raw!r}")
-        allowed = ("order", "extra_args_key", "separator", "default")
+        allowed = ("order", "extra_args_key", "separator", "default", "strip_prefixes")
         for k in tenant_raw:
             if k not in allowed:
                 raise ValueError(f"unknown option tenant.{k} (options: {', '.join(allowed)})")
-        if "order" in tenant_raw and not isinstance(tenant_raw["order"], (list, tuple)):
-            raise TypeError(f"tenant.order must be a list of sources, got {tenant_raw['order']!r}")
+        for key in ("order", "strip_prefixes"):
+            if key in tenant_raw and not isinstance(tenant_raw[key], (list, tuple)):
+                raise TypeError(f"tenant.{key} must be a list, got {tenant_raw[key]!r}")
         resolver = TenantResolver(**dict(tenant_raw))
         return cls(policy, opts, weights, resolver)
 

@@ -346,6 +346,20 @@ def markdown(results: list[dict[str, Any]]) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``fairq engine-bench``."""
     parser.add_argument(
+        "--engine",
+        choices=("transformers", "vllm"),
+        default="transformers",
+        help="transformers: its continuous-batching engine with a random-weight model; "
+        "vllm: vLLM's real scheduler, step times simulated (fairq.vllm.bench)",
+    )
+    parser.add_argument(
+        "--waiting",
+        type=int,
+        default=10_000,
+        help="vllm: also measure fairq's time per schedule() with this many requests "
+        "waiting (0: skip)",
+    )
+    parser.add_argument(
         "--policies",
         default="fifo,fcfs,lpm,vtc,dlpm",
         help="comma-separated: fifo (transformers' own) and fairq policies "
@@ -435,6 +449,10 @@ def _workload(args: argparse.Namespace) -> list[EngineRequest]:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``fairq engine-bench``."""
+    if args.engine == "vllm":
+        from fairq.vllm.bench import run as run_vllm
+
+        return run_vllm(args)
     try:
         import torch
 

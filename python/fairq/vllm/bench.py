@@ -1,0 +1,301 @@
+"""``fairq engine-bench --engine vllm``: fair policies inside vLLM's scheduler.
+
+Two measurements, both on vLLM's real scheduler (no model: the forward pass
+is replaced by the simulator's step-time model, :mod:`fairq.vllm.harness`):
+
+1. **Policies**: the multi-tenant workload of the transformers harness (one
+   tenant floods with a long shared prefix) under vLLM's own FCFS scheduler
+   and fairq's VTC / LPM / DLPM: per-tenant service while all are backlogged,
+   Jain's index over it, throughput, vLLM's prefix-cache hit rate, p50/p99
+   latency and time to first token. Times are *simulated* seconds
+   (``fairq.sim.model.StepModel`` defaults: Llama-3.1-8B on an A100).
+2. **Overhead**: ``--waiting`` requests queued (10,000 by default); the wall
+   time fairq's code takes per ``schedule()`` call (the queue's operations,
+   the accounting, the prefix-cache mirror) against the wall time of vLLM's
+   own ``schedule()`` on the same queue, as a ratio measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from typing import Any
+
+from fairq.sim.metrics import jain_index, percentile
+
+__all__ = ["run", "policy_run", "overhead_run"]
+
+
+def _classes() -> tuple[type, Any]:
+    from fairq.vllm import harness  # noqa: F401  (names vLLM's platform on a CPU machine)
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from fairq.vllm import scheduler as fs
+
+    return Scheduler, fs
+
+
+def _set_policy(policy: str, options: dict[str, Any]) -> None:
+    os.environ["FAIRQ_VLLM_POLICY"] = policy
+    os.environ["FAIRQ_VLLM_OPTIONS"] = json.dumps(options)
+
+
+class _Timer:
+    """Wall time spent in wrapped callables."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def wrap(self, fn: Any) -> Any:
+        def timed(*a: Any, **k: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                self.seconds += time.perf_counter() - t
+
+        return timed
+
+
+def _time_fairq(scheduler: Any) -> _Timer:
+    """Time every fairq entry point of ``scheduler`` (its FairState's)."""
+    timer = _Timer()
+    st = scheduler.fairq
+    for name in ("add", "peek", "pop", "prepend", "remove", "after_schedule", "after_update",
+                 "output_snapshot", "finished"):
+        setattr(st, name, timer.wrap(getattr(st, name)))
+    if st.mirror is not None:
+        st.mirror.sync = timer.wrap(st.mirror.sync)
+    return timer
+
+
+def policy_run(policy: str, workload: list[Any], args: argparse.Namespace) -> dict[str, Any]:
+    """One policy over ``workload``: the summary row."""
+    from fairq.sim.model import StepModel
+    from fairq.vllm import harness
+
+    scheduler_cls, fs = _classes()
+    if policy == "vllm-fcfs":
+        cls = scheduler_cls
+    else:
+        _set_policy(policy, {"quantum": args.quantum} if policy == "dlpm" else {})
+        cls = fs.FairqScheduler
+    s = harness.build_scheduler(
+        cls,
+        num_blocks=args.num_blocks,
+        block_size=args.page_size,
+        max_num_batched_tokens=args.max_batch_tokens,
+        max_num_seqs=args.max_requests_per_batch,
+    )
+    timer = _time_fairq(s) if getattr(s, "fairq", None) is not None else None
+    rep = harness.replay(s, workload, StepModel(), block_size=args.page_size)
+    tl = rep.timeline
+    tenants = sorted(tl[0][1])
+    a = next((i for i, row in enumerate(tl) if min(row[2].values()) > 0), 0)
+    b = next((i for i in range(a, len(tl)) if min(tl[i][2].values()) == 0), len(tl))
+    start = tl[a - 1][1] if a > 0 else dict.fromkeys(tenants, 0.0)
+    window = {t: tl[max(b - 1, 0)][1][t] - start[t] for t in tenants}
+    clients = {}
+    for t in tenants:
+        ids = [r for r, c in rep.tenant.items() if c == t]
+        lat = [rep.finish[r] - rep.arrival[r] for r in ids]
+        ttft = [rep.first_token[r] - rep.arrival[r] for r in ids if r in rep.first_token]
+        clients[t] = {
+            "requests": len(ids),
+            "service_in_window": window[t],
+            "service_total": tl[-1][1][t],
+            "latency_p50_s": percentile(lat, 50),
+            "latency_p99_s": percentile(lat, 99),
+            "ttft_p50_s": percentile(ttft, 50),
+            "ttft_p99_s": percentile(ttft, 99),
+        }
+    return {
+        "policy": policy,
+        "steps": rep.steps,
+        "simulated_s": rep.clock,
+        "throughput_output_tok_s": rep.output_tokens / rep.clock if rep.clock else 0.0,
+        "throughput_total_tok_s": (rep.output_tokens + rep.prompt_tokens) / rep.clock
+        if rep.clock
+        else 0.0,
+        "prefix_hit_rate": rep.hit_rate,
+        "jain_index_window": jain_index(list(window.values())),
+        "window_steps": b - a,
+        "schedule_ms_per_step": 1e3 * rep.schedule_s / rep.steps,
+        "fairq_ms_per_step": 1e3 * timer.seconds / rep.steps if timer else 0.0,
+        "clients": clients,
+    }
+
+
+def overhead_run(policy: str, args: argparse.Namespace, steps: int = 30) -> dict[str, Any]:
+    """``args.waiting`` requests queued: wall ms per ``schedule()`` of vLLM
+    itself and of fairq's code in it (median over ``steps`` steps)."""
+    from fairq.vllm import harness
+
+    scheduler_cls, fs = _classes()
+    rng = random.Random(args.seed)
+    n_tenants = 50
+    prefixes = [[rng.randrange(3, 30000) for _ in range(128)] for _ in range(n_tenants)]
+    if policy == "vllm-fcfs":
+        cls = scheduler_cls
+    else:
+        _set_policy(policy, {"quantum": args.quantum} if policy == "dlpm" else {})
+        cls = fs.FairqScheduler
+    s = harness.build_scheduler(
+        cls,
+        num_blocks=40_000,
+        block_size=16,
+        max_num_batched_tokens=2048,
+        max_num_seqs=256,
+        max_model_len=4096,
+    )
+    for i in range(args.waiting):
+        t = i % n_tenants
+        prompt = prefixes[t] + [rng.randrange(3, 30000) for _ in range(128)]
+        s.add_request(harness.make_request(f"t{t}:{i}", prompt, 64, tenant=f"t{t}"))
+    timer = _time_fairq(s) if getattr(s, "fairq", None) is not None else None
+    for _ in range(5):  # warm-up: the first batch is admitted
+        harness.step(s)
+    total, ours = [], []
+    for _ in range(steps):
+        before = timer.seconds if timer else 0.0
+        t0 = time.perf_counter()
+        out = s.schedule()
+        total.append(time.perf_counter() - t0)
+        ours.append((timer.seconds - before) if timer else 0.0)
+        # complete the step as the engine would (not timed)
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        req_ids = list(out.num_scheduled_tokens)
+        sampled = [[] if getattr(s.requests[r], "is_prefill_chunk", False) else [7] for r in req_ids]
+        s.update_from_output(
+            out,
+            ModelRunnerOutput(
+                req_ids=req_ids,
+                req_id_to_index={r: k for k, r in enumerate(req_ids)},
+                sampled_token_ids=sampled,
+                logprobs=None,
+                prompt_logprobs_dict={},
+                pooler_output=[],
+            ),
+        )
+    return {
+        "policy": policy,
+        "waiting": len(s.waiting),
+        "schedule_ms_median": 1e3 * statistics.median(total),
+        "fairq_ms_median": 1e3 * statistics.median(ours),
+        "fairq_ms_max": 1e3 * max(ours),
+    }
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| policy | Jain (backlogged) | service in window, flood / others | hit rate "
+        "| output tok/s (sim) | p50 / p99 latency s (sim) flood ; others "
+        "| p50 TTFT s (sim) others | vLLM schedule() ms/step | fairq ms/step |\n"
+        "|---|---:|---|---:|---:|---|---:|---:|---:|"
+    )
+    lines = [head]
+    for r in rows:
+        c = r["clients"]
+        others = [v for k, v in c.items() if k != "flood"]
+        flood = c.get("flood", {})
+        o_lat50 = statistics.median(v["latency_p50_s"] for v in others) if others else float("nan")
+        o_lat99 = max((v["latency_p99_s"] for v in others), default=float("nan"))
+        o_ttft = statistics.median(v["ttft_p50_s"] for v in others) if others else float("nan")
+        svc = " / ".join(
+            [f"{flood.get('service_in_window', 0):.0f}"]
+            + [f"{v['service_in_window']:.0f}" for v in others]
+        )
+        lines.append(
+            f"| {r['policy']} | {r['jain_index_window']:.3f} | {svc} | {r['prefix_hit_rate']:.3f} "
+            f"| {r['throughput_output_tok_s']:.0f} "
+            f"| {flood.get('latency_p50_s', float('nan')):.2f} / "
+            f"{flood.get('latency_p99_s', float('nan')):.2f} ; {o_lat50:.2f} / {o_lat99:.2f} "
+            f"| {o_ttft:.2f} | {r['schedule_ms_per_step']:.3f} | {r['fairq_ms_per_step']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def _overhead_table(rows: list[dict[str, Any]]) -> str:
+    base = next((r for r in rows if r["policy"] == "vllm-fcfs"), None)
+    lines = [
+        "| policy | waiting | schedule() ms (median) | fairq ms in it (median / max) "
+        "| fairq / vLLM-FCFS schedule() |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        ratio = (
+            f"{r['fairq_ms_median'] / base['schedule_ms_median']:.2f}"
+            if base and r["policy"] != "vllm-fcfs"
+            else "-"
+        )
+        lines.append(
+            f"| {r['policy']} | {r['waiting']} | {r['schedule_ms_median']:.3f} "
+            f"| {r['fairq_ms_median']:.3f} / {r['fairq_ms_max']:.3f} | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``fairq engine-bench --engine vllm``."""
+    try:
+        from fairq.vllm import harness  # noqa: F401  (before vLLM: its platform on CPU)
+        import vllm
+    except ImportError as e:
+        print(f"fairq engine-bench --engine vllm needs vLLM 0.33: {e}", file=sys.stderr)
+        return 2
+    from fairq.integrations.transformers.workload import multi_client_workload
+
+    names = [p.strip() for p in args.policies.split(",") if p.strip()]
+    names = ["vllm-fcfs" if p in ("fifo", "vllm-fcfs") else p for p in names]
+    for p in names:
+        if p not in ("vllm-fcfs", "fcfs", "vtc", "lpm", "dlpm"):
+            print(
+                f"fairq engine-bench: --policies: {p!r} (vllm: fifo = vLLM's own FCFS, "
+                "fcfs = fairq's FCFS queue, vtc, lpm, dlpm)",
+                file=sys.stderr,
+            )
+            return 2
+    workload = multi_client_workload(
+        n_clients=args.clients,
+        requests_per_client=2 if args.quick else args.requests_per_client,
+        flood_factor=args.flood_factor,
+        prefix_len=args.prefix_len,
+        suffix_len=args.suffix_len,
+        max_new_tokens=4 if args.quick else args.max_new_tokens,
+        vocab_size=32000,
+        well_behaved_gap=args.gap,
+        seed=args.seed,
+    )
+    print(
+        f"# fairq engine-bench --engine vllm: vLLM {vllm.__version__} scheduler on CPU, "
+        f"step times simulated (fairq.sim StepModel defaults), requests={len(workload)}"
+    )
+    rows = [policy_run(p, workload, args) for p in names]
+    print(_table(rows))
+    over: list[dict[str, Any]] = []
+    if args.waiting:
+        over = [overhead_run(p, args, steps=5 if args.quick else 30) for p in names]
+        print()
+        print(_overhead_table(over))
+    if args.json:
+        from fairq.cli import write_json
+
+        write_json(
+            args,
+            {
+                "command": "fairq engine-bench " + " ".join(sys.argv[2:]),
+                "engine": "vllm",
+                "vllm": vllm.__version__,
+                "step_times": "simulated: fairq.sim.model.StepModel defaults",
+                "results": rows,
+                "overhead": over,
+            },
+            indent=2,
+        )
+    return 0
