@@ -10,7 +10,6 @@ scheduler tests do). Skipped without vLLM 0.33 (``.ci/run`` installs it).
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,11 +20,13 @@ if not vllm.__version__.startswith("0.33."):
     pytest.skip(f"tested against vLLM 0.33, found {vllm.__version__}", allow_module_level=True)
 
 
+# harness first: on a CPU-only machine it names vLLM's platform before vLLM
+# resolves it
+from fairq.vllm import harness  # noqa: E402, I001
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 
 from fairq.integrations.transformers.workload import EngineRequest, multi_client_workload  # noqa: E402
 from fairq.sim.model import StepModel  # noqa: E402
-from fairq.vllm import harness  # noqa: E402
 from fairq.vllm import scheduler as fsched  # noqa: E402
 
 BLOCK = 16
@@ -280,3 +281,42 @@ def test_stock_vllm_scheduler_is_unchanged_by_the_harness() -> None:
     wl = greedy_workload(seed=7, per_tenant=6)
     _, rep = run(Scheduler, wl)
     assert set(rep.finished_count.values()) == {1} and len(rep.finished_count) == len(wl)
+
+
+@pytest.mark.parametrize("policy", ["vtc", "dlpm"])
+def test_held_back_requests_keep_their_place_uncharged(policy_env: Any, policy: str) -> None:
+    """vLLM holds a request back (as for a grammar still compiling: its own
+    ``_handle_blocked_waiting_request`` says not ready, so its loop pops the
+    request and puts it back at the end of the step). It stays at the head of
+    the fair order, its tenant is charged nothing meanwhile, the others go
+    on, and once released it runs and is charged exactly what vLLM computed."""
+    policy_env(policy)
+    s = harness.build_scheduler(
+        fsched.FairqScheduler, block_size=BLOCK, max_num_batched_tokens=64, max_num_seqs=4
+    )
+    held = harness.make_request("a:0", [11] * 40, 4, tenant="a")
+    others = [harness.make_request(f"b:{i}", [500 + i] * 40, 4, tenant="b") for i in range(3)]
+    s.add_request(held)
+    for r in others:
+        s.add_request(r)
+    blocked = {"a:0"}
+    original = s._handle_blocked_waiting_request
+
+    def gate(request: Any) -> bool:
+        if request.request_id in blocked:
+            return False
+        return original(request)
+
+    s._handle_blocked_waiting_request = gate
+    for _ in range(3):
+        out, _ = harness.step(s)
+        assert "a:0" not in out.num_scheduled_tokens
+        assert s.fairq.service("a") == 0.0
+        assert "a:0" in s.fairq.waiting  # back in its place, not admitted
+    assert s.fairq.service("b") > 0
+    blocked.clear()
+    out, _ = harness.step(s)
+    assert "a:0" in out.num_scheduled_tokens  # first in the fair order again
+    while s.has_requests():
+        harness.step(s)
+    assert s.fairq.service("a") == pytest.approx(40 + 2 * 4)

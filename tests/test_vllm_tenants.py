@@ -11,7 +11,9 @@ import pytest
 from fairq.vllm.tenants import FairOptions, TenantResolver, load_options
 
 
-def req(rid: str = "r1", extra: Any = None, lora: str | None = None, salt: str | None = None) -> Any:
+def req(
+    rid: str = "r1", extra: Any = None, lora: str | None = None, salt: str | None = None
+) -> Any:
     return NS(
         request_id=rid,
         sampling_params=NS(extra_args=extra),
@@ -33,8 +35,13 @@ def test_default_order_and_fallthrough() -> None:
 
 
 def test_custom_order_key_separator_default() -> None:
-    r = TenantResolver(["request_id", "extra_args"], extra_args_key="org", separator="/",
-                       default="anon", strip_prefixes=[])
+    r = TenantResolver(
+        ["request_id", "extra_args"],
+        extra_args_key="org",
+        separator="/",
+        default="anon",
+        strip_prefixes=[],
+    )
     assert r(req(rid="acme/5", extra={"org": "x"})) == "acme"
     assert r(req(rid="cmpl-acme/5")) == "cmpl-acme"
     assert r(req(rid="plain", extra={"org": "x"})) == "x"

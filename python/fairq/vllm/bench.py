@@ -32,9 +32,9 @@ __all__ = ["run", "policy_run", "overhead_run"]
 
 
 def _classes() -> tuple[type, Any]:
-    from fairq.vllm import harness  # noqa: F401  (names vLLM's platform on a CPU machine)
     from vllm.v1.core.sched.scheduler import Scheduler
 
+    from fairq.vllm import harness  # noqa: F401  (names vLLM's platform on a CPU machine)
     from fairq.vllm import scheduler as fs
 
     return Scheduler, fs
@@ -66,8 +66,17 @@ def _time_fairq(scheduler: Any) -> _Timer:
     """Time every fairq entry point of ``scheduler`` (its FairState's)."""
     timer = _Timer()
     st = scheduler.fairq
-    for name in ("add", "peek", "pop", "prepend", "remove", "after_schedule", "after_update",
-                 "output_snapshot", "finished"):
+    for name in (
+        "add",
+        "peek",
+        "pop",
+        "prepend",
+        "remove",
+        "after_schedule",
+        "after_update",
+        "output_snapshot",
+        "finished",
+    ):
         setattr(st, name, timer.wrap(getattr(st, name)))
     if st.mirror is not None:
         st.mirror.sync = timer.wrap(st.mirror.sync)
@@ -171,7 +180,9 @@ def overhead_run(policy: str, args: argparse.Namespace, steps: int = 30) -> dict
         from vllm.v1.outputs import ModelRunnerOutput
 
         req_ids = list(out.num_scheduled_tokens)
-        sampled = [[] if getattr(s.requests[r], "is_prefill_chunk", False) else [7] for r in req_ids]
+        sampled = [
+            [] if getattr(s.requests[r], "is_prefill_chunk", False) else [7] for r in req_ids
+        ]
         s.update_from_output(
             out,
             ModelRunnerOutput(
@@ -244,8 +255,9 @@ def _overhead_table(rows: list[dict[str, Any]]) -> str:
 def run(args: argparse.Namespace) -> int:
     """``fairq engine-bench --engine vllm``."""
     try:
-        from fairq.vllm import harness  # noqa: F401  (before vLLM: its platform on CPU)
         import vllm
+
+        from fairq.vllm import harness  # noqa: F401  (before vLLM: its platform on CPU)
     except ImportError as e:
         print(f"fairq engine-bench --engine vllm needs vLLM 0.33: {e}", file=sys.stderr)
         return 2

@@ -68,7 +68,9 @@ class TenantResolver:
         strip = tuple(strip_prefixes)
         for i, p in enumerate(strip):
             if not isinstance(p, str) or not p:
-                raise ValueError(f"tenant.strip_prefixes[{i}] must be a non-empty string, got {p!r}")
+                raise ValueError(
+                    f"tenant.strip_prefixes[{i}] must be a non-empty string, got {p!r}"
+                )
         for i, src in enumerate(order):
             if src not in SOURCES:
                 raise ValueError(
