@@ -175,7 +175,14 @@ def _build(name: str) -> type:
             if self.fairq_policy.value in FAIR_POLICIES:
                 self.fairq = attach_fair_policy(self, self.fairq_policy.value)
             else:
-                replace_queues(self, self.fairq_policy, **resolve_options())
+                options = resolve_options()
+                if self.fairq_policy is SchedulingPolicy.WFQ and "flow_key" not in options:
+                    # one WFQ flow per tenant, resolved as for the fair policies
+                    from fairq.vllm.tenants import FairOptions
+
+                    tenant = FairOptions.from_mapping("vtc", {"tenant": options.pop("tenant", {})})
+                    options["flow_key"] = tenant.tenant
+                replace_queues(self, self.fairq_policy, **options)
 
         def schedule(self, *args: Any, **kwargs: Any) -> Any:
             output = super().schedule(*args, **kwargs)
