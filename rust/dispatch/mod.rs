@@ -15,6 +15,7 @@
 
 pub mod baselines;
 pub mod d2lpm;
+pub mod membership;
 pub mod state;
 pub mod tree;
 
@@ -32,6 +33,8 @@ pub use crate::request_id::RequestId;
 struct Inflight {
     client: usize,
     worker: usize,
+    /// Prompt tokens charged at dispatch (what [`Dispatcher::withdraw`] refunds).
+    input_len: u64,
 }
 
 /// The dispatch rule.
@@ -336,6 +339,13 @@ impl Dispatcher {
                 cfg.select(len, tokens.len(), g, &self.load)
             }
         };
+        self.record(id, c, tokens, w);
+        Ok(w)
+    }
+
+    /// The bookkeeping of a dispatch of `tokens` by client slot `c` to `w`:
+    /// the tree, the counts and the in-flight record.
+    fn record(&mut self, id: RequestId, c: usize, tokens: &[u32], w: usize) {
         if let Some(t) = self.tree.as_mut() {
             t.insert(tokens, w);
         }
@@ -347,9 +357,9 @@ impl Dispatcher {
             Inflight {
                 client: c,
                 worker: w,
+                input_len: tokens.len() as u64,
             },
         );
-        Ok(w)
     }
 
     /// Report that an in-flight request finished after `output_tokens`
