@@ -7,7 +7,8 @@ router, replays the same multi-tenant workload through a real
 ``DeploymentHandle`` and reports, per router: per-tenant service and Jain's
 index over the window in which every tenant is backlogged (service: prompt
 tokens the engine computed, i.e. not served from its prefix cache, plus 2 per
-output token; DLPM's cost), the engines' prefix-cache hit rate, p50/p99 latency, and how the greedy tenant was spread.
+output token; DLPM's cost), the engines' prefix-cache hit rate, p50/p99
+latency, and how the greedy tenant was spread.
 
 Routers:
 
@@ -158,7 +159,8 @@ def router_config(name: str, stats_period_s: float = 0.5, **d2lpm_options: Any) 
     if name == "pow2":
         return RequestRouterConfig()
     if name == "prefix":
-        return RequestRouterConfig(request_router_class=PREFIX_ROUTER_PATH)
+        config: dict[str, Any] = {"request_router_class": PREFIX_ROUTER_PATH}
+        return RequestRouterConfig(**config)
     raise ValueError(f"router must be one of {', '.join(ROUTERS)}; got {name!r}")
 
 
@@ -198,7 +200,8 @@ def deploy(
 
     from fairq.integrations.ray.engine import EngineReplica
 
-    engine = serve.deployment(
+    deployment: Any = serve.deployment  # typed as a decorator; called with a class here
+    engine = deployment(
         EngineReplica,
         name="Engine",
         num_replicas=replicas,
@@ -209,7 +212,7 @@ def deploy(
         graceful_shutdown_timeout_s=2.0,
     ).bind(**(engine_options or {}))
     if ingress:
-        root = serve.deployment(
+        root = deployment(
             Ingress,
             name="Ingress",
             num_replicas=ingress,
@@ -390,10 +393,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--routers", default=",".join(ROUTERS), help="comma-separated")
     parser.add_argument("--replicas", type=int, default=2)
     parser.add_argument("--ingress", type=int, default=0, help="ingress replicas (routers)")
-    parser.add_argument("--greedy-requests", type=int, default=48)
+    parser.add_argument("--greedy-requests", type=int, default=96)
     parser.add_argument("--tenants", type=int, default=3)
-    parser.add_argument("--requests-per-tenant", type=int, default=16)
-    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--requests-per-tenant", type=int, default=32)
+    parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--worker-quantum", type=float, default=2048.0)
     parser.add_argument("--policy", default="dlpm", help="the replicas' local scheduler")
     parser.add_argument("--model-size", default="tiny")
@@ -402,6 +405,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-cpus", type=int, default=2)
     parser.add_argument("--kill-after", type=int, default=None)
     parser.add_argument("--timeout-s", type=float, default=300.0)
+    parser.add_argument("--repeat", type=int, default=1, help="runs per router (rows)")
     parser.add_argument("--json", default=None, help="write the results as JSON here")
 
 
@@ -425,10 +429,12 @@ def run(args: argparse.Namespace) -> int:
         "num_blocks": args.num_blocks,
     }
     results = []
+    if args.repeat < 1:
+        raise SystemExit("--repeat must be >= 1")
     with local_cluster(num_cpus=args.num_cpus):
-        for r in routers:
-            results.append(
-                run_router(
+        for i in range(args.repeat):
+            for r in routers:  # interleaved, so drift hits every router alike
+                res = run_router(
                     r,
                     reqs,
                     replicas=args.replicas,
@@ -438,9 +444,17 @@ def run(args: argparse.Namespace) -> int:
                     timeout_s=args.timeout_s,
                     kill_after=args.kill_after,
                 )
-            )
+                res["run"] = i
+                results.append(res)
+    import platform
+
     payload = {
         "command": "fairq ray-bench " + " ".join(sys.argv[2:]),
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+        },
         "config": {k: v for k, v in vars(args).items() if not k.startswith("_")},
         "results": results,
     }

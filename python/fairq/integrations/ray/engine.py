@@ -103,15 +103,16 @@ class EngineReplica:
         self.model = bench.build_model(model_size, seed=seed, device=device)
         self.vocab_size = int(self.model.config.vocab_size)
         sched = bench.check_scheduler_type(fs.scheduler_type(policy))
-        cb = ContinuousBatchingConfig(
-            **{bench.page_size_field(): page_size},
-            num_blocks=num_blocks,
-            max_batch_tokens=max_batch_tokens,
-            max_requests_per_batch=max_requests_per_batch,
-            allow_block_sharing=True,
-            use_async_batching=False,
-            scheduler_type=sched,
-        )
+        cb_options: dict[str, Any] = {
+            bench.page_size_field(): page_size,
+            "num_blocks": num_blocks,
+            "max_batch_tokens": max_batch_tokens,
+            "max_requests_per_batch": max_requests_per_batch,
+            "allow_block_sharing": True,
+            "use_async_batching": False,
+            "scheduler_type": sched,
+        }
+        cb = ContinuousBatchingConfig(**cb_options)
         gen = GenerationConfig(
             do_sample=False, eos_token_id=-1, pad_token_id=0, max_new_tokens=max_tokens_limit
         )
