@@ -49,15 +49,7 @@ impl Dispatcher {
             }
             eligible.insert(w);
         }
-        if self.inflight.contains_key(&id) {
-            return Err(Error::value(format!(
-                "request_id {id} is already in flight"
-            )));
-        }
-        let c = match self.clients.get(client) {
-            Some(&c) => c,
-            None => self.new_client(client),
-        };
+        let c = self.client_for(&id, client)?;
         let Policy::D2lpm(st) = &mut self.policy else {
             unreachable!("checked above");
         };

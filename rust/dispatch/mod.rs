@@ -299,15 +299,7 @@ impl Dispatcher {
     /// Choose a worker for a new request and record it as in flight there.
     /// A duplicate in-flight id is a `ValueError` and changes nothing.
     pub fn dispatch(&mut self, id: RequestId, client: &str, tokens: &[u32]) -> Result<usize> {
-        if self.inflight.contains_key(&id) {
-            return Err(Error::value(format!(
-                "request_id {id} is already in flight"
-            )));
-        }
-        let c = match self.clients.get(client) {
-            Some(&c) => c,
-            None => self.new_client(client),
-        };
+        let c = self.client_for(&id, client)?;
         let w = match &mut self.policy {
             Policy::D2lpm(st) => {
                 let tree = self.tree.as_ref().expect("D2LPM has a tree");
@@ -341,6 +333,20 @@ impl Dispatcher {
         };
         self.record(id, c, tokens, w);
         Ok(w)
+    }
+
+    /// The client slot of a new request `id` (interned if new); a duplicate
+    /// in-flight id is a `ValueError` and changes nothing.
+    fn client_for(&mut self, id: &RequestId, client: &str) -> Result<usize> {
+        if self.inflight.contains_key(id) {
+            return Err(Error::value(format!(
+                "request_id {id} is already in flight"
+            )));
+        }
+        Ok(match self.clients.get(client) {
+            Some(&c) => c,
+            None => self.new_client(client),
+        })
     }
 
     /// The bookkeeping of a dispatch of `tokens` by client slot `c` to `w`:
