@@ -342,6 +342,25 @@ def test_rejection_then_retry_keeps_one_dispatch() -> None:
     run(go())
 
 
+def test_completion_before_the_acceptance_report_still_finishes() -> None:
+    """Both resolve on the router's loop, so Serve's completion callback can run
+    before on_request_routed; no re-choose in between means it was this send."""
+
+    async def go() -> None:
+        router = make_router()
+        reps = [StatsReplica("r0")]
+        router.update_replicas(reps)
+        pr = request(body("a", PREFIX))
+        rid = pr.metadata.internal_request_id
+        await router.choose_replicas(reps, pr)
+        router.on_request_completed(reps[0].replica_id, rid)
+        assert len(router.dispatcher) == 1
+        router.on_request_routed(pr, reps[0].replica_id, None)
+        assert len(router.dispatcher) == 0 and router.counters["finished"] == 1
+
+    run(go())
+
+
 def test_without_the_queue_length_cache_completion_finishes() -> None:
     """Under Ray Client Serve never calls on_request_routed (no rejection
     protocol); completion alone must free the slot."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -26,6 +27,7 @@ from ray import serve  # noqa: E402
 
 from fairq.integrations.ray import bench  # noqa: E402
 from fairq.integrations.ray.bench import BenchRequest  # noqa: E402
+from fairq.integrations.ray.router import FairqD2LPMRouter  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.engine]
 
@@ -56,6 +58,22 @@ def small_workload(greedy: int = 12, per_tenant: int = 4) -> list[tuple[str, Ben
     )
 
 
+def d2lpm_router_of(handle: Any) -> FairqD2LPMRouter:
+    """The router object a DeploymentHandle routes with in this process (found
+    by walking Serve's router wrappers; it is not public API)."""
+    seen: set[int] = set()
+    stack = [(handle._router, 0)]
+    while stack:
+        obj, depth = stack.pop()
+        if isinstance(obj, FairqD2LPMRouter):
+            return obj
+        if depth > 4 or id(obj) in seen or not isinstance(getattr(obj, "__dict__", None), dict):
+            continue
+        seen.add(id(obj))
+        stack.extend((v, depth + 1) for v in list(vars(obj).values()))
+    raise AssertionError("the handle does not route with FairqD2LPMRouter")
+
+
 def check_exactly_once(sent: list[bench.Sent]) -> None:
     assert all(s.response is not None for s in sent), [s.error for s in sent if s.error]
     ids = [s.response["request_id"] for s in sent if s.response]
@@ -83,6 +101,18 @@ def test_handle_requests_complete_exactly_once_with_d2lpm(cluster: int, app_name
     # deficit lasts, then it spreads; the engines reuse the cached prefix
     assert summary["tenants"]["greedy"]["replicas"] == 2
     assert summary["prefix_hit_rate"] > 0.5
+    # the router saw each request dispatched and finished once, and every
+    # finish's output count came back from the replicas' routing stats
+    router = d2lpm_router_of(handle)
+    deadline = time.monotonic() + 30
+    while (router.counters["output_charged"] < len(sent) or len(router.dispatcher)) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.2)
+    assert router.counters["dispatched"] == router.counters["finished"] == len(sent)
+    assert router.counters["output_charged"] == len(sent)
+    assert len(router.dispatcher) == 0
+    assert router.counters["feedback_lost"] == router.counters["feedback_errors"] == 0
 
 
 def test_infinite_quantum_is_pure_affinity_through_ray(cluster: int, app_name: str) -> None:
@@ -163,9 +193,25 @@ def test_replica_killed_mid_run_no_request_hangs(cluster: int, app_name: str) ->
     done = [s for s in sent if s.response is not None]
     assert len(done) + len(failed) == len(reqs)
     assert len({s.response["request_id"] for s in done if s.response}) == len(done)
+    # the router dropped the dead replica (tree, deficits, in-flight) and
+    # holds nothing in flight: every request left it once
+    # (Serve runs the router's completion callbacks on its own loop, shortly
+    # after the caller has its response or error)
+    router = d2lpm_router_of(handle)
+    deadline = time.monotonic() + 30
+    while (router.counters["replicas_removed"] < 1 or len(router.dispatcher)) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.2)
+    assert router.counters["replicas_removed"] >= 1
+    assert len(router.dispatcher) == 0
     # routing goes on over the survivor and the replacement Serve starts
     after = bench.send_all(handle, small_workload(greedy=6, per_tenant=2), timeout_s=TIMEOUT_S)
     check_exactly_once(after)
+    deadline = time.monotonic() + 30
+    while len(router.dispatcher) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(router.dispatcher) == 0
 
 
 def test_three_routers_in_one_run(cluster: int) -> None:

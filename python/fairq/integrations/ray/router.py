@@ -64,6 +64,7 @@ class _Request:
     tenant: str
     tokens: np.ndarray
     routed: bool = False
+    completed_unrouted: bool = False  # a send completed before on_request_routed
     output_tokens: int = 0  # reported before completion (rare)
     watched_future: int = 0  # id() of the PendingRequest future we watch
 
@@ -260,6 +261,8 @@ class FairqD2LPMRouter(RequestRouter):
             tenant, tokens = self._extract(pending_request)
             req = self._requests[rid] = _Request(tenant, tokens)
         self._watch(rid, req, pending_request)
+        # Chosen again: the send whose completion we saw was rejected.
+        req.completed_unrouted = False
         if rid in self._d:
             # Chosen before (Ray retries after a rejection or a backoff): keep
             # the pick while its replica is live, else choose again.
@@ -292,6 +295,11 @@ class FairqD2LPMRouter(RequestRouter):
         if slot is not None and rid not in self._d:
             self._d.dispatch_among(rid, req.tenant, req.tokens, [slot])
         req.tokens = EMPTY  # the tree has them; keep the memory small
+        if req.completed_unrouted:
+            # The response finished before Serve reported the acceptance (both
+            # resolve on the router's loop; no re-choose came in between, so
+            # that completion was this send's): finish now.
+            self.on_request_completed(replica_id, rid)
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
         """A send finished (served, failed, or rejected by the replica)."""
@@ -300,10 +308,14 @@ class FairqD2LPMRouter(RequestRouter):
         if req is None:
             return
         if not req.routed and self._use_replica_queue_len_cache:
-            # Rejected (the replica's queue was full): Ray retries the request
-            # and choose_replicas sees it again. (Without the queue-length
-            # cache, e.g. under Ray Client, replicas never reject and Ray does
-            # not call on_request_routed: completion is the only report.)
+            # Rejected (the replica's queue was full, or it died before
+            # accepting): Serve retries the request and choose_replicas sees
+            # it again. Or the response completed before Serve reported the
+            # acceptance: on_request_routed follows without a re-choose and
+            # finishes it. (Without the queue-length cache, e.g. under Ray
+            # Client, replicas never reject and Serve does not call
+            # on_request_routed: completion is the only report.)
+            req.completed_unrouted = True
             return
         del self._requests[rid]
         if rid not in self._d:  # its replica was removed meanwhile
