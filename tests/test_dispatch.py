@@ -233,3 +233,97 @@ def test_conservation(ops: list, name: str) -> None:
     assert sum(d.queue_sizes) == len(live)
     for rid, w in live.items():
         assert d.worker_of(rid) == w
+
+
+# ---- workers that come and go (rust/dispatch/membership.rs) ---------------
+
+member_op_st = st.one_of(
+    st.tuples(
+        st.just("dispatch"),
+        st.sampled_from("abc"),
+        tokens_st,
+        st.lists(st.integers(0, 3), min_size=1, max_size=4),
+    ),
+    st.tuples(st.just("finish"), st.integers(0, 1000), st.integers(0, 30)),
+    st.tuples(st.just("withdraw"), st.integers(0, 1000)),
+    st.tuples(st.just("remove"), st.integers(0, 3)),
+    st.tuples(st.just("charge"), st.sampled_from("abcd"), st.integers(0, 3), st.integers(0, 9)),
+    st.tuples(st.just("evict"), st.integers(0, 3), tokens_st, st.integers(0, 8)),
+)
+
+
+@settings(max_examples=150)
+@given(
+    ops=st.lists(member_op_st, max_size=60),
+    n=st.integers(1, 4),
+    quantum=st.sampled_from([1.0, 5.0, 12.0, 40.0]),
+)
+def test_d2lpm_membership_matches_reference(ops: list, n: int, quantum: float) -> None:
+    """dispatch_among, withdraw, remove_worker and charge_output against the
+    reference's literal Algorithm 2 over the eligible workers."""
+    d = fairq.D2LPM(n, quantum)
+    ref = RefD2LPM(n, quantum)
+    rid = 0
+    for op in ops:
+        kind = op[0]
+        if kind == "dispatch":
+            _, client, toks, ws = op
+            ws = [w % n for w in ws]
+            assert d.dispatch_among(rid, client, toks, ws) == ref.dispatch_among(
+                rid, client, toks, ws
+            )
+            rid += 1
+        elif kind in ("finish", "withdraw"):
+            live = sorted(ref.inflight)  # type: ignore[type-var]
+            if not live:
+                continue
+            r = live[op[1] % len(live)]
+            if kind == "finish":
+                assert d.on_finish(r, op[2]) == ref.on_finish(r, op[2])
+            else:
+                assert d.withdraw(r) == ref.withdraw(r)
+        elif kind == "remove":
+            assert d.remove_worker(op[1] % n) == ref.remove_worker(op[1] % n)
+        elif kind == "charge":
+            _, client, w, out = op
+            assert d.charge_output(client, w % n, out) == ref.charge_output(client, w % n, out)
+        else:
+            _, w, toks, kept = op
+            d.on_evict(w % n, toks, kept)
+            ref.on_evict(w % n, toks, kept)
+        assert d.queue_sizes == ref.s
+        assert len(d) == len(ref.inflight)
+        for c, row in ref.q.items():
+            for w in range(n):
+                assert d.deficit(c, w) == pytest.approx(row[w])
+    for op in ops:
+        if op[0] == "dispatch":
+            assert d.longest_match(op[2]) == ref.tree.longest_match(op[2])
+
+
+def test_membership_bad_input_changes_nothing() -> None:
+    d = fairq.D2LPM(2, 10.0)
+    d.dispatch("r", "a", [1, 2])
+    before = d.state_dict()
+    with pytest.raises(ValueError, match="workers"):
+        d.dispatch_among("x", "a", [1], [])
+    with pytest.raises(IndexError, match="workers"):
+        d.dispatch_among("x", "a", [1], [0, 2])
+    with pytest.raises(ValueError, match=r"workers\[0\]"):
+        d.dispatch_among("x", "a", [1], [-1])
+    with pytest.raises(TypeError, match="workers"):
+        d.dispatch_among("x", "a", [1], "01")
+    with pytest.raises(ValueError, match="already in flight"):
+        d.dispatch_among("r", "a", [1], [0])
+    with pytest.raises(KeyError):
+        d.withdraw("nope")
+    with pytest.raises(IndexError, match="worker"):
+        d.remove_worker(2)
+    with pytest.raises(ValueError, match="output_tokens"):
+        d.charge_output("a", 0, -1)
+    assert d.state_dict() == before
+    # every dispatcher can lose a worker; only D2LPM dispatches among a subset
+    ll = fairq.LeastLoaded(2)
+    ll.dispatch("x", "a", [1])
+    assert ll.remove_worker(0) == ["x"] and ll.queue_sizes == [0, 0] and len(ll) == 0
+    assert not hasattr(ll, "dispatch_among")

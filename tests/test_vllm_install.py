@@ -105,14 +105,22 @@ def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, types.Modul
         fsched.__dict__.pop(name, None)
 
 
+def _hide_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every ``import vllm...`` fail, even when vLLM is installed and
+    already imported by another test (its submodules are cached too)."""
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "vllm", None)
+
+
 def test_install_without_vllm_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` fail
+    _hide_vllm(monkeypatch)
     with pytest.raises(ImportError, match=r"fairq.vllm.install\(\) needs vLLM"):
         fv.install()
 
 
 def test_scheduler_class_without_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "vllm", None)
+    _hide_vllm(monkeypatch)
     monkeypatch.delitem(fsched.__dict__, "FairqScheduler", raising=False)
     with pytest.raises(ImportError, match="needs vLLM"):
         fsched.FairqScheduler  # noqa: B018

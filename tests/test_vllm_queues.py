@@ -33,10 +33,14 @@ def reqs(n: int) -> list[Req]:
 
 
 def test_import_does_not_import_vllm() -> None:
-    assert "vllm" not in sys.modules or not hasattr(sys.modules["vllm"], "__fairq_fake__")
-    import fairq.vllm.scheduler  # noqa: F401 - cheap without vLLM
+    """In a fresh interpreter (other tests may have imported vLLM here)."""
+    import subprocess
 
-    assert "vllm.v1.core.sched.scheduler" not in sys.modules
+    code = (
+        "import sys, fairq.vllm.scheduler, fairq.vllm.fair, fairq.vllm.tenants; "
+        "assert 'vllm.v1.core.sched.scheduler' not in sys.modules, 'imported vLLM'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 @pytest.mark.parametrize("cls", BOTH)
@@ -81,7 +85,15 @@ def test_unknown_policy(bad: Any) -> None:
 
 
 def test_policy_values() -> None:
-    assert [p.value for p in SchedulingPolicy] == ["fcfs", "priority", "wfq"]
+    assert [p.value for p in SchedulingPolicy] == ["fcfs", "priority", "wfq", "vtc", "lpm", "dlpm"]
+
+
+@pytest.mark.parametrize("policy", ["vtc", "lpm", "dlpm"])
+def test_fair_policies_are_not_standalone_queues(policy: str) -> None:
+    from fairq.vllm import create_request_queue
+
+    with pytest.raises(ValueError, match="inside vLLM's scheduler.*--scheduler-cls"):
+        create_request_queue(policy)
 
 
 def test_wfq_policy_is_imported_lazily(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "fairq.integrations.transformers.bench",
         "replay a multi-client workload on transformers' continuous batching engine",
     ),
+    "ray-bench": (
+        "fairq.integrations.ray.bench",
+        "D2LPM vs Ray Serve's routers on a local Ray cluster with engine replicas",
+    ),
 }
 
 

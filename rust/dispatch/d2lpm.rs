@@ -90,18 +90,22 @@ impl State {
         self.refills = refills;
     }
 
-    /// Add `Q_w` to every `q[c][w]` as many rounds as the paper's while loop
-    /// would (the rounds after which some `q[c][w] > 0`), in O(W), with the
-    /// closed-form refill DLPM uses ([`crate::deficit`]).
-    fn refill(&mut self, c: usize) {
+    /// Add `Q_w` to every `q[c][w]` of an eligible worker as many rounds as
+    /// the paper's while loop would (the rounds after which some eligible
+    /// `q[c][w] > 0`), in O(W), with the closed-form refill DLPM uses
+    /// ([`crate::deficit`]). Every worker is eligible except in
+    /// [`State::select_among`].
+    fn refill(&mut self, c: usize, eligible: impl Fn(usize) -> bool + Copy) {
         let qw = self.cfg.worker_quantum;
         let row = &mut self.q[c];
-        let Some(rounds) = rounds_until_positive(row.iter().copied(), qw) else {
+        let credits = row.iter().enumerate().filter(|(w, _)| eligible(*w));
+        let Some(rounds) = rounds_until_positive(credits.map(|(_, &x)| x), qw) else {
             return;
         };
         self.refills = self.refills.saturating_add(rounds.count);
-        refill(row.iter_mut(), qw, rounds);
-        debug_assert!(row.iter().any(|&x| x > 0.0));
+        let eligible_rows = row.iter_mut().enumerate().filter(|(w, _)| eligible(*w));
+        refill(eligible_rows.map(|(_, x)| x), qw, rounds);
+        debug_assert!(row.iter().enumerate().any(|(w, &x)| eligible(w) && x > 0.0));
     }
 
     /// Charge `cost` to `q[c][w]`, saturating at `f64::MIN`: an overflowing
@@ -113,23 +117,62 @@ impl State {
 
     /// Algorithm 2's SelectWorker plus the dispatch-time charge.
     pub fn select(&mut self, c: usize, g: &WorkerSet, load: &[u64], input_len: usize) -> usize {
+        self.select_in(c, g, load, input_len, |_| true)
+    }
+
+    /// [`State::select`] over the workers in `eligible` only (non-empty):
+    /// the refill loop and both candidate sets leave the others out, as if
+    /// they did not exist. With one eligible worker this is the D2LPM
+    /// accounting of a dispatch to that worker.
+    pub fn select_among(
+        &mut self,
+        c: usize,
+        g: &WorkerSet,
+        load: &[u64],
+        input_len: usize,
+        eligible: &WorkerSet,
+    ) -> usize {
+        self.select_in(c, g, load, input_len, |w| eligible.contains(w))
+    }
+
+    fn select_in(
+        &mut self,
+        c: usize,
+        g: &WorkerSet,
+        load: &[u64],
+        input_len: usize,
+        eligible: impl Fn(usize) -> bool + Copy,
+    ) -> usize {
         let n = load.len();
         if self.q.len() <= c {
             self.q.resize_with(c + 1, || vec![0.0; n]);
         }
-        if self.q[c].iter().all(|&x| x <= 0.0) {
-            self.refill(c);
+        let row = &self.q[c];
+        if !(0..n).any(|w| eligible(w) && row[w] > 0.0) {
+            self.refill(c, eligible);
         }
         let row = &self.q[c];
-        let w = {
-            let cand = g.iter().filter(|&w| row[w] > 0.0);
-            argmin(load, cand).unwrap_or_else(|| {
-                argmin(load, (0..n).filter(|&w| row[w] > 0.0))
-                    .expect("a refill leaves some worker with credit")
-            })
-        };
+        let avail = |w: &usize| eligible(*w) && row[*w] > 0.0;
+        let w = argmin(load, g.iter().filter(avail)).unwrap_or_else(|| {
+            argmin(load, (0..n).filter(avail)).expect("a refill leaves some worker with credit")
+        });
         Self::charge(&mut self.q[c][w], self.cfg.w_e * input_len as f64);
         w
+    }
+
+    /// Give back the dispatch-time charge of `input_len` tokens on `q[c][w]`
+    /// (a dispatch withdrawn before the worker served it).
+    pub fn refund(&mut self, c: usize, w: usize, input_len: u64) {
+        if let Some(row) = self.q.get_mut(c) {
+            row[w] = add_saturating(row[w], self.cfg.w_e * input_len as f64);
+        }
+    }
+
+    /// Worker slot `w` now holds a new worker: every client's deficit there is 0.
+    pub fn reset_worker(&mut self, w: usize) {
+        for row in &mut self.q {
+            row[w] = 0.0;
+        }
     }
 
     pub fn on_finish(&mut self, c: usize, w: usize, output_tokens: u64) {
@@ -170,12 +213,12 @@ mod tests {
         // a tiny quantum must not turn into infinite credit
         let mut st = State::new(D2lpmConfig::new(5e-324));
         st.q = vec![vec![-10.0, -20.0]];
-        st.refill(0);
+        st.refill(0, |_| true);
         assert!(st.q[0][0] > 0.0 && st.q[0][0].is_finite() && st.q[0][1] < 0.0);
         // a debt beyond float precision: adding Q changes nothing
         let mut st = State::new(D2lpmConfig::new(1.0));
         st.q = vec![vec![-1e300, -2e300]];
-        st.refill(0);
+        st.refill(0, |_| true);
         assert!(st.q[0].iter().any(|&x| x > 0.0));
     }
 
@@ -183,11 +226,11 @@ mod tests {
     fn refill_is_the_while_loop() {
         let mut st = State::new(D2lpmConfig::new(10.0));
         st.q = vec![vec![-25.0, -5.0, -31.0]];
-        st.refill(0);
+        st.refill(0, |_| true);
         // one round makes w1 positive (5 > 0)
         assert_eq!(st.q[0], vec![-15.0, 5.0, -21.0]);
         st.q = vec![vec![-20.0, -30.0]];
-        st.refill(0);
+        st.refill(0, |_| true);
         // -20 needs 3 rounds (exactly 0 after 2 is not > 0)
         assert_eq!(st.q[0], vec![10.0, 0.0]);
         assert_eq!(st.refills(), 4);

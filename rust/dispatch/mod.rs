@@ -15,6 +15,7 @@
 
 pub mod baselines;
 pub mod d2lpm;
+pub mod membership;
 pub mod state;
 pub mod tree;
 
@@ -32,6 +33,8 @@ pub use crate::request_id::RequestId;
 struct Inflight {
     client: usize,
     worker: usize,
+    /// Prompt tokens charged at dispatch (what [`Dispatcher::withdraw`] refunds).
+    input_len: u64,
 }
 
 /// The dispatch rule.
@@ -296,15 +299,7 @@ impl Dispatcher {
     /// Choose a worker for a new request and record it as in flight there.
     /// A duplicate in-flight id is a `ValueError` and changes nothing.
     pub fn dispatch(&mut self, id: RequestId, client: &str, tokens: &[u32]) -> Result<usize> {
-        if self.inflight.contains_key(&id) {
-            return Err(Error::value(format!(
-                "request_id {id} is already in flight"
-            )));
-        }
-        let c = match self.clients.get(client) {
-            Some(&c) => c,
-            None => self.new_client(client),
-        };
+        let c = self.client_for(&id, client)?;
         let w = match &mut self.policy {
             Policy::D2lpm(st) => {
                 let tree = self.tree.as_ref().expect("D2LPM has a tree");
@@ -336,6 +331,27 @@ impl Dispatcher {
                 cfg.select(len, tokens.len(), g, &self.load)
             }
         };
+        self.record(id, c, tokens, w);
+        Ok(w)
+    }
+
+    /// The client slot of a new request `id` (interned if new); a duplicate
+    /// in-flight id is a `ValueError` and changes nothing.
+    fn client_for(&mut self, id: &RequestId, client: &str) -> Result<usize> {
+        if self.inflight.contains_key(id) {
+            return Err(Error::value(format!(
+                "request_id {id} is already in flight"
+            )));
+        }
+        Ok(match self.clients.get(client) {
+            Some(&c) => c,
+            None => self.new_client(client),
+        })
+    }
+
+    /// The bookkeeping of a dispatch of `tokens` by client slot `c` to `w`:
+    /// the tree, the counts and the in-flight record.
+    fn record(&mut self, id: RequestId, c: usize, tokens: &[u32], w: usize) {
         if let Some(t) = self.tree.as_mut() {
             t.insert(tokens, w);
         }
@@ -347,9 +363,9 @@ impl Dispatcher {
             Inflight {
                 client: c,
                 worker: w,
+                input_len: tokens.len() as u64,
             },
         );
-        Ok(w)
     }
 
     /// Report that an in-flight request finished after `output_tokens`

@@ -9,7 +9,7 @@
 //!  "clients": [{"name", "deficits": [W numbers] (D2LPM), "next": w (ClientRoundRobin)}],
 //!  "cursor": w (RoundRobin), "refills": n (D2LPM),
 //!  "dispatched": [W counts],
-//!  "inflight": [{"request_id", "client", "worker"}],
+//!  "inflight": [{"request_id", "client", "worker", "input_len" (optional, default 0)}],
 //!  "tree": [{"tokens": [...], "workers": [...]}] (D2LPM, PrefixAffinity)}
 //! ```
 //!
@@ -136,6 +136,7 @@ impl Dispatcher {
                     ("request_id", id.to_value(&at)?),
                     ("client", Value::str(self.client_names[r.client].as_str())),
                     ("worker", int(r.worker as u64)),
+                    ("input_len", int(r.input_len)),
                 ]))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -344,7 +345,9 @@ impl Dispatcher {
         let mut seen = HashSet::new();
         for (i, rv) in list(&f, "inflight")?.iter().enumerate() {
             let rf = Fields::new(rv, f.at("inflight").index(i), "in-flight request")?;
-            rf.deny_unknown(&["request_id", "client", "worker"], "", |_| None)?;
+            rf.deny_unknown(&["request_id", "client", "worker", "input_len"], "", |_| {
+                None
+            })?;
             let id = RequestId::from_value(rf.required("request_id")?, &rf.at("request_id"))?;
             if !seen.insert(id.clone()) {
                 return Err(rf
@@ -360,7 +363,18 @@ impl Dispatcher {
                     dispatched[w]
                 )));
             }
-            inflight.insert(id, Inflight { client, worker: w });
+            let input_len = match rf.get("input_len") {
+                Some(x) => as_u64(x, &rf.at("input_len"), 0)?,
+                None => 0,
+            };
+            inflight.insert(
+                id,
+                Inflight {
+                    client,
+                    worker: w,
+                    input_len,
+                },
+            );
         }
         let refills = match policy {
             Policy::D2lpm(_) => as_u64(f.required("refills")?, &f.at("refills"), 0)?,

@@ -360,6 +360,14 @@ impl WorkerTree {
         removed
     }
 
+    /// Worker `w` holds nothing any more (it left, or its slot is reused):
+    /// unmark it everywhere and prune. Returns the number of nodes it was
+    /// removed from.
+    pub fn remove_worker(&mut self, w: usize) -> usize {
+        let firsts: Vec<u32> = self.node(ROOT).children.keys().copied().collect();
+        firsts.into_iter().map(|t| self.evict(&[t], w, 0)).sum()
+    }
+
     /// After a prune, the node ending at depth `kept` may have one child with
     /// the same worker set; merge them so the tree stays compressed.
     fn parent_of_path(&self, tokens: &[u32], depth: usize) -> Option<usize> {

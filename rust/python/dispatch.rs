@@ -71,6 +71,30 @@ impl PyDispatcher {
         Ok(self.inner.on_evict(w, &toks, kept)?)
     }
 
+    /// Undo the dispatch of an in-flight request its worker never served
+    /// (cancelled, or sent elsewhere): it leaves the table and the queue
+    /// size, and D2LPM refunds its dispatch-time charge. The global tree
+    /// keeps the prefix on the worker. Returns the worker; unknown id:
+    /// KeyError.
+    fn withdraw(&mut self, request_id: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let id = request_id::parse(request_id)?;
+        Ok(self.inner.withdraw(&id)?)
+    }
+
+    /// Worker `worker` is gone (died, scaled down, replaced): removed from
+    /// the global tree, every client's D2LPM deficit there reset to 0, its
+    /// in-flight requests dropped without a charge. Returns their ids
+    /// (sorted); a new worker may then take the slot.
+    fn remove_worker(
+        &mut self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::worker)] worker: i64,
+    ) -> PyResult<Vec<PyObject>> {
+        let w = args::non_negative("worker", worker)?;
+        let gone = self.inner.remove_worker(w)?;
+        Ok(gone.iter().map(|id| request_id::to_py(py, id)).collect())
+    }
+
     /// Worker serving an in-flight request (KeyError if not in flight).
     fn worker_of(&self, request_id: &Bound<'_, PyAny>) -> PyResult<usize> {
         let id = request_id::parse(request_id)?;
@@ -239,6 +263,41 @@ impl PyD2LPM {
         Ok(slf.as_super().inner.deficit(&client, w)?)
     }
 
+    /// `dispatch` over the workers in `workers` only (the slots holding a
+    /// live worker now): the others are left out of the refill loop and of
+    /// both candidate sets. With one worker it records a dispatch there with
+    /// D2LPM's charge. Empty `workers`: ValueError; out of range: IndexError.
+    fn dispatch_among(
+        mut slf: PyRefMut<'_, Self>,
+        request_id: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = args::client)] client: String,
+        tokens: &Bound<'_, PyAny>,
+        workers: &Bound<'_, PyAny>,
+    ) -> PyResult<usize> {
+        let id = request_id::parse(request_id)?;
+        let toks = extract_tokens(tokens, "tokens")?;
+        let ws = worker_list(workers)?;
+        Ok(slf
+            .as_super()
+            .inner
+            .dispatch_among(id, &client, &toks, &ws)?)
+    }
+
+    /// Charge `w_q * output_tokens` to `client` on `worker` after its request
+    /// left the table (finished with `on_finish(request_id, 0)`, the output
+    /// count reported later). Returns False for a client not known (never
+    /// seen or forgotten).
+    fn charge_output(
+        mut slf: PyRefMut<'_, Self>,
+        #[pyo3(from_py_with = args::client)] client: String,
+        #[pyo3(from_py_with = args::worker)] worker: i64,
+        #[pyo3(from_py_with = args::output_tokens)] output_tokens: i64,
+    ) -> PyResult<bool> {
+        let w = args::non_negative("worker", worker)?;
+        let n = args::non_negative("output_tokens", output_tokens)? as u64;
+        Ok(slf.as_super().inner.charge_output(&client, w, n)?)
+    }
+
     /// `Q_w`.
     #[getter]
     fn worker_quantum(slf: PyRef<'_, Self>) -> f64 {
@@ -256,6 +315,27 @@ impl PyD2LPM {
     fn w_q(slf: PyRef<'_, Self>) -> f64 {
         cfg(&slf.as_super().inner).w_q
     }
+}
+
+/// `workers`: a sequence of ints >= 0 (the range is the core's to check).
+fn worker_list(v: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
+    if v.is_instance_of::<pyo3::types::PyString>() {
+        return Err(pyo3::exceptions::PyTypeError::new_err(
+            "workers must be a sequence of ints, got str",
+        ));
+    }
+    let items = v.try_iter().map_err(|_| {
+        pyo3::exceptions::PyTypeError::new_err(format!(
+            "workers must be a sequence of ints, got {}",
+            args::type_name(v)
+        ))
+    })?;
+    let mut out = Vec::new();
+    for (i, item) in items.enumerate() {
+        let field = format!("workers[{i}]");
+        out.push(args::non_negative(&field, args::int_arg(&field, &item?)?)?);
+    }
+    Ok(out)
 }
 
 fn cfg(d: &Dispatcher) -> D2lpmConfig {

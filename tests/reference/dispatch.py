@@ -60,28 +60,57 @@ class RefD2LPM:
         self.q: dict[str, list[float]] = {}
         self.s = [0] * num_workers
         self.tree = RefHoldings(num_workers)
-        self.inflight: dict[object, tuple[str, int]] = {}
+        self.inflight: dict[object, tuple[str, int, int]] = {}
 
     def dispatch(self, rid: object, client: str, tokens: Sequence[int]) -> int:
+        return self.dispatch_among(rid, client, tokens, range(self.n))
+
+    def dispatch_among(
+        self, rid: object, client: str, tokens: Sequence[int], workers: Sequence[int]
+    ) -> int:
+        """Algorithm 2 with only ``workers`` in the world."""
         assert rid not in self.inflight
+        eligible = sorted(set(workers))
         q = self.q.setdefault(client, [0.0] * self.n)
         _, G = self.tree.longest_match(tokens)
-        avail = [w for w in range(self.n) if q[w] > 0]
+        avail = [w for w in eligible if q[w] > 0]
         while not avail:
-            for w in range(self.n):
+            for w in eligible:
                 q[w] += self.Q
-            avail = [w for w in range(self.n) if q[w] > 0]
+            avail = [w for w in eligible if q[w] > 0]
         cand = [w for w in G if w in avail]
         pool = cand or avail
         w = min(pool, key=lambda x: (self.s[x], x))
         q[w] -= self.w_e * len(tokens)
         self.s[w] += 1
         self.tree.insert(w, tokens)
-        self.inflight[rid] = (client, w)
+        self.inflight[rid] = (client, w, len(tokens))
         return w
 
+    def withdraw(self, rid: object) -> int:
+        client, w, n = self.inflight.pop(rid)
+        self.q[client][w] += self.w_e * n
+        self.s[w] -= 1
+        return w
+
+    def remove_worker(self, w: int) -> list[object]:
+        self.tree.held[w] = []
+        for row in self.q.values():
+            row[w] = 0.0
+        gone = sorted(r for r, (_, x, _) in self.inflight.items() if x == w)  # type: ignore[type-var]
+        for r in gone:
+            del self.inflight[r]
+        self.s[w] = 0
+        return gone
+
+    def charge_output(self, client: str, w: int, out: int) -> bool:
+        if client not in self.q:
+            return False
+        self.q[client][w] -= self.w_q * out
+        return True
+
     def on_finish(self, rid: object, out: int) -> int:
-        client, w = self.inflight.pop(rid)
+        client, w, _ = self.inflight.pop(rid)
         self.q[client][w] -= self.w_q * out
         self.s[w] -= 1
         return w

@@ -1,0 +1,127 @@
+"""Replica-side feedback for the D2LPM router (no Ray import at module level).
+
+A replica tells the routers two things the router cannot see: how many output
+tokens a finished request generated (D2LPM charges ``w_q`` per output token to
+the tenant on that replica) and which cached prefixes its engine evicted (the
+router's global prefix tree stops believing the replica holds them).
+
+The channel is Ray Serve's routing-stats hook: Serve calls the deployment's
+``record_routing_stats()`` every ``request_routing_stats_period_s`` seconds,
+the controller broadcasts the returned dict to every router of the deployment
+with the replica list, and the router reads it as ``replica.routing_stats``
+when its ``update_replicas`` runs. We chose it over a deployment method the
+router would call because it is Ray's public, documented path; it needs no
+actor handle or extra RPC in the router, never blocks a request (the router
+reads what has arrived) and reaches *every* router of the deployment (one per
+handle and per proxy), which all keep their own D2LPM state. Its cost is
+delay: a finish is charged up to one stats period (plus the controller's
+broadcast) after it happened, so a tenant's deficit on a replica runs ahead by
+at most the output tokens it finished there in one period.
+
+``ReplicaFeedback`` keeps the last ``capacity`` events, numbered; each router
+applies the ones it has not seen (per replica, by number) and counts any it
+missed because more than ``capacity`` happened between two broadcasts
+(``FairqD2LPMRouter.feedback_lost``).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import deque
+from typing import Any
+
+#: Key of fairq's entry in the routing-stats dict.
+FEEDBACK_KEY = "fairq"
+
+
+def current_request_id() -> str | None:
+    """The internal request id of the Serve request being handled (the id the
+    router sees as ``PendingRequest.metadata.internal_request_id``), or None
+    outside a request."""
+    try:
+        from ray.serve.context import _get_serve_request_context
+    except ImportError:  # pragma: no cover - fairq[ray] not installed
+        return None
+    ctx = _get_serve_request_context()
+    rid = getattr(ctx, "_internal_request_id", "") or getattr(ctx, "request_id", "")
+    return rid or None
+
+
+class ReplicaFeedback:
+    """Numbered finish and eviction events, read by the routers.
+
+    Use it in a deployment::
+
+        @serve.deployment(request_router_config=fairq_router_config(...))
+        class Engine:
+            def __init__(self):
+                self.feedback = ReplicaFeedback()
+
+            async def __call__(self, body):
+                out = ...  # generate
+                self.feedback.record_finish(output_tokens=len(out))
+                return out
+
+            def record_routing_stats(self) -> dict:
+                return self.feedback.routing_stats()
+
+    Thread-safe (engines report from their own threads).
+
+    Args:
+        capacity: events kept for routers that have not read them yet (> 0).
+        key: the routing-stats key (the router's ``feedback_key``).
+    """
+
+    def __init__(self, capacity: int = 4096, key: str = FEEDBACK_KEY) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"capacity must be an int >= 1, got {capacity!r}")
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"key must be a non-empty str, got {key!r}")
+        self.key = key
+        self.epoch = uuid.uuid4().hex
+        self._seq = 0
+        self._events: deque[list[Any]] = deque(maxlen=capacity)
+        self._lock = threading.Lock()
+
+    def record_finish(self, request_id: str | None = None, output_tokens: int = 0) -> int:
+        """A request finished after ``output_tokens`` output tokens.
+        ``request_id`` defaults to the current Serve request's internal id.
+        Returns the event number."""
+        rid = request_id if request_id is not None else current_request_id()
+        if not isinstance(rid, str) or not rid:
+            raise ValueError(
+                f"request_id must be a non-empty str (none given outside a request), got {rid!r}"
+            )
+        if isinstance(output_tokens, bool) or not isinstance(output_tokens, int):
+            raise TypeError(f"output_tokens must be an int, got {type(output_tokens).__name__}")
+        if output_tokens < 0:
+            raise ValueError(f"output_tokens must be >= 0, got {output_tokens}")
+        return self._push(["finish", rid, output_tokens])
+
+    def record_evict(self, tokens: Any, kept: int = 0) -> int:
+        """The engine evicted ``tokens[kept:]`` from its prefix cache (it keeps
+        ``tokens[:kept]``). Returns the event number."""
+        ids = [int(t) for t in tokens]
+        if any(t < 0 or t > 0xFFFFFFFF for t in ids):
+            raise ValueError("tokens must be token ids in 0..2**32-1")
+        if isinstance(kept, bool) or not isinstance(kept, int) or kept < 0:
+            raise ValueError(f"kept must be an int >= 0, got {kept!r}")
+        return self._push(["evict", ids, kept])
+
+    def _push(self, event: list[Any]) -> int:
+        with self._lock:
+            self._seq += 1
+            self._events.append([self._seq, *event])
+            return self._seq
+
+    def routing_stats(self) -> dict[str, Any]:
+        """The routing-stats dict to return from ``record_routing_stats``."""
+        with self._lock:
+            return {
+                self.key: {
+                    "epoch": self.epoch,
+                    "seq": self._seq,
+                    "events": [list(e) for e in self._events],
+                }
+            }

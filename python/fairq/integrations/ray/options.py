@@ -1,0 +1,91 @@
+"""Options of the D2LPM Ray Serve router, validated at construction (no Ray import)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import fairq
+from fairq.integrations.ray.extract import TenantExtractor, TokensExtractor
+from fairq.integrations.ray.feedback import FEEDBACK_KEY
+
+
+def _load(field: str, spec: Any) -> Callable[..., Any] | None:
+    """A callable, or ``"package.module:attribute"`` naming one; None stays None."""
+    if spec is None or callable(spec):
+        return spec
+    if not isinstance(spec, str) or ":" not in spec:
+        raise TypeError(f"{field} must be a callable or a 'module:attribute' string, got {spec!r}")
+    module, _, attr = spec.partition(":")
+    try:
+        obj = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"{field} = {spec!r} cannot be imported: {e}") from e
+    if not callable(obj):
+        raise TypeError(f"{field} = {spec!r} is not callable")
+    return obj
+
+
+@dataclass(frozen=True)
+class RouterOptions:
+    """The router's ``request_router_kwargs``; every field is checked when the
+    options are built, and errors name the field.
+
+    Attributes:
+        worker_quantum: D2LPM's ``Q_w``, credit per refill round in (pseudo-)
+            tokens; ``> 0``, ``float("inf")`` for pure prefix affinity.
+        w_e, w_q: cost of an input and an output token (``>= 0``, finite).
+        max_replicas: worker slots of the dispatcher (1..4096); replicas take
+            a free slot when they appear and give it back when they go.
+        default_tenant: tenant of a request the extractor finds none for.
+        tenant_header: HTTP header read for the tenant of proxy requests.
+        tenant_extractor: ``(args, kwargs) -> str``, or ``"module:attr"``;
+            None: :func:`fairq.integrations.ray.extract.default_tenant`.
+        tokens_extractor: ``(args, kwargs) -> token ids``, or
+            ``"module:attr"``; None: ``default_tokens``.
+        spill: when the D2LPM choice cannot take the request now (its queue is
+            at ``max_ongoing_requests`` or it does not answer), offer the other
+            replicas (least-loaded first, Ray's choice) instead of waiting.
+        feedback_key: routing-stats key the replicas report under.
+        recent_requests: completed requests remembered for output counts that
+            arrive after completion (> 0).
+    """
+
+    worker_quantum: float = 4096.0
+    w_e: float = 1.0
+    w_q: float = 2.0
+    max_replicas: int = 256
+    default_tenant: str = "default"
+    tenant_header: str = "x-fairq-tenant"
+    tenant_extractor: TenantExtractor | str | None = None
+    tokens_extractor: TokensExtractor | str | None = None
+    spill: bool = True
+    feedback_key: str = FEEDBACK_KEY
+    recent_requests: int = 65536
+
+    def __post_init__(self) -> None:
+        for name in ("max_replicas", "recent_requests"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        if self.max_replicas > 4096:
+            raise ValueError(f"max_replicas must be <= 4096, got {self.max_replicas}")
+        for name in ("default_tenant", "tenant_header", "feedback_key"):
+            v = getattr(self, name)
+            if not isinstance(v, str) or not v:
+                raise ValueError(f"{name} must be a non-empty str, got {v!r}")
+        if not isinstance(self.spill, bool):
+            raise TypeError(f"spill must be a bool, got {type(self.spill).__name__}")
+        object.__setattr__(
+            self, "tenant_extractor", _load("tenant_extractor", self.tenant_extractor)
+        )
+        object.__setattr__(
+            self, "tokens_extractor", _load("tokens_extractor", self.tokens_extractor)
+        )
+        self.dispatcher()  # the core validates worker_quantum, w_e, w_q
+
+    def dispatcher(self) -> fairq.D2LPM:
+        """A fresh D2LPM over ``max_replicas`` slots with these knobs."""
+        return fairq.D2LPM(self.max_replicas, self.worker_quantum, w_e=self.w_e, w_q=self.w_q)

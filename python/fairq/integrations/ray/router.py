@@ -1,0 +1,381 @@
+"""``FairqD2LPMRouter``: D2LPM (ALGORITHMS.md section 7) as a Ray Serve request router.
+
+Written and tested against Ray 2.60's ``ray.serve.request_router`` API
+(``fairq[ray]`` pins ``ray[serve]>=2.60,<2.61``). The policy is the Rust
+core's ``fairq.D2LPM``; this class only maps Ray's lifecycle onto it:
+
+* replicas <-> dispatcher slots: a replica takes a free slot when it appears
+  (``update_replicas``) and gives it back when it goes (scaled down, replaced,
+  or ``on_replica_actor_died``): ``D2LPM.remove_worker`` drops it from the
+  global prefix tree and resets every tenant's deficit there, so routing
+  never waits on, or keeps affinity to, a replica that is gone;
+* ``choose_replicas``: the tenant and prompt tokens come from the extractors
+  (:mod:`fairq.integrations.ray.extract`); ``D2LPM.dispatch_among`` picks a
+  replica among the live ones and records the dispatch at once (so requests
+  routed in the same burst see each other's charges). The pick is rank 0;
+  with ``spill`` the other replicas form rank 1, which Ray's selection uses
+  only when the pick cannot take the request now (its queue is at
+  ``max_ongoing_requests`` or it does not answer the probe);
+* ``on_request_routed``: the replica accepted the request. If Ray sent it to
+  another replica than the pick, the dispatch moves there
+  (``withdraw`` + ``dispatch_among([that replica])``);
+* ``on_request_completed``: ``on_finish(request, 0)`` frees the replica's queue
+  slot; the output tokens arrive from the replica through the routing-stats
+  hook (:mod:`fairq.integrations.ray.feedback`) and are charged with
+  ``charge_output``; KV-cache evictions reported there go to ``on_evict``;
+* a request cancelled before it was routed is withdrawn (its charge refunded).
+
+Every router instance (one per ``DeploymentHandle`` and per HTTP proxy) holds
+its own D2LPM state; see docs/ARCHITECTURE.md ("D2LPM on Ray Serve") for what
+that does to the fairness bound.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+from ray.serve.request_router import (
+    PendingRequest,
+    ReplicaID,
+    RequestRouter,
+    RunningReplica,
+)
+
+import fairq
+from fairq.integrations.ray.extract import EMPTY, default_tenant, default_tokens
+from fairq.integrations.ray.options import RouterOptions
+
+logger = logging.getLogger("ray.serve")
+
+#: Ray releases this module was written and tested against.
+SUPPORTED_RAY = ">=2.60,<2.61"
+
+
+@dataclass
+class _Request:
+    """A request this router dispatched and has not seen complete."""
+
+    tenant: str
+    tokens: np.ndarray
+    routed: bool = False
+    completed_unrouted: bool = False  # a send completed before on_request_routed
+    output_tokens: int = 0  # reported before completion (rare)
+    watched_future: int = 0  # id() of the PendingRequest future we watch
+
+
+class FairqD2LPMRouter(RequestRouter):
+    """Ray Serve request router running D2LPM from fairq's Rust core.
+
+    Configure it with :func:`fairq.integrations.ray.fairq_router_config`
+    (which validates the options in the caller's process) or directly::
+
+        RequestRouterConfig(
+            request_router_class="fairq.integrations.ray:FairqD2LPMRouter",
+            request_router_kwargs={"worker_quantum": 4096},
+            request_routing_stats_period_s=1.0,
+        )
+
+    ``request_router_kwargs`` are :class:`RouterOptions` fields.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._setup(RouterOptions())
+
+    # --- configuration ----------------------------------------------------
+
+    def initialize_state(self, **kwargs: Any) -> None:
+        """Apply ``request_router_kwargs`` (validated; errors name the field)."""
+        self._setup(RouterOptions(**kwargs))
+        for replica_id in list(self._replica_id_set):
+            self._add_replica(replica_id)
+
+    def _setup(self, options: RouterOptions) -> None:
+        self.options = options
+        self._d: fairq.D2LPM = options.dispatcher()
+        self._slot: dict[ReplicaID, int] = {}
+        self._free: list[int] = list(range(options.max_replicas - 1, -1, -1))
+        self._requests: dict[str, _Request] = {}
+        self._recent: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        self._seen: dict[ReplicaID, tuple[Any, int]] = {}
+        #: Counters: requests dispatched, moved to another replica by Ray,
+        #: withdrawn (cancelled before routing), finished; output charges and
+        #: evictions applied; replicas removed; feedback events missed or
+        #: malformed; extractor failures; replicas left without a slot.
+        self.counters: dict[str, int] = dict.fromkeys(
+            (
+                "dispatched",
+                "moved",
+                "withdrawn",
+                "finished",
+                "output_charged",
+                "evictions",
+                "replicas_removed",
+                "feedback_lost",
+                "feedback_errors",
+                "extractor_errors",
+                "unslotted",
+            ),
+            0,
+        )
+
+    @property
+    def dispatcher(self) -> fairq.D2LPM:
+        """The D2LPM state (read it; do not dispatch on it)."""
+        return self._d
+
+    def slot_of(self, replica_id: ReplicaID) -> int | None:
+        """The dispatcher slot of a replica (None if it has none)."""
+        return self._slot.get(replica_id)
+
+    # --- replicas -----------------------------------------------------------
+
+    def _add_replica(self, replica_id: ReplicaID) -> int | None:
+        slot = self._slot.get(replica_id)
+        if slot is not None:
+            return slot
+        if not self._free:
+            self.counters["unslotted"] += 1
+            logger.warning(
+                "fairq D2LPM router: %s gets no slot (max_replicas=%d in use); it is offered "
+                "only when the others cannot take a request",
+                replica_id,
+                self.options.max_replicas,
+            )
+            return None
+        slot = self._free.pop()
+        self._slot[replica_id] = slot
+        return slot
+
+    def _remove_replica(self, replica_id: ReplicaID) -> None:
+        slot = self._slot.pop(replica_id, None)
+        self._seen.pop(replica_id, None)
+        if slot is None:
+            return
+        # Its in-flight requests leave the dispatcher; Ray fails or retries
+        # them, and the retries are dispatched again among the live replicas.
+        self._d.remove_worker(slot)
+        self._free.append(slot)
+        self.counters["replicas_removed"] += 1
+
+    def update_replicas(self, replicas: list[RunningReplica]) -> None:
+        """Ray's replica-set update (membership and routing stats)."""
+        super().update_replicas(replicas)
+        live = set(self._replica_id_set)
+        for replica_id in [r for r in self._slot if r not in live]:
+            self._remove_replica(replica_id)
+        for r in replicas:
+            self._add_replica(r.replica_id)
+        for r in replicas:
+            self._apply_feedback(r)
+
+    def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
+        """The replica died (seen by a probe or a request): forget it now."""
+        super().on_replica_actor_died(replica_id)
+        self._remove_replica(replica_id)
+
+    # --- routing ------------------------------------------------------------
+
+    def _extract(self, pr: PendingRequest) -> tuple[str, np.ndarray]:
+        opts = self.options
+        args, kwargs = pr.args, pr.kwargs
+        tenant: Any
+        if not callable(opts.tenant_extractor):
+            tenant = default_tenant(
+                args, kwargs, tenant_header=opts.tenant_header, default=opts.default_tenant
+            )
+        else:
+            try:
+                tenant = opts.tenant_extractor(args, kwargs)
+            except Exception:
+                tenant = None
+            if not isinstance(tenant, str) or not tenant:
+                self.counters["extractor_errors"] += 1
+                tenant = opts.default_tenant
+        if not callable(opts.tokens_extractor):
+            tokens = default_tokens(args, kwargs)
+        else:
+            try:
+                raw = np.asarray(opts.tokens_extractor(args, kwargs))
+                if raw.ndim != 1 or (raw.size and raw.dtype.kind not in "iu"):
+                    raise ValueError("not a 1-d array of ints")
+                if raw.size and (raw.min() < 0 or raw.max() > 0xFFFFFFFF):
+                    raise ValueError("token id out of range")
+                tokens = raw.astype(np.uint32)
+            except Exception:
+                self.counters["extractor_errors"] += 1
+                tokens = EMPTY
+        return tenant, tokens
+
+    def _watch(self, rid: str, req: _Request, pr: PendingRequest) -> None:
+        """Withdraw the dispatch if the caller cancels before it is routed
+        (Ray replaces the future on a retry: watch each one)."""
+        fut = pr.future
+        if req.watched_future != id(fut):
+            req.watched_future = id(fut)
+            fut.add_done_callback(partial(self._on_future_done, rid))
+
+    def _on_future_done(self, rid: str, fut: Any) -> None:
+        if not fut.cancelled():
+            return
+        req = self._requests.get(rid)
+        if req is None or req.routed:
+            return
+        del self._requests[rid]
+        if rid in self._d:
+            self._d.withdraw(rid)
+            self.counters["withdrawn"] += 1
+
+    async def choose_replicas(
+        self,
+        candidate_replicas: list[RunningReplica],
+        pending_request: PendingRequest | None = None,
+    ) -> list[list[RunningReplica]]:
+        """Rank 0: D2LPM's pick among the live replicas; rank 1 (with
+        ``spill``): the others."""
+        if not candidate_replicas:
+            return []
+        if pending_request is None:
+            return [list(candidate_replicas)]
+        by_slot: dict[int, RunningReplica] = {}
+        unslotted: list[RunningReplica] = []
+        for r in candidate_replicas:
+            s = self._slot.get(r.replica_id)
+            if s is None:
+                s = self._add_replica(r.replica_id)
+            if s is None:
+                unslotted.append(r)
+            else:
+                by_slot[s] = r
+        if not by_slot:
+            return [list(candidate_replicas)]
+        rid = pending_request.metadata.internal_request_id
+        req = self._requests.get(rid)
+        if req is None:
+            tenant, tokens = self._extract(pending_request)
+            req = self._requests[rid] = _Request(tenant, tokens)
+        self._watch(rid, req, pending_request)
+        # Chosen again: the send whose completion we saw was rejected.
+        req.completed_unrouted = False
+        if rid in self._d:
+            # Chosen before (Ray retries after a rejection or a backoff): keep
+            # the pick while its replica is live, else choose again.
+            w = self._d.worker_of(rid)
+            if w not in by_slot:
+                self._d.withdraw(rid)
+        if rid not in self._d:
+            w = self._d.dispatch_among(rid, req.tenant, req.tokens, list(by_slot))
+            self.counters["dispatched"] += 1
+        pick = by_slot[w]
+        if not self.options.spill:
+            return [[pick]]
+        rest = [r for s, r in by_slot.items() if s != w] + unslotted
+        return [[pick], rest] if rest else [[pick]]
+
+    def on_request_routed(
+        self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any
+    ) -> None:
+        """The replica accepted the request: make the dispatch record match."""
+        rid = pending_request.metadata.internal_request_id
+        req = self._requests.get(rid)
+        if req is None:
+            return
+        req.routed = True
+        slot = self._slot.get(replica_id)
+        if rid in self._d and self._d.worker_of(rid) != slot:
+            self._d.withdraw(rid)
+            if slot is not None:
+                self.counters["moved"] += 1
+        if slot is not None and rid not in self._d:
+            self._d.dispatch_among(rid, req.tenant, req.tokens, [slot])
+        req.tokens = EMPTY  # the tree has them; keep the memory small
+        if req.completed_unrouted:
+            # The response finished before Serve reported the acceptance (both
+            # resolve on the router's loop; no re-choose came in between, so
+            # that completion was this send's): finish now.
+            self.on_request_completed(replica_id, rid)
+
+    def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
+        """A send finished (served, failed, or rejected by the replica)."""
+        rid = internal_request_id
+        req = self._requests.get(rid)
+        if req is None:
+            return
+        if not req.routed and self._use_replica_queue_len_cache:
+            # Rejected (the replica's queue was full, or it died before
+            # accepting): Serve retries the request and choose_replicas sees
+            # it again. Or the response completed before Serve reported the
+            # acceptance: on_request_routed follows without a re-choose and
+            # finishes it. (Without the queue-length cache, e.g. under Ray
+            # Client, replicas never reject and Serve does not call
+            # on_request_routed: completion is the only report.)
+            req.completed_unrouted = True
+            return
+        del self._requests[rid]
+        if rid not in self._d:  # its replica was removed meanwhile
+            return
+        slot = self._d.on_finish(rid, req.output_tokens)
+        self.counters["finished"] += 1
+        if req.output_tokens == 0:
+            self._recent[rid] = (req.tenant, slot)
+            while len(self._recent) > self.options.recent_requests:
+                self._recent.popitem(last=False)
+
+    # --- replica feedback ---------------------------------------------------
+
+    def _apply_feedback(self, replica: RunningReplica) -> None:
+        try:
+            stats = replica.routing_stats
+        except Exception:  # a replica wrapper without routing stats
+            return
+        entry = stats.get(self.options.feedback_key) if isinstance(stats, Mapping) else None
+        if not isinstance(entry, Mapping):
+            return
+        events = entry.get("events")
+        if not isinstance(events, Sequence):
+            self.counters["feedback_errors"] += 1
+            return
+        epoch = entry.get("epoch")
+        last_epoch, seen = self._seen.get(replica.replica_id, (None, 0))
+        if epoch != last_epoch:
+            seen = 0
+        slot = self._slot.get(replica.replica_id)
+        for ev in events:
+            try:
+                seq = int(ev[0])
+                if seq <= seen:
+                    continue
+                if seq > seen + 1:
+                    self.counters["feedback_lost"] += seq - seen - 1
+                seen = seq
+                if slot is not None:
+                    self._apply_event(slot, ev)
+            except Exception:
+                self.counters["feedback_errors"] += 1
+        self._seen[replica.replica_id] = (epoch, seen)
+
+    def _apply_event(self, slot: int, ev: Sequence[Any]) -> None:
+        kind = ev[1]
+        if kind == "finish":
+            rid, out = str(ev[2]), int(ev[3])
+            req = self._requests.get(rid)
+            if req is not None:  # reported before Ray's completion callback
+                req.output_tokens = out
+                return
+            known = self._recent.pop(rid, None)
+            if known is None:  # another router's request, or long forgotten
+                return
+            tenant, s = known
+            if self._d.charge_output(tenant, s, out):
+                self.counters["output_charged"] += 1
+        elif kind == "evict":
+            self._d.on_evict(slot, np.asarray(ev[2], dtype=np.uint32), int(ev[3]))
+            self.counters["evictions"] += 1
+        else:
+            raise ValueError(f"unknown feedback event {kind!r}")
