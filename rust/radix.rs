@@ -667,7 +667,11 @@ impl RadixTree {
         let mut removed = 0;
         let mut stack = vec![top];
         while let Some(idx) = stack.pop() {
-            let heads: Vec<u32> = self.nodes[idx as usize].children.values().copied().collect();
+            let heads: Vec<u32> = self.nodes[idx as usize]
+                .children
+                .values()
+                .copied()
+                .collect();
             for mut k in heads {
                 while k != NIL {
                     stack.push(k);
@@ -802,7 +806,10 @@ mod tests {
                 } else {
                     let keep = (next() % 5) as usize;
                     let kp = keep / page * page;
-                    let held = |s: &Vec<u32>| s.len() >= kp + page && s[..kp + page] == toks[..(kp + page).min(toks.len())];
+                    let held = |s: &Vec<u32>| {
+                        s.len() >= kp + page
+                            && s[..kp + page] == toks[..(kp + page).min(toks.len())]
+                    };
                     let before = t.size();
                     let n = t.truncate(&ns(), &toks, keep).unwrap();
                     if toks.len() >= kp + page {

@@ -337,3 +337,33 @@ def test_wfq_flows_are_tenants(policy_env: Any) -> None:
         order += [r for r in out.num_scheduled_tokens if r not in order]
     # per-tenant flows interleave a and b instead of serving a's backlog first
     assert order.index("b:0") < order.index("a:2") and order.index("b:1") < order.index("a:4")
+
+
+def test_wfq_flows_are_charged_real_tokens(policy_env: Any) -> None:
+    """A request queued with a large max_tokens estimate that stops early:
+    its flow is charged what it used, so the tenant's next request starts
+    where the real tokens put it (not behind its unused estimate). Start
+    clock (vLLM WFQ's default): popping moves V to the start tag only."""
+    policy_env("wfq")
+    s = harness.build_scheduler(
+        fsched.FairqScheduler, block_size=BLOCK, max_num_batched_tokens=64, max_num_seqs=1
+    )
+    # queued with a 1000-token estimate; stops at its first token (7, the
+    # harness's sampled token, is a stop token)
+    big = harness.make_request("a:0", [3] * 16, 1000, tenant="a")
+    big.sampling_params.stop_token_ids = [7]
+    big.sampling_params.update_from_generation_config({}, harness.EOS)
+    s.add_request(big)
+    assert s.waiting.flow_last_finish("a") == pytest.approx(16 + 1000)
+    while s.has_requests():
+        harness.step(s)
+    # refunded down to what it used: 16 prompt tokens + 1 output token
+    assert s.waiting.flow_last_finish("a") == pytest.approx(16 + 1)
+    # an aborted request is settled too
+    r = harness.make_request("a:1", [4] * 16, 1000, tenant="a")
+    s.add_request(r)
+    harness.step(s)
+    from vllm.v1.request import RequestStatus
+
+    s.finish_requests(["a:1"], RequestStatus.FINISHED_ABORTED)
+    assert s.waiting.flow_last_finish("a") == pytest.approx(17 + 16 + 1)

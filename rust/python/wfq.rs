@@ -520,6 +520,24 @@ impl PyWfqQueue {
         Ok(this.core.wfq().flow_count())
     }
 
+    /// Give ``flow`` back ``tokens`` it was charged for and did not use
+    /// (its request's estimate was larger than what it used): ``F_last -=
+    /// tokens / weight``, never below ``V``; its next request starts earlier.
+    /// Returns the virtual time given back (0.0 for a flow without state).
+    #[pyo3(signature = (flow, tokens, weight = 1.0))]
+    fn refund_flow(
+        slf: &Bound<'_, Self>,
+        flow: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = args::tokens)] tokens: f64,
+        #[pyo3(from_py_with = args::weight)] weight: f64,
+    ) -> PyResult<f64> {
+        let mut this = super::lock_mut(slf, "fairq.WFQQueue")?;
+        Ok(match this.resolve_flow(Some(flow))? {
+            Some((id, false)) => this.core.refund_flow(&id, tokens, weight)?,
+            _ => 0.0,
+        })
+    }
+
     /// ``F_last`` of ``flow``, or ``None`` if the queue holds no state for it
     /// (then its next request starts at ``V``).
     fn flow_last_finish(slf: &Bound<'_, Self>, flow: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {

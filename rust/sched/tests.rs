@@ -466,15 +466,26 @@ fn requeue_with_refund_undoes_the_admission_exactly() {
         let ns = Namespace::Default;
         t.insert(&ns, &[1, 2, 3]);
         let mut s = LocalScheduler::new(policy).unwrap();
-        s.add(Some(&mut t), int(0), "a", vec![1, 2, 3, 4, 5], 10, ns.clone())
-            .unwrap();
+        s.add(
+            Some(&mut t),
+            int(0),
+            "a",
+            vec![1, 2, 3, 4, 5],
+            10,
+            ns.clone(),
+        )
+        .unwrap();
         s.add(Some(&mut t), int(1), "b", vec![6, 7], 11, ns.clone())
             .unwrap();
         let before = accounting(&s, &["a", "b"]);
         let first = s.schedule(Some(&t), 100, Some(1)).unwrap();
         assert_eq!(first.len(), 1);
         let (id, item) = (first[0].id.clone(), first[0].item);
-        let toks = if item == 10 { vec![1, 2, 3, 4, 5] } else { vec![6, 7] };
+        let toks = if item == 10 {
+            vec![1, 2, 3, 4, 5]
+        } else {
+            vec![6, 7]
+        };
         s.requeue(Some(&mut t), &id, toks, item, true).unwrap();
         let mut expect = before.clone();
         if matches!(policy, Policy::Dlpm { .. }) {
@@ -500,7 +511,8 @@ fn requeue_after_preemption_charges_nothing_more() {
     };
     let mut s: LocalScheduler<u32> = LocalScheduler::new(vtc).unwrap();
     let ns = Namespace::Default;
-    s.add(None, int(0), "a", vec![1; 10], 0, ns.clone()).unwrap();
+    s.add(None, int(0), "a", vec![1; 10], 0, ns.clone())
+        .unwrap();
     s.add(None, int(1), "a", vec![1; 4], 1, ns.clone()).unwrap();
     s.add(None, int(2), "b", vec![2; 30], 2, ns).unwrap();
     let adm = s.schedule(None, 10, Some(1)).unwrap();
@@ -529,14 +541,16 @@ fn requeue_keeps_the_vtc_client_unlifted() {
     };
     let mut s: LocalScheduler<()> = LocalScheduler::new(vtc).unwrap();
     let ns = Namespace::Default;
-    s.add(None, int(0), "a", vec![1; 2], (), ns.clone()).unwrap();
-    s.add(None, int(1), "b", vec![1; 2], (), ns.clone()).unwrap();
+    s.add(None, int(0), "a", vec![1; 2], (), ns.clone())
+        .unwrap();
+    s.add(None, int(1), "b", vec![1; 2], (), ns.clone())
+        .unwrap();
     s.add(None, int(2), "b", vec![1; 2], (), ns).unwrap();
     let adm = s.schedule(None, 100, Some(2)).unwrap(); // a (0 -> 2), then b (0 -> 2)
     assert_eq!(ids(&adm), vec![int(0), int(1)]);
     s.charge_output(&int(1), 5).unwrap(); // b: 12
-    // a's only request is skipped by the engine and requeued with a refund:
-    // a is back at 0, not lifted to b's 12
+                                          // a's only request is skipped by the engine and requeued with a refund:
+                                          // a is back at 0, not lifted to b's 12
     s.requeue(None, &int(0), vec![1; 2], (), true).unwrap();
     assert_eq!(s.counter("a"), 0.0);
 }

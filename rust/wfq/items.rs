@@ -130,6 +130,11 @@ impl<K: Hash + Eq + Clone, V> ItemQueue<K, V> {
         self.core.update_remaining(h, remaining)
     }
 
+    /// See [`Wfq::refund_flow`].
+    pub fn refund_flow(&mut self, flow: &K, tokens: f64, weight: f64) -> Result<f64> {
+        self.core.refund_flow(flow, tokens, weight)
+    }
+
     /// Tags of the first queued occurrence of `id`.
     pub fn tags(&self, id: u64) -> Option<Tags<K>> {
         let h = self.first_handle(id)?;

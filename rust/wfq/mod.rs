@@ -255,6 +255,31 @@ impl<K: Hash + Eq + Clone, V> Wfq<K, V> {
         self.flows.get(flow).map(|f| f.last_finish)
     }
 
+    /// Give a flow back `tokens` it was charged for and did not use (a
+    /// request's tags were computed from an estimate, e.g. prompt + max
+    /// output tokens, and it used fewer): `F_last -= tokens / weight`, never
+    /// below `V` (a refund is not credit against the other flows). Tags of
+    /// requests already queued stay as they are; the flow's next request
+    /// starts earlier. Returns the virtual time given back (0 for a flow the
+    /// queue holds no state for: its next request starts at `V` anyway).
+    ///
+    /// Errors (nothing changes): `tokens` negative or not finite, `weight`
+    /// not finite and > 0 -> `Value`.
+    pub fn refund_flow(&mut self, flow: &K, tokens: f64, weight: f64) -> Result<f64> {
+        check_non_negative("tokens", tokens)?;
+        check_positive("weight", weight)?;
+        let v = self.vtime;
+        Ok(match self.flows.get_mut(flow) {
+            Some(f) => {
+                let new = (f.last_finish - tokens / weight).max(v);
+                let back = (f.last_finish - new).max(0.0);
+                f.last_finish = new.min(f.last_finish);
+                back
+            }
+            None => 0.0,
+        })
+    }
+
     /// Number of queued requests of a flow.
     pub fn flow_queued(&self, flow: &K) -> usize {
         self.flows.get(flow).map_or(0, |f| f.queued)
@@ -853,6 +878,27 @@ mod tests {
         let order: Vec<_> = std::iter::from_fn(|| q.pop().map(|(v, _)| v)).collect();
         assert_eq!(order, vec!["b1", "c1", "a2"]);
         assert_eq!(q.virtual_time(), 20.0);
+    }
+
+    #[test]
+    fn refund_flow_moves_f_last_back_not_below_v() {
+        let mut q: Wfq<u32, &str> = Wfq::new();
+        q.add("a1", Some(1), 100.0, 1.0, 0.0).unwrap();
+        q.add("b1", Some(2), 10.0, 1.0, 0.0).unwrap();
+        assert_eq!(q.flow_last_finish(&1), Some(100.0));
+        assert_eq!(q.refund_flow(&1, 60.0, 2.0).unwrap(), 30.0);
+        assert_eq!(q.flow_last_finish(&1), Some(70.0));
+        // the next request of flow 1 starts at the refunded F_last
+        let h = q.add("a2", Some(1), 10.0, 1.0, 0.0).unwrap();
+        assert_eq!(q.get(h).unwrap().1.start, 70.0);
+        // never below V
+        q.pop().unwrap();
+        let v = q.virtual_time();
+        q.refund_flow(&1, 1e9, 1.0).unwrap();
+        assert_eq!(q.flow_last_finish(&1), Some(v));
+        assert_eq!(q.refund_flow(&99, 5.0, 1.0).unwrap(), 0.0);
+        assert!(q.refund_flow(&1, -1.0, 1.0).is_err());
+        assert!(q.refund_flow(&1, 1.0, 0.0).is_err());
     }
 
     #[test]

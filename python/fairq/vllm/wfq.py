@@ -19,6 +19,10 @@ calls) plus the code that reads a request's scheduling inputs **once**, at
   ``len(prompt_token_ids)``) + ``max_tokens`` (``sampling_params.max_tokens``,
   else a ``max_tokens`` attribute, else 0).
 
+:meth:`WFQRequestQueue.settle` charges a finished request's flow its real
+tokens instead of the estimate (the scheduler classes of
+:mod:`fairq.vllm.scheduler` call it with vLLM's numbers).
+
 ``prepend_request`` (preemption) restores a request popped from this queue
 with its original virtual times and place; a request this queue never popped
 is added fresh. ``remove_request`` is O(log n) by identity (``ValueError`` if
@@ -220,6 +224,20 @@ class WFQRequestQueue(WFQQueue, RequestQueue):
         for r in requests:
             while self.discard(r):
                 pass
+
+    def settle(self, request: Any, used_tokens: int) -> float:
+        """Charge ``request``'s flow what it really used: its tags were
+        computed from the estimate (prompt + ``max_tokens``); the difference
+        ``estimate - used_tokens`` goes back to the flow
+        (:meth:`fairq.WFQQueue.refund_flow`), so its next request starts
+        where the real tokens, not the estimate, put it. Call it once, when
+        the request is done. Returns the virtual time given back. A request
+        without a flow, or with nothing unused, changes nothing."""
+        flow, estimate, weight, _ = self._read(request)
+        unused = estimate - int(used_tokens)
+        if flow is None or unused <= 0:
+            return 0.0
+        return self.refund_flow(flow, float(unused), float(weight))
 
     def __repr__(self) -> str:
         return (
