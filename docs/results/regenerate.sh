@@ -6,6 +6,7 @@
 #   docs/results/regenerate.sh sim        # the simulator comparison and sweeps (~1 min on 2 cores)
 #   docs/results/regenerate.sh bench      # fairq bench, every suite (~10 min on 2 cores)
 #   docs/results/regenerate.sh engine     # fairq engine-bench on CPU (needs fairq[engine], ~1 min)
+#   docs/results/regenerate.sh vllm       # fairq engine-bench --engine vllm (needs vLLM 0.33, ~3 min)
 #   docs/results/regenerate.sh wheel      # .ci/build-wheel: the auditwheel report, sizes (~3 min)
 #   docs/results/regenerate.sh splice     # only re-copy the tables into the docs
 #
@@ -36,6 +37,12 @@ for part in "${parts[@]}"; do
     engine)
       fairq engine-bench --model small --requests-per-client 8 --max-new-tokens 32 \
         --quantum 128 --json engine-bench-cpu-small.json | tee engine-bench-cpu-small.md
+      ;;
+    vllm)
+      fairq engine-bench --engine vllm --policies fifo,fcfs,vtc,lpm,dlpm \
+        --requests-per-client 24 --prefix-len 512 --suffix-len 32 --max-new-tokens 16 \
+        --num-blocks 80 --max-batch-tokens 512 --max-requests-per-batch 16 \
+        --quantum 1024 --gap 0.02 --waiting 10000 --json vllm.json | tee vllm-tables.md
       ;;
     wheel)
       tmp=$(mktemp -d)

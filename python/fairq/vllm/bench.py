@@ -18,6 +18,7 @@ is replaced by the simulator's step-time model, :mod:`fairq.vllm.harness`):
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -89,6 +90,7 @@ def policy_run(policy: str, workload: list[Any], args: argparse.Namespace) -> di
     from fairq.vllm import harness
 
     scheduler_cls, fs = _classes()
+    gc.collect()  # the previous run's garbage is not this run's time
     if policy == "vllm-fcfs":
         cls = scheduler_cls
     else:
@@ -167,6 +169,7 @@ def overhead_run(policy: str, args: argparse.Namespace, steps: int = 30) -> dict
         prompt = prefixes[t] + [rng.randrange(3, 30000) for _ in range(128)]
         s.add_request(harness.make_request(f"t{t}:{i}", prompt, 64, tenant=f"t{t}"))
     timer = _time_fairq(s) if getattr(s, "fairq", None) is not None else None
+    gc.collect()
     for _ in range(5):  # warm-up: the first batch is admitted
         harness.step(s)
     total, ours = [], []
