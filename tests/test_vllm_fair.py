@@ -115,7 +115,7 @@ def test_every_request_finishes_exactly_once(
     assert sorted(rep.finished_count) == sorted(r.request_id for r in wl)
     assert set(rep.finished_count.values()) == {1}
     st = s.fairq
-    assert not st.waiting and not st.running and not st.tenant_of and st.head is None
+    assert not st.waiting and not st.running and not st.tenant_of and not st.ready
     for sched in st.schedulers().values():
         assert len(sched) == 0 and sched.num_running == 0
 

@@ -240,6 +240,22 @@ impl<T> LocalScheduler<T> {
         }
     }
 
+    /// What `add` and `requeue` check of a request about to wait: its length
+    /// fits the slot index, and a tree is given when the policy needs one.
+    fn check_waiting_input(&self, tokens: &[u32], has_tree: bool) -> Result<()> {
+        if tokens.len() >= u32::MAX as usize {
+            return Err(Error::value(format!(
+                "tokens: {} tokens is too long (max {})",
+                tokens.len(),
+                u32::MAX - 1
+            )));
+        }
+        if self.policy.needs_tree() && !has_tree {
+            return Err(Error::value("this policy needs a RadixTree"));
+        }
+        Ok(())
+    }
+
     /// Check the tree and bring the prefix matches up to date with it.
     fn sync(&mut self, tree: &RadixTree) -> Result<()> {
         self.check_tree(tree)?;
@@ -267,16 +283,7 @@ impl<T> LocalScheduler<T> {
                 "request_id {id} is already waiting or running in this scheduler"
             )));
         }
-        if tokens.len() >= u32::MAX as usize {
-            return Err(Error::value(format!(
-                "tokens: {} tokens is too long (max {})",
-                tokens.len(),
-                u32::MAX - 1
-            )));
-        }
-        if self.policy.needs_tree() && tree.is_none() {
-            return Err(Error::value("this policy needs a RadixTree"));
-        }
+        self.check_waiting_input(&tokens, tree.is_some())?;
         let mut root = NIL;
         let tree: Option<&RadixTree> = match tree {
             Some(t) => {
@@ -420,16 +427,7 @@ impl<T> LocalScheduler<T> {
         refund: bool,
     ) -> Result<()> {
         let (r, c) = self.running_client(id)?;
-        if tokens.len() >= u32::MAX as usize {
-            return Err(Error::value(format!(
-                "tokens: {} tokens is too long (max {})",
-                tokens.len(),
-                u32::MAX - 1
-            )));
-        }
-        if self.policy.needs_tree() && tree.is_none() {
-            return Err(Error::value("this policy needs a RadixTree"));
-        }
+        self.check_waiting_input(&tokens, tree.is_some())?;
         let tree: Option<&RadixTree> = match tree {
             Some(t) => {
                 self.sync(t)?;

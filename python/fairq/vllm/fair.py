@@ -13,8 +13,8 @@ decides only which request is at the head.
   ``prepend_request(s)`` of a request popped in this step (vLLM held it
   back) undoes that admission and puts it back in its place
   (``requeue(refund=True)``); a preempted request goes back in its place
-  with its charges kept (``requeue(refund=False)``). A head vLLM peeked but
-  did not take (no room) goes back the same way at the end of the step.
+  with its charges kept (``requeue(refund=False)``). Admitted requests vLLM
+  did not take (no room) go back the same way at the end of the step.
 * :class:`FairState` charges what vLLM really did, once per step:
   extend tokens per chunk as scheduled (``SchedulerOutput``), after vLLM's
   own prefix match, each prompt position once (recomputation after a
@@ -33,6 +33,7 @@ are validated when the scheduler is built (:mod:`fairq.vllm.tenants`).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -74,7 +75,14 @@ class FairState:
         self._extend: dict[str, int] = {}
         #: output tokens that arrived while the request was waiting again
         self._pending_output: dict[str, int] = {}
-        self.head: Any = None
+        #: admitted in fairq, not yet popped by vLLM, in the policy's order
+        #: (the head is ``ready[0]``)
+        self.ready: deque[Any] = deque()
+        #: how many to admit per refill (adapts to what vLLM takes per step;
+        #: always 1 for DLPM, see :meth:`peek`)
+        self._batchable = options.policy != "dlpm"
+        self._batch = 4 if self._batchable else 1
+        self._popped = 0
 
     # -- schedulers -------------------------------------------------------
     def _sched(self, tier: int) -> Any:
@@ -116,25 +124,37 @@ class FairState:
         self.waiting[rid] = request
 
     def peek(self) -> Any:
-        if self.head is not None:
-            return self.head
+        """The policy's next request. VTC and LPM admit a few at a time
+        (``schedule(max_requests=k)``: the same choices, each charged as it
+        is made, as ``k`` one-request calls), ``k`` following how many vLLM
+        takes per step; the ones vLLM does not take go back at the end of
+        the step with their charges undone exactly. DLPM admits one at a
+        time: a longer walk could trigger a refill (every client's deficit
+        += Q_u) on behalf of requests vLLM then does not take, and a refill
+        is not a charge that can be undone."""
+        if self.ready:
+            return self.ready[0]
         if self.mirror is not None:
             self.mirror.sync()
         for tier in sorted(self._scheds):
-            adm = self._scheds[tier].schedule(_UNBOUNDED, 1)
+            adm = self._scheds[tier].schedule(_UNBOUNDED, self._batch)
             if adm:
-                request = adm[0].item
-                rid = request.request_id
-                self.waiting.pop(rid, None)
-                self.running[rid] = request
-                self._admitted_now.add(rid)
-                self.head = request
-                return request
+                for a in adm:
+                    request = a.item
+                    rid = request.request_id
+                    self.waiting.pop(rid, None)
+                    self.running[rid] = request
+                    self._admitted_now.add(rid)
+                    self.ready.append(request)
+                if self._batchable:
+                    self._batch = min(2 * self._batch, 1024)
+                return self.ready[0]
         raise IndexError("peek from an empty queue")
 
     def pop(self) -> Any:
         request = self.peek()
-        self.head = None
+        self.ready.popleft()
+        self._popped += 1
         return request
 
     def requeue(self, request: Any) -> None:
@@ -149,8 +169,8 @@ class FairState:
         sched.requeue(rid, self._tokens(request, resumed=ran), request, refund=not ran)
         self.running.pop(rid, None)
         self.waiting[rid] = request
-        if self.head is request:
-            self.head = None
+        if request in self.ready:
+            self.ready.remove(request)
 
     def prepend(self, request: Any) -> None:
         rid = request.request_id
@@ -168,28 +188,33 @@ class FairState:
             self._sched(self._tier_of[rid]).remove(rid)
             self._forget(rid)
             return True
-        if request is self.head:
+        if any(r is request for r in self.ready):
             self.requeue(request)
             return self.remove(request)
         return False
 
     def __len__(self) -> int:
-        return len(self.waiting) + (self.head is not None)
+        return len(self.waiting) + len(self.ready)
 
     def __iter__(self) -> Iterator[Any]:
-        if self.head is not None:
-            yield self.head
+        yield from list(self.ready)
         yield from list(self.waiting.values())
 
     def __contains__(self, request: Any) -> bool:
         rid = getattr(request, "request_id", None)
-        return (rid in self.waiting and self.waiting[rid] is request) or request is self.head
+        return (rid in self.waiting and self.waiting[rid] is request) or any(
+            r is request for r in self.ready
+        )
 
     # -- accounting -------------------------------------------------------
     def after_schedule(self, scheduler: Any, output: Any) -> None:
         """End of vLLM's ``schedule()``: charge what it scheduled."""
-        if self.head is not None:  # peeked, not taken: keeps its place
-            self.requeue(self.head)
+        # admitted, not taken (no room left, or the loop ended): back in place
+        while self.ready:
+            self.requeue(self.ready[-1])
+        if self._batchable:
+            self._batch = max(4, self._popped + 1)
+        self._popped = 0
         scheduled = output.num_scheduled_tokens
         changed = self._admitted_now
         running = self.running
@@ -276,7 +301,7 @@ class FairState:
 class FairWaitingQueue(RequestQueue):
     """``scheduler.waiting`` under a fair policy (see the module doc).
 
-    Iteration yields the head (if vLLM peeked one) then the waiting requests
+    Iteration yields the admitted requests vLLM has not taken yet, then the waiting requests
     in arrival order, not in the policy's order (which depends on the
     admissions that have not happened yet).
     """

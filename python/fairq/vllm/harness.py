@@ -37,7 +37,16 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
-__all__ = ["TINY_LLAMA", "model_dir", "build_scheduler", "make_request", "step"]
+__all__ = [
+    "TINY_LLAMA",
+    "model_dir",
+    "build_scheduler",
+    "make_request",
+    "model_output",
+    "step",
+    "Replay",
+    "replay",
+]
 
 #: A small Llama-style config: only its shape is read (no weights exist).
 TINY_LLAMA: dict[str, Any] = {
@@ -160,17 +169,16 @@ def make_request(
     )
 
 
-def step(scheduler: Any, token: int = 7) -> tuple[Any, dict[int, Any]]:
-    """One engine step: ``schedule()``, then ``update_from_output()`` with one
-    sampled ``token`` per request whose sequence the step completes.
-    Returns the ``SchedulerOutput`` and vLLM's engine-core outputs."""
-    out = scheduler.schedule()
+def model_output(scheduler: Any, out: Any, token: int = 7) -> ModelRunnerOutput:
+    """What a model runner returns for ``out`` (a ``SchedulerOutput``): one
+    sampled ``token`` per request whose scheduled tokens complete its
+    sequence, nothing for a partial prefill chunk."""
     req_ids = list(out.num_scheduled_tokens)
-    sampled: list[list[int]] = []
-    for rid in req_ids:
-        r = scheduler.requests[rid]
-        sampled.append([] if getattr(r, "is_prefill_chunk", False) else [token])
-    mro = ModelRunnerOutput(
+    sampled = [
+        [] if getattr(scheduler.requests[rid], "is_prefill_chunk", False) else [token]
+        for rid in req_ids
+    ]
+    return ModelRunnerOutput(
         req_ids=req_ids,
         req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
         sampled_token_ids=sampled,
@@ -178,7 +186,14 @@ def step(scheduler: Any, token: int = 7) -> tuple[Any, dict[int, Any]]:
         prompt_logprobs_dict={},
         pooler_output=[],
     )
-    return out, scheduler.update_from_output(out, mro)
+
+
+def step(scheduler: Any, token: int = 7) -> tuple[Any, dict[int, Any]]:
+    """One engine step: ``schedule()``, then ``update_from_output()`` with
+    :func:`model_output`. Returns the ``SchedulerOutput`` and vLLM's
+    engine-core outputs."""
+    out = scheduler.schedule()
+    return out, scheduler.update_from_output(out, model_output(scheduler, out, token))
 
 
 class Replay:
@@ -259,11 +274,8 @@ def replay(
         out = scheduler.schedule()
         t1 = time.perf_counter()
         prefill = decode = kv = 0
-        req_ids = list(out.num_scheduled_tokens)
-        sampled: list[list[int]] = []
-        for rid in req_ids:
+        for rid, n in out.num_scheduled_tokens.items():
             r = scheduler.requests[rid]
-            n = out.num_scheduled_tokens[rid]
             before = r.num_computed_tokens - n
             if before < r.num_prompt_tokens:
                 prefill += n
@@ -278,15 +290,7 @@ def replay(
             else:
                 decode += 1
                 kv += r.num_computed_tokens
-            sampled.append([] if getattr(r, "is_prefill_chunk", False) else [7])
-        mro = ModelRunnerOutput(
-            req_ids=req_ids,
-            req_id_to_index={rid: k for k, rid in enumerate(req_ids)},
-            sampled_token_ids=sampled,
-            logprobs=None,
-            prompt_logprobs_dict={},
-            pooler_output=[],
-        )
+        mro = model_output(scheduler, out)
         rep.clock += step_model.step_time(prefill, decode, kv)
         t2 = time.perf_counter()
         eco = scheduler.update_from_output(out, mro)
