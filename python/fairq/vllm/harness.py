@@ -19,7 +19,7 @@ import json
 import os
 import tempfile
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -86,7 +86,7 @@ def build_scheduler(
     max_num_seqs: int = 64,
     max_model_len: int = 8192,
     enable_prefix_caching: bool = True,
-    scheduling_policy: str = "fcfs",
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs",
     async_scheduling: bool = False,
     model: str | None = None,
 ) -> Any:
