@@ -238,15 +238,12 @@ class FairState:
         for rid in changed:
             if rid in running:
                 sched = self._sched(self._tier_of[rid])
-                sched.recharge_extend(rid, min(self._extend.get(rid, 0), self._input_cap(rid)))
+                # at most the prompt length: positions past it are output
+                sched.recharge_extend(rid, self._extend.get(rid, 0))
                 pending = self._pending_output.pop(rid, 0)
                 if pending:
                     sched.charge_output(rid, pending)
         self._admitted_now = set()
-
-    def _input_cap(self, rid: str) -> int:
-        request = self.running[rid]
-        return max(int(request.num_prompt_tokens), len(request.all_token_ids))
 
     def output_snapshot(
         self, scheduler_output: Any, requests: dict[str, Any]
@@ -272,6 +269,13 @@ class FairState:
             if request.is_finished():
                 self.finished(rid)
 
+    def after_finish(self, before: dict[str, Any]) -> None:
+        """After ``finish_requests`` (aborts): ``before`` maps each id to its
+        request as it was before the call (None if unknown to vLLM)."""
+        for rid, request in before.items():
+            if request is None or request.is_finished():
+                self.finished(rid)
+
     def finished(self, rid: str) -> None:
         """vLLM is done with ``rid`` (finished, aborted): it leaves fairq."""
         if rid in self.running:
@@ -279,10 +283,7 @@ class FairState:
             self._sched(self._tier_of[rid]).finish(rid)
             self._forget(rid)
         elif rid in self.waiting:
-            request = self.waiting.pop(rid)
-            self._sched(self._tier_of[rid]).remove(rid)
-            self._forget(rid)
-            del request
+            self.remove(self.waiting[rid])
 
     def _forget(self, rid: str) -> None:
         self.tenant_of.pop(rid, None)

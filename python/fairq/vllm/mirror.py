@@ -53,7 +53,7 @@ class _Block:
     end: int
     ns: str | None
     alive: bool = True
-    children: int = 0
+    #: hashes of the blocks stored after it (kept while any is known)
     kids: set[Any] = field(default_factory=set)
 
 
@@ -171,11 +171,10 @@ class PrefixCacheMirror:
                 continue
             b = _Block(prev, chain, base + (i + 1) * bs, ns)
             if old is not None:  # stored again: keep the children it had
-                b.children, b.kids = old.children, old.kids
+                b.kids = old.kids
             self._blocks[h] = b
-            if prev is not None and h not in self._blocks[prev].kids:
+            if prev is not None:
                 self._blocks[prev].kids.add(h)
-                self._blocks[prev].children += 1
             prev = h
         self.applied += 1
 
@@ -193,14 +192,13 @@ class PrefixCacheMirror:
         """Forget dead blocks no live chain needs any more."""
         while h is not None:
             b = self._blocks.get(h)
-            if b is None or b.alive or b.children:
+            if b is None or b.alive or b.kids:
                 return
             del self._blocks[h]
             parent = b.parent
             if parent is not None and parent in self._blocks:
                 p = self._blocks[parent]
                 p.kids.discard(h)
-                p.children -= 1
             h = parent
 
     def clear(self) -> None:

@@ -158,12 +158,11 @@ def _build(name: str) -> type:
         ) from e
 
     class FairqSchedulerClass(base):  # type: ignore[misc, valid-type]
-        #: The fair policy's state (:class:`fairq.vllm.fair.FairState`) or
-        #: None; a class default too, for instances made without __init__.
+        #: fairq's hooks in the step, or None: the fair policy's state
+        #: (:class:`fairq.vllm.fair.FairState`), or WFQ's settlement
+        #: (:class:`fairq.vllm.wfq.WfqSettlement`); a class default too, for
+        #: instances made without __init__.
         fairq: Any = None
-        #: WFQ: each request's prefix-cache hit when first scheduled, until
-        #: it is settled with its real tokens (None under other policies).
-        fairq_wfq_hits: dict[str, int] | None = None
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             from fairq.vllm import install
@@ -187,41 +186,17 @@ def _build(name: str) -> type:
                     options["flow_key"] = tenant.tenant
                 replace_queues(self, self.fairq_policy, **options)
                 if self.fairq_policy is SchedulingPolicy.WFQ:
-                    self.fairq_wfq_hits = {}
+                    from fairq.vllm.wfq import WfqSettlement
+
+                    self.fairq = WfqSettlement(self.waiting)
 
         def schedule(self, *args: Any, **kwargs: Any) -> Any:
             output = super().schedule(*args, **kwargs)
             if self.fairq is not None:
                 self.fairq.after_schedule(self, output)
-            elif self.fairq_wfq_hits is not None:
-                for new in output.scheduled_new_reqs:
-                    self.fairq_wfq_hits.setdefault(new.req_id, new.num_computed_tokens)
             return output
 
-        def _settle_wfq(self, requests: list[Any]) -> None:
-            """WFQ: charge each finished request's flow its real tokens
-            (prompt tokens vLLM computed past its first prefix hit, plus the
-            output), refunding the rest of the estimate it was queued with."""
-            hits = self.fairq_wfq_hits
-            assert hits is not None
-            for r in requests:
-                if r.is_finished() and r.request_id in hits:
-                    used = r.num_prompt_tokens - hits.pop(r.request_id) + r.num_output_tokens
-                    queues: list[Any] = [self.waiting, getattr(self, "kv_holding_waiting", None)]
-                    settle = next((q.settle for q in queues if hasattr(q, "settle")), None)
-                    if settle is not None:
-                        settle(r, used)
-
         def update_from_output(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
-            if self.fairq is None and self.fairq_wfq_hits is not None:
-                ran = [
-                    self.requests[rid]
-                    for rid in scheduler_output.num_scheduled_tokens
-                    if rid in self.requests
-                ]
-                out = super().update_from_output(scheduler_output, *args, **kwargs)
-                self._settle_wfq(ran)
-                return out
             if self.fairq is None:
                 return super().update_from_output(scheduler_output, *args, **kwargs)
             snapshot = self.fairq.output_snapshot(scheduler_output, self.requests)
@@ -230,19 +205,12 @@ def _build(name: str) -> type:
             return out
 
         def finish_requests(self, request_ids: Any, *args: Any, **kwargs: Any) -> Any:
-            if self.fairq_wfq_hits is not None:
-                ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
-                found = [self.requests[rid] for rid in ids if rid in self.requests]
-                out = super().finish_requests(ids, *args, **kwargs)
-                self._settle_wfq(found)
-                return out
-            out = super().finish_requests(request_ids, *args, **kwargs)
-            if self.fairq is not None:
-                ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
-                for rid in ids:
-                    r = self.requests.get(rid)
-                    if r is None or r.is_finished():
-                        self.fairq.finished(rid)
+            if self.fairq is None:
+                return super().finish_requests(request_ids, *args, **kwargs)
+            ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
+            before = {rid: self.requests.get(rid) for rid in ids}
+            out = super().finish_requests(ids, *args, **kwargs)
+            self.fairq.after_finish(before)
             return out
 
     FairqSchedulerClass.__name__ = FairqSchedulerClass.__qualname__ = name

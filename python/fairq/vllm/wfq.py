@@ -52,7 +52,7 @@ from typing import Any, Literal
 from fairq._core import WFQQueue
 from fairq.vllm._base import RequestQueue
 
-__all__ = ["WFQRequestQueue", "request_tokens"]
+__all__ = ["WFQRequestQueue", "WfqSettlement", "request_tokens"]
 
 FlowKey = str | Callable[[Any], Hashable | None] | None
 VirtualClock = Literal["start", "finish"]
@@ -244,3 +244,41 @@ class WFQRequestQueue(WFQQueue, RequestQueue):
             f"WFQRequestQueue(len={len(self)}, virtual_time={self.virtual_time}, "
             f"virtual_clock={self.virtual_clock!r})"
         )
+
+
+class WfqSettlement:
+    """The WFQ queue's hooks in fairq's vLLM scheduler classes (the same
+    hooks as :class:`fairq.vllm.fair.FairState`): each finished or aborted
+    request's flow is settled (:meth:`WFQRequestQueue.settle`) with what it
+    really used, the prompt tokens vLLM computed past its prefix hit at its
+    first scheduling plus its output tokens."""
+
+    def __init__(self, queue: WFQRequestQueue) -> None:
+        self.queue = queue
+        #: each request's prefix-cache hit when first scheduled, until settled
+        self.hits: dict[str, int] = {}
+
+    def after_schedule(self, scheduler: Any, output: Any) -> None:
+        for new in output.scheduled_new_reqs:
+            self.hits.setdefault(new.req_id, new.num_computed_tokens)
+
+    def output_snapshot(
+        self, scheduler_output: Any, requests: dict[str, Any]
+    ) -> list[tuple[str, Any, int]]:
+        return [
+            (rid, requests[rid], 0)
+            for rid in scheduler_output.num_scheduled_tokens
+            if rid in requests
+        ]
+
+    def after_update(self, snapshot: list[tuple[str, Any, int]]) -> None:
+        self._settle(r for _, r, _ in snapshot)
+
+    def after_finish(self, before: dict[str, Any]) -> None:
+        self._settle(r for r in before.values() if r is not None)
+
+    def _settle(self, requests: Iterable[Any]) -> None:
+        for r in requests:
+            if r.is_finished() and r.request_id in self.hits:
+                hit = self.hits.pop(r.request_id)
+                self.queue.settle(r, r.num_prompt_tokens - hit + r.num_output_tokens)
