@@ -4,7 +4,8 @@ Builds vLLM's own ``Scheduler`` / ``AsyncScheduler`` subclasses from
 ``fairq.vllm.scheduler`` over a local model config (no hub, no weights) and
 drives ``schedule()`` / ``update_from_output()`` for hundreds of steps with
 model-runner outputs the test builds (``fairq.vllm.harness``, as vLLM's own
-scheduler tests do). Skipped without vLLM 0.33 (``.ci/run`` installs it).
+scheduler tests do). Skipped without vLLM 0.32 or 0.33 (``.ci/run`` installs
+both: 0.33 in its environment, the CPU build 0.32 in the server's).
 """
 
 from __future__ import annotations
@@ -15,9 +16,14 @@ from typing import Any
 
 import pytest
 
-vllm = pytest.importorskip("vllm", reason="needs vLLM 0.33 (installed by .ci/run)")
-if not vllm.__version__.startswith("0.33."):
-    pytest.skip(f"tested against vLLM 0.33, found {vllm.__version__}", allow_module_level=True)
+vllm = pytest.importorskip("vllm", reason="needs vLLM 0.32 or 0.33 (installed by .ci/run)")
+from fairq.vllm.compat import TESTED_SERIES, is_tested  # noqa: E402
+
+if not is_tested(vllm.__version__):
+    pytest.skip(
+        f"tested against vLLM {', '.join(TESTED_SERIES)}, found {vllm.__version__}",
+        allow_module_level=True,
+    )
 
 
 # harness first: on a CPU-only machine it names vLLM's platform before vLLM

@@ -148,6 +148,73 @@ def attach_fair_policy(scheduler: Any, policy: str) -> Any:
     return state
 
 
+class TenantTally:
+    """Per tenant, under every fairq policy: requests, prompt tokens and
+    vLLM's prefix-cache hits when each request is first scheduled (its
+    ``num_computed_tokens`` then is the hit), resolved with ``resolver``."""
+
+    def __init__(self, resolver: Any) -> None:
+        self.resolver = resolver
+        self.requests: dict[str, int] = {}
+        self.prompt_tokens: dict[str, int] = {}
+        self.hit_tokens: dict[str, int] = {}
+        self._seen: set[str] = set()
+
+    def after_schedule(self, scheduler: Any, output: Any) -> None:
+        """Count the requests ``output`` schedules for the first time."""
+        try:
+            new = output.scheduled_new_reqs
+            if not new:
+                return
+            requests = scheduler.requests
+            seen = self._seen
+            if len(seen) > 4 * len(requests) + 1024:  # forget the finished
+                seen.intersection_update(requests)
+            for data in new:
+                rid = data.req_id
+                if rid in seen:
+                    continue
+                seen.add(rid)
+                request = requests.get(rid)
+                if request is None:
+                    continue
+                t = self.resolver(request)
+                self.requests[t] = self.requests.get(t, 0) + 1
+                self.prompt_tokens[t] = self.prompt_tokens.get(t, 0) + int(
+                    request.num_prompt_tokens
+                )
+                hit = max(int(data.num_computed_tokens), 0)
+                self.hit_tokens[t] = self.hit_tokens.get(t, 0) + hit
+        except Exception:  # noqa: BLE001 (a tally must never stop a step)
+            return
+
+    def families(self, policy: str, clock: Any) -> list[Any]:
+        """Prometheus families of the tallies and of ``clock``."""
+        from prometheus_client.core import CounterMetricFamily
+
+        name = f"vllm-{policy}"
+        out = []
+        for key, doc, values in (
+            ("requests", "Requests first scheduled", self.requests),
+            ("prompt_tokens", "Prompt tokens of requests first scheduled", self.prompt_tokens),
+            ("prefix_hit_tokens", "Of those, vLLM's prefix-cache hits", self.hit_tokens),
+        ):
+            fam = CounterMetricFamily(f"fairq_vllm_{key}", doc, labels=["name", "tenant"])
+            for t, v in list(values.items())[:1000]:
+                fam.add_metric([name, t], v)
+            out.append(fam)
+        for key, doc, v in (
+            ("steps", "schedule() calls", clock.steps),
+            ("schedule_seconds", "Wall time in vLLM's schedule()", clock.schedule_s),
+            ("fairq_seconds", "Wall time in fairq's code (queue and hooks)", clock.fairq_s),
+            ("step_seconds", "Engine step wall time (busy steps)", clock.step_s),
+        ):
+            fam = CounterMetricFamily(f"fairq_vllm_{key}", doc, labels=["name"])
+            fam.add_metric([name], v)
+            out.append(fam)
+        return out
+
+
 def _build(name: str) -> type:
     module, base_name = _BASES[name]
     try:
@@ -163,10 +230,14 @@ def _build(name: str) -> type:
         #: (:class:`fairq.vllm.wfq.WfqSettlement`); a class default too, for
         #: instances made without __init__.
         fairq: Any = None
+        #: :class:`fairq.vllm.stats.StepClock` (None until ``__init__``)
+        fairq_clock: Any = None
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             from fairq.vllm import install
+            from fairq.vllm.compat import check_vllm
 
+            check_vllm()
             install()
             # Cooperative: a vLLM class deriving from both fairq's scheduler
             # and another Scheduler subclass (e.g. one built with
@@ -189,12 +260,49 @@ def _build(name: str) -> type:
                     from fairq.vllm.wfq import WfqSettlement
 
                     self.fairq = WfqSettlement(self.waiting)
+            self._fairq_observe()
+
+        def _fairq_observe(self) -> None:
+            """Per-tenant tallies, the step clock and the metrics packer
+            (:mod:`fairq.vllm.stats`)."""
+            from fairq.vllm.stats import StatsPacker, StepClock, time_fairq
+            from fairq.vllm.tenants import TenantResolver
+
+            self.fairq_clock = StepClock()
+            if self.fairq is not None:
+                time_fairq(self.fairq, self.fairq_clock)
+            options = getattr(self.fairq, "options", None)
+            resolver = getattr(options, "tenant", None) or TenantResolver()
+            self.fairq_tally = TenantTally(resolver)
+            self._fairq_packer = StatsPacker()
 
         def schedule(self, *args: Any, **kwargs: Any) -> Any:
+            clock = self.fairq_clock
+            if clock is None:  # an instance made without __init__
+                return super().schedule(*args, **kwargs)
+            started = clock.schedule_started()
             output = super().schedule(*args, **kwargs)
             if self.fairq is not None:
                 self.fairq.after_schedule(self, output)
+            self.fairq_tally.after_schedule(self, output)
+            clock.schedule_done(started, bool(output.total_num_scheduled_tokens))
             return output
+
+        def make_stats(self, *args: Any, **kwargs: Any) -> Any:
+            stats = super().make_stats(*args, **kwargs)
+            if stats is not None and self.fairq_clock is not None:
+                self._fairq_packer.attach(stats, self._fairq_objects, self._fairq_families)
+            return stats
+
+        def _fairq_objects(self) -> list[tuple[str, Any]]:
+            state = self.fairq
+            if state is not None and hasattr(state, "schedulers"):
+                pol = self.fairq_policy.value
+                return [(f"vllm-{pol}-tier{t}", s) for t, s in sorted(state.schedulers().items())]
+            return [(f"vllm-{a.strip('_')}", getattr(self, a)) for a in ("waiting",)]
+
+        def _fairq_families(self) -> list[Any]:
+            return self.fairq_tally.families(self.fairq_policy.value, self.fairq_clock)
 
         def update_from_output(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
             if self.fairq is None:

@@ -1,0 +1,251 @@
+"""Multi-tenant HTTP traffic against an OpenAI-compatible server.
+
+:func:`send_all` sends :class:`HttpRequest` s, each at its arrival time, with
+a real HTTP client (``httpx``), concurrently, to ``/v1/completions`` (the
+prompt as token ids, so prefixes are exact) or ``/v1/chat/completions`` (the
+prompt as words ``t<id>`` of :func:`fairq.vllm.server.write_model`'s
+tokenizer), streaming or not, and returns one :class:`HttpResult` per
+request: HTTP status, tokens received, time of the first token and of every
+streamed chunk, the end. A request's tenant travels in the body
+(``vllm_xargs.tenant``), in the ``X-Request-Id`` header (``tenant:id``), or
+not at all (the server's default tenant).
+
+:func:`scrape` reads a Prometheus ``/metrics`` page into ``{name: {labels:
+value}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["HttpRequest", "HttpResult", "metric_sum", "scrape", "send_all"]
+
+Endpoint = Literal["completions", "chat"]
+TenantVia = Literal["xargs", "header", "none"]
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    """One request to send.
+
+    ``prompt``: token ids. ``max_tokens``: tokens asked for (sent with
+    ``ignore_eos`` so exactly that many come back). ``cancel_after``: a
+    streaming request closes its connection after that many chunks (a client
+    that goes away mid-generation). ``extra``: more body fields, sent as
+    they are (``vllm_xargs`` here replaces the tenant's).
+    """
+
+    request_id: str
+    tenant: str
+    prompt: Sequence[int]
+    max_tokens: int
+    arrival: float = 0.0
+    endpoint: Endpoint = "completions"
+    stream: bool = False
+    tenant_via: TenantVia = "xargs"
+    priority: int | None = None
+    cancel_after: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class HttpResult:
+    """What came back for one :class:`HttpRequest` (times: seconds since
+    :func:`send_all` started)."""
+
+    request: HttpRequest
+    status: int = 0
+    sent: float = 0.0
+    first_token: float | None = None
+    end: float = 0.0
+    #: arrival time of each streamed chunk that carried text
+    chunk_times: list[float] = field(default_factory=list)
+    completion_tokens: int = 0
+    prompt_tokens: int = 0
+    finish_reason: str | None = None
+    #: the client closed the stream on purpose (``cancel_after``)
+    cancelled: bool = False
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """HTTP 200, a full answer, no client-side error."""
+        return self.status == 200 and self.error is None and not self.cancelled
+
+    @property
+    def latency(self) -> float:
+        """End-to-end seconds."""
+        return self.end - self.sent
+
+    @property
+    def ttft(self) -> float | None:
+        """Seconds to the first token (streaming: the first chunk; not
+        streaming: the whole answer)."""
+        return None if self.first_token is None else self.first_token - self.sent
+
+
+def _body(model: str, r: HttpRequest) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": r.max_tokens,
+        "min_tokens": r.max_tokens,
+        "ignore_eos": True,
+        "temperature": 0.0,
+        "stream": r.stream,
+    }
+    if r.endpoint == "completions":
+        body["prompt"] = list(r.prompt)
+    else:
+        body["messages"] = [{"role": "user", "content": " ".join(f"t{t}" for t in r.prompt)}]
+    if r.stream:
+        body["stream_options"] = {"include_usage": True}
+    if r.tenant_via == "xargs":
+        body["vllm_xargs"] = {"tenant": r.tenant}
+    if r.priority is not None:
+        body["priority"] = r.priority
+    body.update(r.extra)
+    return body
+
+
+async def _one(client: Any, base: str, model: str, r: HttpRequest, t0: float) -> HttpResult:
+    res = HttpResult(r)
+    delay = t0 + r.arrival - time.perf_counter()
+    if delay > 0:
+        await asyncio.sleep(delay)
+    path = "/v1/completions" if r.endpoint == "completions" else "/v1/chat/completions"
+    headers = {"X-Request-Id": f"{r.tenant}:{r.request_id}"} if r.tenant_via == "header" else {}
+    res.sent = time.perf_counter() - t0
+    try:
+        if not r.stream:
+            resp = await client.post(base + path, json=_body(model, r), headers=headers)
+            res.status = resp.status_code
+            res.end = res.first_token = time.perf_counter() - t0
+            data = resp.json()
+            if resp.status_code != 200:
+                res.error = json.dumps(data)[:500]
+                return res
+            usage = data.get("usage") or {}
+            res.completion_tokens = int(usage.get("completion_tokens", 0))
+            res.prompt_tokens = int(usage.get("prompt_tokens", 0))
+            res.finish_reason = data["choices"][0].get("finish_reason")
+            return res
+        async with client.stream("POST", base + path, json=_body(model, r), headers=headers) as s:
+            res.status = s.status_code
+            if s.status_code != 200:
+                res.error = (await s.aread()).decode(errors="replace")[:500]
+                res.end = time.perf_counter() - t0
+                return res
+            async for line in s.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                payload = line[6:].strip()
+                if payload == "[DONE]":
+                    break
+                chunk = json.loads(payload)
+                now = time.perf_counter() - t0
+                if "error" in chunk:
+                    res.error = json.dumps(chunk["error"])[:500]
+                    break
+                for choice in chunk.get("choices") or ():
+                    text = choice.get("text")
+                    if text is None:
+                        text = (choice.get("delta") or {}).get("content")
+                    if text:
+                        if res.first_token is None:
+                            res.first_token = now
+                        res.chunk_times.append(now)
+                    if choice.get("finish_reason"):
+                        res.finish_reason = choice["finish_reason"]
+                usage = chunk.get("usage")
+                if usage:
+                    res.completion_tokens = int(usage.get("completion_tokens", 0))
+                    res.prompt_tokens = int(usage.get("prompt_tokens", 0))
+                if r.cancel_after is not None and len(res.chunk_times) >= r.cancel_after:
+                    res.cancelled = True
+                    break
+    except Exception as e:  # noqa: BLE001 (a failed request is a result)
+        res.error = f"{type(e).__name__}: {e}"
+    res.end = time.perf_counter() - t0
+    return res
+
+
+async def _send_all(
+    base: str, model: str, requests: Sequence[HttpRequest], timeout: float, limit: int
+) -> list[HttpResult]:
+    import httpx
+
+    limits = httpx.Limits(max_connections=limit, max_keepalive_connections=limit)
+    async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+        t0 = time.perf_counter()
+        return list(await asyncio.gather(*(_one(client, base, model, r, t0) for r in requests)))
+
+
+def send_all(
+    base_url: str,
+    model: str,
+    requests: Sequence[HttpRequest],
+    *,
+    timeout: float = 600.0,
+    max_connections: int = 1024,
+) -> list[HttpResult]:
+    """Send ``requests`` (each at its ``arrival``, concurrently) to the
+    server at ``base_url`` serving ``model``; results in the same order.
+    Never raises for a request that fails: its result says why."""
+    return asyncio.run(_send_all(base_url, model, requests, timeout, max_connections))
+
+
+def scrape(base_url: str, timeout: float = 10.0) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """``GET /metrics`` parsed: ``{metric name: {sorted label pairs: value}}``."""
+    import urllib.request
+
+    with urllib.request.urlopen(base_url + "/metrics", timeout=timeout) as r:
+        text = r.read().decode()
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name_labels, _, value = line.rpartition(" ")
+        name, brace, rest = name_labels.partition("{")
+        labels: list[tuple[str, str]] = []
+        if brace:
+            body = rest.rstrip("}")
+            for part in _split_labels(body):
+                k, _, v = part.partition("=")
+                labels.append((k.strip(), v.strip().strip('"')))
+        try:
+            out.setdefault(name.strip(), {})[tuple(sorted(labels))] = float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def _split_labels(body: str) -> list[str]:
+    parts, cur, quoted = [], [], False
+    for ch in body:
+        if ch == '"':
+            quoted = not quoted
+        if ch == "," and not quoted:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if cur:
+        parts.append("".join(cur))
+    return [p for p in parts if p.strip()]
+
+
+def metric_sum(
+    metrics: dict[str, dict[tuple[tuple[str, str], ...], float]], name: str, **labels: str
+) -> float:
+    """Sum of metric ``name`` over the series whose labels include ``labels``."""
+    total = 0.0
+    for key, value in metrics.get(name, {}).items():
+        d = dict(key)
+        if all(d.get(k) == v for k, v in labels.items()):
+            total += value
+    return total
