@@ -50,6 +50,9 @@ class HttpRequest:
     tenant_via: TenantVia = "xargs"
     priority: int | None = None
     cancel_after: int | None = None
+    #: seconds after which the client gives up and closes the connection
+    #: (a client that goes away; None: the client's default)
+    client_timeout: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -120,21 +123,24 @@ async def _one(client: Any, base: str, model: str, r: HttpRequest, t0: float) ->
     path = "/v1/completions" if r.endpoint == "completions" else "/v1/chat/completions"
     headers = {"X-Request-Id": f"{r.tenant}:{r.request_id}"} if r.tenant_via == "header" else {}
     res.sent = time.perf_counter() - t0
+    kw: dict[str, Any] = {} if r.client_timeout is None else {"timeout": r.client_timeout}
     try:
         if not r.stream:
-            resp = await client.post(base + path, json=_body(model, r), headers=headers)
+            resp = await client.post(base + path, json=_body(model, r), headers=headers, **kw)
             res.status = resp.status_code
             res.end = res.first_token = time.perf_counter() - t0
-            data = resp.json()
             if resp.status_code != 200:
-                res.error = json.dumps(data)[:500]
+                res.error = resp.text[:500]
                 return res
+            data = resp.json()
             usage = data.get("usage") or {}
             res.completion_tokens = int(usage.get("completion_tokens", 0))
             res.prompt_tokens = int(usage.get("prompt_tokens", 0))
             res.finish_reason = data["choices"][0].get("finish_reason")
             return res
-        async with client.stream("POST", base + path, json=_body(model, r), headers=headers) as s:
+        async with client.stream(
+            "POST", base + path, json=_body(model, r), headers=headers, **kw
+        ) as s:
             res.status = s.status_code
             if s.status_code != 200:
                 res.error = (await s.aread()).decode(errors="replace")[:500]
@@ -169,7 +175,10 @@ async def _one(client: Any, base: str, model: str, r: HttpRequest, t0: float) ->
                     res.cancelled = True
                     break
     except Exception as e:  # noqa: BLE001 (a failed request is a result)
-        res.error = f"{type(e).__name__}: {e}"
+        if r.client_timeout is not None and "Timeout" in type(e).__name__:
+            res.cancelled = True  # gave up on purpose
+        else:
+            res.error = f"{type(e).__name__}: {e}"
     res.end = time.perf_counter() - t0
     return res
 
@@ -199,13 +208,17 @@ def send_all(
     return asyncio.run(_send_all(base_url, model, requests, timeout, max_connections))
 
 
-def scrape(base_url: str, timeout: float = 10.0) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    """``GET /metrics`` parsed: ``{metric name: {sorted label pairs: value}}``."""
+#: A parsed ``/metrics`` page: ``{metric name: {sorted label pairs: value}}``.
+Metrics = dict[str, dict[tuple[tuple[str, str], ...], float]]
+
+
+def scrape(base_url: str, timeout: float = 10.0) -> Metrics:
+    """``GET /metrics`` parsed (:data:`Metrics`)."""
     import urllib.request
 
     with urllib.request.urlopen(base_url + "/metrics", timeout=timeout) as r:
         text = r.read().decode()
-    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    out: Metrics = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
@@ -239,9 +252,7 @@ def _split_labels(body: str) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
-def metric_sum(
-    metrics: dict[str, dict[tuple[tuple[str, str], ...], float]], name: str, **labels: str
-) -> float:
+def metric_sum(metrics: Metrics, name: str, **labels: str) -> float:
     """Sum of metric ``name`` over the series whose labels include ``labels``."""
     total = 0.0
     for key, value in metrics.get(name, {}).items():
