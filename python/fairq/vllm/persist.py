@@ -9,11 +9,13 @@ fairness state in that file:
 * **save** from the step hooks (end of ``schedule()`` and of
   ``update_from_output()``) once ``state_interval_s`` seconds (default 10)
   have passed since the last save (one ``time.monotonic()`` call per hook
-  otherwise; no thread touches the Rust objects), once right after the
-  load (so an unwritable path is reported at start), just before vLLM
-  aborts every request (``finish_requests(None)``: its SIGTERM path in
-  abort mode), and at ``shutdown()`` (unless nothing ran since that
-  pre-abort save, which then stands).
+  otherwise; no thread touches the Rust objects), once at a fresh start
+  (so an unwritable path is reported at start), just before vLLM aborts
+  every request (``finish_requests(None)``: its SIGTERM path in abort
+  mode), and at ``shutdown()``. Only a server that ran a step since the
+  last save saves again: an idle server leaves the file as it is (after a
+  restore, which tenants were backlogged at the save lives only in the
+  Rust objects until they send again; rewriting the file would lose it).
 
 What is saved is what the policy's Rust objects report through
 ``state_dict()`` (:meth:`fairq.vllm.fair.FairState.persisted`,
@@ -210,6 +212,10 @@ class Persistence:
         #: a save made just before an abort of every request stands until
         #: the next step (see :meth:`before_abort_all`)
         self._hold = False
+        #: a step ran since the last save (an idle server saves nothing: a
+        #: restored state's backlogged tenants are known only to the Rust
+        #: objects until they send again, so the loaded file must stand)
+        self._dirty = False
 
     # -- load ---------------------------------------------------------------
     def load(self) -> bool:
@@ -277,6 +283,7 @@ class Persistence:
     # -- save ---------------------------------------------------------------
     def tick(self) -> None:
         """From the step hooks: save if ``interval_s`` has passed."""
+        self._dirty = True
         if self.clock() >= self._next:
             self.save()
 
@@ -285,17 +292,20 @@ class Persistence:
         self._hold = False
         self.tick()
 
-    def before_abort_all(self) -> None:
+    def before_abort_all(self, has_requests: bool = True) -> None:
         """vLLM is about to abort every request (its shutdown in abort mode,
-        or a fault-tolerance reset): save the state as it stands, with the
-        waiting tenants still backlogged, and keep that save until the next
-        step (the ``shutdown()`` save after the abort is then skipped)."""
-        self.save()
+        or a fault-tolerance reset): save the state as it stands (if a step
+        ran or requests are queued since the last save), with the waiting
+        tenants still backlogged, and keep that save until the next step
+        (the ``shutdown()`` save after the abort is then skipped)."""
+        if self._dirty or has_requests:
+            self.save()
         self._hold = True
 
     def shutdown(self) -> None:
-        """From ``shutdown()``: the final save (unless held, see above)."""
-        if not self._hold:
+        """From ``shutdown()``: the final save, if a step ran since the last
+        one and no pre-abort save stands (see above)."""
+        if self._dirty and not self._hold:
             self.save()
 
     def save(self) -> bool:
@@ -328,6 +338,7 @@ class Persistence:
             self._failing = True
             return False
         self.saves += 1
+        self._dirty = False
         if self._failing:
             logger.info("fairq: saving the fairness state to %s works again", self.file.path)
         self._failing = False

@@ -159,7 +159,8 @@ def _persistence(
 ) -> Any:
     """The :class:`fairq.vllm.persist.Persistence` of ``source`` (the
     scheduler's hooks) when a state file is configured (None otherwise),
-    with the file's state already loaded and a first save made. With data
+    with the file's state already loaded (or, at a fresh start, a first
+    save made). With data
     parallelism each engine keeps its own file, ``<state_file>.dp<rank>``."""
     if path is None:
         return None
@@ -171,8 +172,8 @@ def _persistence(
     p = Persistence(source, path, policy, interval_s)
     with contextlib.suppress(OSError):
         os.makedirs(os.path.dirname(p.file.path), exist_ok=True)
-    p.load()
-    p.save()
+    if not p.load():
+        p.save()  # a fresh start: the file exists (and its path works) at once
     return p
 
 
@@ -254,7 +255,7 @@ def _build(name: str) -> type:
                 # vLLM aborts every request (its shutdown in abort mode):
                 # save the state first, the waiting tenants still backlogged
                 if self.fairq_persist is not None:
-                    self.fairq_persist.before_abort_all()
+                    self.fairq_persist.before_abort_all(bool(self.requests))
                 ids = list(self.requests)
             elif isinstance(request_ids, str):
                 ids = [request_ids]
