@@ -390,7 +390,10 @@ def test_foreign_policy_or_options_start_fresh(
 
 
 def test_unreadable_file_starts_fresh(
-    policy_env: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    policy_env: Any,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     path = tmp_path / "state.json"
     _write_good_state(policy_env, path)

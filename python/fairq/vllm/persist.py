@@ -258,14 +258,9 @@ class Persistence:
         if doc.get("version") != VERSION:
             return f"has version {doc.get('version')!r}; this fairq reads version {VERSION}"
         if doc.get("policy") != self.policy:
-            return (
-                f"was written by policy {doc.get('policy')!r}; this server runs {self.policy!r}"
-            )
+            return f"was written by policy {doc.get('policy')!r}; this server runs {self.policy!r}"
         if doc.get("fingerprint") != self.fingerprint:
-            return (
-                f"was written with other options ({doc.get('options')!r}; "
-                f"now {self.options!r})"
-            )
+            return f"was written with other options ({doc.get('options')!r}; now {self.options!r})"
         if not isinstance(doc.get("saved_at", 0), (int, float)) or "state" not in doc:
             return "has a malformed envelope (saved_at, state)"
         return None
@@ -326,8 +321,7 @@ class Persistence:
             self.failures += 1
             if not self._failing:
                 logger.warning(
-                    "fairq: could not save the fairness state to %s (%s: %s); "
-                    "retrying every %gs",
+                    "fairq: could not save the fairness state to %s (%s: %s); retrying every %gs",
                     self.file.path,
                     type(e).__name__,
                     e,

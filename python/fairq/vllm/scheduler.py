@@ -262,9 +262,7 @@ def _build(name: str) -> type:
             else:
                 ids = list(request_ids)
             before = {rid: self.requests.get(rid) for rid in ids}
-            out = super().finish_requests(
-                None if request_ids is None else ids, *args, **kwargs
-            )
+            out = super().finish_requests(None if request_ids is None else ids, *args, **kwargs)
             self.fairq.after_finish(before)
             return out
 

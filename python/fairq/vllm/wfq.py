@@ -321,7 +321,11 @@ class WfqSettlement:
         """Load :meth:`persisted`'s output into the (empty) queue, then give
         the in-flight requests' unused estimates back to their flows.
         Validates everything first; raises (changing nothing) if invalid."""
-        if not isinstance(saved, dict) or not isinstance(saved.get("refunds"), list):
+        if (
+            not isinstance(saved, dict)
+            or not isinstance(saved.get("refunds"), list)
+            or "queue" not in saved
+        ):
             raise ValueError("state must be a mapping with queue and refunds")
         refunds = []
         for i, e in enumerate(saved["refunds"]):
@@ -339,7 +343,7 @@ class WfqSettlement:
                 raise ValueError(f"state.refunds[{i}] must be {{flow, tokens >= 0, weight > 0}}")
             refunds.append((e["flow"], float(tokens), float(weight)))
         try:
-            self.queue.load_state_dict(saved.get("queue"))
+            self.queue.load_state_dict(saved["queue"])
         except (TypeError, ValueError) as e:
             raise type(e)(f"state.queue: {e}") from None
         for flow, tokens, weight in refunds:
