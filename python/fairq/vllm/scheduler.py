@@ -225,7 +225,7 @@ def _build(name: str) -> type:
                 if self.fairq_policy is SchedulingPolicy.WFQ:
                     from fairq.vllm.wfq import WfqSettlement
 
-                    self.fairq = WfqSettlement(self.waiting, self.requests)
+                    self.fairq = WfqSettlement(self.waiting, getattr(self, "requests", None))
                     self.fairq_persist = _persistence(
                         self, self.fairq, "wfq", state_file, interval_s
                     )
