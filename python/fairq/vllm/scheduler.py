@@ -16,6 +16,9 @@ hold a JSON object of queue options for that policy, e.g.
 :func:`fairq.vllm.install` so the temporary queues vLLM builds inside
 ``schedule()`` are fairq's too.
 
+With the option ``state_file`` (and ``state_interval_s``) the policy's
+fairness state survives a restart: :mod:`fairq.vllm.persist`.
+
 vLLM is imported only when one of the class names is first looked up, so
 importing this module is cheap and works without vLLM (the names then raise
 ``ImportError`` on access).
