@@ -88,15 +88,28 @@ class FairState:
     def _sched(self, tier: int) -> Any:
         s = self._scheds.get(tier)
         if s is None:
-            tree = self.mirror.tree if self.mirror is not None else None
-            s = make_scheduler(self.options.policy, tree, **self.options.policy_options)
-            for t, w in self.options.tenant_weights.items():
-                s.set_weight(t, w)
-            self._scheds[tier] = s
-            from fairq.metrics import publish
-
-            publish(s, f"vllm-{self.options.policy}-tier{tier}")
+            s = self._new_sched()
+            self._install(tier, s)
         return s
+
+    def _new_sched(self) -> Any:
+        tree = self.mirror.tree if self.mirror is not None else None
+        return make_scheduler(self.options.policy, tree, **self.options.policy_options)
+
+    def _install(self, tier: int, s: Any) -> None:
+        """``s`` becomes tier ``tier``'s scheduler, with the configured
+        tenant weights (which win over restored ones; a tenant not
+        configured has weight 1)."""
+        weights = self.options.tenant_weights
+        for t in s.clients():
+            if t not in weights and s.weight(t) != 1.0:
+                s.set_weight(t, 1.0)
+        for t, w in weights.items():
+            s.set_weight(t, w)
+        self._scheds[tier] = s
+        from fairq.metrics import publish
+
+        publish(s, f"vllm-{self.options.policy}-tier{tier}")
 
     def schedulers(self) -> dict[int, Any]:
         """The fairq local scheduler of each priority tier (0 without tiers)."""
@@ -292,6 +305,54 @@ class FairState:
         self._extend.pop(rid, None)
         self._pending_output.pop(rid, None)
         self._admitted_now.discard(rid)
+
+    # -- saved state (fairq.vllm.persist) -----------------------------------
+    def persisted_options(self) -> dict[str, Any]:
+        """The options a saved state depends on: the policy, its own options
+        (a restore would replace them) and whether requests are split into
+        priority tiers. Tenant weights and the tenant resolver are not among
+        them: the configured weights are applied over a restored state."""
+        return {
+            "policy": self.options.policy,
+            "policy_options": dict(sorted(self.options.policy_options.items())),
+            "tiers": self.tiers,
+        }
+
+    def persisted(self) -> dict[str, Any]:
+        """Each tier's local scheduler's ``state_dict()`` (counters or
+        deficits, service, weights, refills, waiting counts; the admitted
+        requests, which :meth:`restore` finishes)."""
+        return {"tiers": {str(t): s.state_dict() for t, s in sorted(self._scheds.items())}}
+
+    def restore(self, saved: Any) -> None:
+        """Load :meth:`persisted`'s output into this (fresh) state: each tier's
+        scheduler is ``load_state_dict``-ed, then the requests it had admitted
+        are finished (they did not survive the restart). Validates every
+        tier before installing any; raises (changing nothing) if one is not
+        valid (the core's errors name the field)."""
+        if self._scheds or self.tenant_of:
+            raise RuntimeError("restore needs a FairState with no requests")
+        tiers = saved.get("tiers") if isinstance(saved, dict) else None
+        if not isinstance(tiers, dict):
+            raise ValueError(f"state.tiers must be a mapping of tier -> state, got {tiers!r}")
+        built: dict[int, Any] = {}
+        for key, doc in tiers.items():
+            try:
+                tier = int(key)
+            except (TypeError, ValueError):
+                raise ValueError(f"state.tiers: {key!r} is not a tier number") from None
+            if tier != 0 and not self.tiers:
+                raise ValueError(f"state.tiers: tier {tier} without priority tiers")
+            s = self._new_sched()
+            try:
+                s.load_state_dict(doc)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"state.tiers[{key!r}]: {e}") from None
+            for r in doc["running"]:
+                s.finish(r["request_id"])
+            built[tier] = s
+        for tier, s in sorted(built.items()):
+            self._install(tier, s)
 
     # -- introspection ------------------------------------------------------
     def service(self, tenant: str) -> float:

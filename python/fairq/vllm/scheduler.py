@@ -16,6 +16,9 @@ hold a JSON object of queue options for that policy, e.g.
 :func:`fairq.vllm.install` so the temporary queues vLLM builds inside
 ``schedule()`` are fairq's too.
 
+With the option ``state_file`` (and ``state_interval_s``) the policy's
+fairness state survives a restart: :mod:`fairq.vllm.persist`.
+
 vLLM is imported only when one of the class names is first looked up, so
 importing this module is cheap and works without vLLM (the names then raise
 ``ImportError`` on access).
@@ -23,6 +26,7 @@ importing this module is cheap and works without vLLM (the names then raise
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 from typing import Any
@@ -140,6 +144,11 @@ def attach_fair_policy(scheduler: Any, policy: str) -> Any:
     state = FairState(options, int(scheduler.block_size), tiers=vllm_policy == "priority")
     if state.mirror is not None:
         state.mirror.attach(scheduler.kv_cache_manager)
+    # the saved state first, before any request (one already queued would
+    # block the restore)
+    scheduler.fairq_persist = _persistence(
+        scheduler, state, policy, options.state_file, options.state_interval_s
+    )
     old = scheduler.waiting
     queue = FairWaitingQueue(state)
     for request in list(old):
@@ -215,6 +224,29 @@ class TenantTally:
         return out
 
 
+def _persistence(
+    scheduler: Any, source: Any, policy: str, path: str | None, interval_s: float
+) -> Any:
+    """The :class:`fairq.vllm.persist.Persistence` of ``source`` (the
+    scheduler's hooks) when a state file is configured (None otherwise),
+    with the file's state already loaded (or, at a fresh start, a first
+    save made). With data
+    parallelism each engine keeps its own file, ``<state_file>.dp<rank>``."""
+    if path is None:
+        return None
+    from fairq.vllm.persist import Persistence
+
+    parallel = getattr(getattr(scheduler, "vllm_config", None), "parallel_config", None)
+    if int(getattr(parallel, "data_parallel_size", 1) or 1) > 1:
+        path = f"{path}.dp{int(getattr(parallel, 'data_parallel_rank', 0) or 0)}"
+    p = Persistence(source, path, policy, interval_s)
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(p.file.path), exist_ok=True)
+    if not p.load():
+        p.save()  # a fresh start: the file exists (and its path works) at once
+    return p
+
+
 def _build(name: str) -> type:
     module, base_name = _BASES[name]
     try:
@@ -232,6 +264,9 @@ def _build(name: str) -> type:
         fairq: Any = None
         #: :class:`fairq.vllm.stats.StepClock` (None until ``__init__``)
         fairq_clock: Any = None
+        #: the saved fairness state (:class:`fairq.vllm.persist.Persistence`)
+        #: when the option ``state_file`` is set, else None
+        fairq_persist: Any = None
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             from fairq.vllm import install
@@ -248,7 +283,12 @@ def _build(name: str) -> type:
             if self.fairq_policy.value in FAIR_POLICIES:
                 self.fairq = attach_fair_policy(self, self.fairq_policy.value)
             else:
+                from fairq.vllm.tenants import STATE_KEYS, state_options
+
                 options = resolve_options()
+                state_file, interval_s = state_options(options)
+                for key in STATE_KEYS:
+                    options.pop(key, None)
                 if self.fairq_policy is SchedulingPolicy.WFQ and "flow_key" not in options:
                     # one WFQ flow per tenant, resolved as for the fair policies
                     from fairq.vllm.tenants import FairOptions
@@ -259,7 +299,10 @@ def _build(name: str) -> type:
                 if self.fairq_policy is SchedulingPolicy.WFQ:
                     from fairq.vllm.wfq import WfqSettlement
 
-                    self.fairq = WfqSettlement(self.waiting)
+                    self.fairq = WfqSettlement(self.waiting, getattr(self, "requests", None))
+                    self.fairq_persist = _persistence(
+                        self, self.fairq, "wfq", state_file, interval_s
+                    )
             self._fairq_observe()
 
         def _fairq_observe(self) -> None:
@@ -284,6 +327,8 @@ def _build(name: str) -> type:
             output = super().schedule(*args, **kwargs)
             if self.fairq is not None:
                 self.fairq.after_schedule(self, output)
+                if self.fairq_persist is not None:
+                    self.fairq_persist.step()
             self.fairq_tally.after_schedule(self, output)
             clock.schedule_done(started, bool(output.total_num_scheduled_tokens))
             return output
@@ -310,16 +355,36 @@ def _build(name: str) -> type:
             snapshot = self.fairq.output_snapshot(scheduler_output, self.requests)
             out = super().update_from_output(scheduler_output, *args, **kwargs)
             self.fairq.after_update(snapshot)
+            if self.fairq_persist is not None:
+                self.fairq_persist.tick()
             return out
 
         def finish_requests(self, request_ids: Any, *args: Any, **kwargs: Any) -> Any:
             if self.fairq is None:
                 return super().finish_requests(request_ids, *args, **kwargs)
-            ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
+            if request_ids is None:
+                # vLLM aborts every request (its shutdown in abort mode):
+                # save the state first, the waiting tenants still backlogged
+                if self.fairq_persist is not None:
+                    self.fairq_persist.before_abort_all(bool(self.requests))
+                ids = list(self.requests)
+            elif isinstance(request_ids, str):
+                ids = [request_ids]
+            else:
+                ids = list(request_ids)
             before = {rid: self.requests.get(rid) for rid in ids}
-            out = super().finish_requests(ids, *args, **kwargs)
+            out = super().finish_requests(None if request_ids is None else ids, *args, **kwargs)
             self.fairq.after_finish(before)
             return out
+
+        def shutdown(self, *args: Any, **kwargs: Any) -> Any:
+            # vLLM's EngineCore.shutdown() calls this when the engine core
+            # exits; the final save never raises
+            try:
+                return super().shutdown(*args, **kwargs)
+            finally:
+                if self.fairq_persist is not None:
+                    self.fairq_persist.shutdown()
 
     FairqSchedulerClass.__name__ = FairqSchedulerClass.__qualname__ = name
     FairqSchedulerClass.__module__ = __name__

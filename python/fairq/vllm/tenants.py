@@ -22,6 +22,8 @@ __all__ = [
     "FairOptions",
     "TenantResolver",
     "load_options",
+    "STATE_KEYS",
+    "state_options",
 ]
 
 #: Environment variable naming a YAML or JSON file of fair-policy options
@@ -124,6 +126,23 @@ class TenantResolver:
         )
 
 
+#: The options of the saved fairness state (:mod:`fairq.vllm.persist`), taken
+#: by every policy of fairq's scheduler classes.
+STATE_KEYS = ("state_file", "state_interval_s")
+
+
+def state_options(raw: Mapping[str, Any]) -> tuple[str | None, float]:
+    """``(state_file, state_interval_s)`` from ``raw`` (``None`` and the
+    default interval when absent), each error naming its field."""
+    from fairq.vllm.persist import DEFAULT_INTERVAL_S
+
+    path = raw.get("state_file")
+    if path is not None and (not isinstance(path, str) or not path.strip()):
+        raise ValueError(f"state_file must be a non-empty path string, got {path!r}")
+    interval = raw.get("state_interval_s", DEFAULT_INTERVAL_S)
+    return path, _number("state_interval_s", interval, positive=True)
+
+
 def _number(name: str, v: Any, *, positive: bool = False) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise TypeError(f"{name} must be a number, got {v!r}")
@@ -149,6 +168,10 @@ class FairOptions:
     policy_options: dict[str, float] = field(default_factory=dict)
     tenant_weights: dict[str, float] = field(default_factory=dict)
     tenant: TenantResolver = field(default_factory=TenantResolver)
+    #: the saved fairness state's file (:mod:`fairq.vllm.persist`), or None
+    state_file: str | None = None
+    #: seconds between saves of the state
+    state_interval_s: float = 10.0
 
     @classmethod
     def from_mapping(cls, policy: str, raw: Mapping[str, Any]) -> FairOptions:
@@ -159,7 +182,7 @@ class FairOptions:
             raise ValueError(
                 f"policy must be one of {', '.join(FAIR_POLICIES)} here, got {policy!r}"
             )
-        known = set(POLICIES[policy][1]) | {"tenant_weights", "tenant", "policy"}
+        known = set(POLICIES[policy][1]) | {"tenant_weights", "tenant", "policy", *STATE_KEYS}
         for key in raw:
             if key not in known:
                 raise ValueError(
@@ -190,7 +213,8 @@ class FairOptions:
             if key in tenant_raw and not isinstance(tenant_raw[key], (list, tuple)):
                 raise TypeError(f"tenant.{key} must be a list, got {tenant_raw[key]!r}")
         resolver = TenantResolver(**dict(tenant_raw))
-        return cls(policy, opts, weights, resolver)
+        state_file, interval = state_options(raw)
+        return cls(policy, opts, weights, resolver, state_file, interval)
 
 
 def _read_file(path: str) -> dict[str, Any]:

@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, Literal
 
 from fairq._core import WFQQueue
@@ -251,10 +251,12 @@ class WfqSettlement:
     hooks as :class:`fairq.vllm.fair.FairState`): each finished or aborted
     request's flow is settled (:meth:`WFQRequestQueue.settle`) with what it
     really used, the prompt tokens vLLM computed past its prefix hit at its
-    first scheduling plus its output tokens."""
+    first scheduling plus its output tokens. ``requests``: the scheduler's
+    ``requests`` dict (the in-flight requests a saved state settles)."""
 
-    def __init__(self, queue: WFQRequestQueue) -> None:
+    def __init__(self, queue: WFQRequestQueue, requests: Mapping[str, Any] | None = None) -> None:
         self.queue = queue
+        self.requests: Mapping[str, Any] = {} if requests is None else requests
         #: each request's prefix-cache hit when first scheduled, until settled
         self.hits: dict[str, int] = {}
 
@@ -277,8 +279,72 @@ class WfqSettlement:
     def after_finish(self, before: dict[str, Any]) -> None:
         self._settle(r for r in before.values() if r is not None)
 
+    def _used(self, r: Any, hit: int) -> int:
+        return int(r.num_prompt_tokens) - hit + int(r.num_output_tokens)
+
     def _settle(self, requests: Iterable[Any]) -> None:
         for r in requests:
             if r.is_finished() and r.request_id in self.hits:
                 hit = self.hits.pop(r.request_id)
-                self.queue.settle(r, r.num_prompt_tokens - hit + r.num_output_tokens)
+                self.queue.settle(r, self._used(r, hit))
+
+    # -- saved state (fairq.vllm.persist) -----------------------------------
+    def persisted_options(self) -> dict[str, Any]:
+        """What a saved state depends on: the virtual clock and what a flow is."""
+        fk = self.queue._flow_key
+        return {
+            "policy": "wfq",
+            "virtual_clock": self.queue.virtual_clock,
+            "flow_key": fk if fk is None or isinstance(fk, str) else "tenant",
+            "default_weight": self.queue._default_weight,
+        }
+
+    def persisted(self) -> dict[str, Any]:
+        """The queue's ``state_dict()`` as if every request were aborted now:
+        the waiting requests' tags dropped (removal never rewinds a flow's
+        ``F_last``), and each in-flight request's unused estimate listed as
+        a refund (what its settlement at an abort would give back)."""
+        doc = self.queue.state_dict()
+        doc["waiting"] = []
+        refunds = []
+        for rid, hit in self.hits.items():
+            r = self.requests.get(rid)
+            if r is None or r.is_finished():
+                continue
+            flow, estimate, weight, _ = self.queue._read(r)
+            unused = estimate - self._used(r, hit)
+            if flow is not None and unused > 0:
+                refunds.append({"flow": flow, "tokens": unused, "weight": float(weight)})
+        return {"queue": doc, "refunds": refunds}
+
+    def restore(self, saved: Any) -> None:
+        """Load :meth:`persisted`'s output into the (empty) queue, then give
+        the in-flight requests' unused estimates back to their flows.
+        Validates everything first; raises (changing nothing) if invalid."""
+        if (
+            not isinstance(saved, dict)
+            or not isinstance(saved.get("refunds"), list)
+            or "queue" not in saved
+        ):
+            raise ValueError("state must be a mapping with queue and refunds")
+        refunds = []
+        for i, e in enumerate(saved["refunds"]):
+            ok = isinstance(e, dict) and isinstance(e.get("flow"), (str, int))
+            tokens, weight = (e.get("tokens"), e.get("weight")) if ok else (None, None)
+            if not (
+                ok
+                and isinstance(tokens, (int, float))
+                and isinstance(weight, (int, float))
+                and math.isfinite(tokens)
+                and tokens >= 0
+                and math.isfinite(weight)
+                and weight > 0
+            ):
+                raise ValueError(f"state.refunds[{i}] must be {{flow, tokens >= 0, weight > 0}}")
+            refunds.append((e["flow"], float(tokens), float(weight)))
+        try:
+            self.queue.load_state_dict(saved["queue"])
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"state.queue: {e}") from None
+        for flow, tokens, weight in refunds:
+            self.queue.refund_flow(flow, tokens, weight)
