@@ -522,10 +522,7 @@ enum WcOp {
 
 /// Replay `ops` on a fresh scheduler and tree (deterministic: the same
 /// history gives the same state); returns the ids running and waiting.
-fn wc_replay(
-    which: u8,
-    ops: &[WcOp],
-) -> (LocalScheduler<u64>, RadixTree, Vec<i64>, Vec<i64>) {
+fn wc_replay(which: u8, ops: &[WcOp]) -> (LocalScheduler<u64>, RadixTree, Vec<i64>, Vec<i64>) {
     let ns = Namespace::Default;
     let mut tree = RadixTree::new(Some(64), 1).expect("valid");
     let mut s: LocalScheduler<u64> = LocalScheduler::new(policy(which)).expect("valid");
@@ -536,8 +533,15 @@ fn wc_replay(
     for op in ops {
         match op {
             WcOp::Add(c, toks) => {
-                s.add(Some(&mut tree), RequestId::Int(next), clients[*c as usize], toks.clone(), next as u64, ns.clone())
-                    .expect("fresh id");
+                s.add(
+                    Some(&mut tree),
+                    RequestId::Int(next),
+                    clients[*c as usize],
+                    toks.clone(),
+                    next as u64,
+                    ns.clone(),
+                )
+                .expect("fresh id");
                 toks_of.insert(next, toks.clone());
                 waiting.push(next);
                 next += 1;
@@ -546,8 +550,13 @@ fn wc_replay(
                 tree.insert(&ns, toks);
             }
             WcOp::Admit(budget, k) => {
-                for a in s.schedule_within_credit(Some(&tree), *budget, Some(*k)).expect("tree") {
-                    let RequestId::Int(id) = a.id else { unreachable!() };
+                for a in s
+                    .schedule_within_credit(Some(&tree), *budget, Some(*k))
+                    .expect("tree")
+                {
+                    let RequestId::Int(id) = a.id else {
+                        unreachable!()
+                    };
                     waiting.retain(|&w| w != id);
                     running.push(id);
                 }
@@ -568,7 +577,8 @@ fn wc_replay(
                 if !running.is_empty() {
                     let id = running.remove(i % running.len());
                     let toks = toks_of[&id].clone();
-                    s.requeue(Some(&mut tree), &RequestId::Int(id), toks, id as u64, true).expect("running");
+                    s.requeue(Some(&mut tree), &RequestId::Int(id), toks, id as u64, true)
+                        .expect("running");
                     waiting.push(id);
                 }
             }

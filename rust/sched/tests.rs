@@ -562,14 +562,27 @@ fn schedule_within_credit_stops_where_a_refill_would_be_needed() {
     let mut d = dlpm(10.0);
     for i in 0..6 {
         let c = ["a", "b"][i % 2];
-        d.add(Some(&mut t), int(i as i64), c, vec![i as u32; 4], (), ns.clone())
-            .unwrap();
+        d.add(
+            Some(&mut t),
+            int(i as i64),
+            c,
+            vec![i as u32; 4],
+            (),
+            ns.clone(),
+        )
+        .unwrap();
     }
     // nobody has credit yet: nothing is admitted and nothing refilled
-    assert!(d.schedule_within_credit(Some(&t), 100, None).unwrap().is_empty());
+    assert!(d
+        .schedule_within_credit(Some(&t), 100, None)
+        .unwrap()
+        .is_empty());
     assert_eq!((d.refills(), d.deficit("a")), (0, 0.0));
     // one admission refills (+10 each): a0 (a: 6)
-    assert_eq!(ids(&d.schedule(Some(&t), 100, Some(1)).unwrap()), vec![int(0)]);
+    assert_eq!(
+        ids(&d.schedule(Some(&t), 100, Some(1)).unwrap()),
+        vec![int(0)]
+    );
     assert_eq!(d.refills(), 1);
     // within the credit left: b1 (b: 6), a2 (a: 2), b3 (b: 2), a4 (a: -2),
     // b5 (b: -2); then a refill would be needed and nothing is left anyway
@@ -581,7 +594,10 @@ fn schedule_within_credit_stops_where_a_refill_would_be_needed() {
     // a new request of a: no waiting client has credit, so it stops at once
     d.add(Some(&mut t), int(6), "a", vec![9; 4], (), ns.clone())
         .unwrap();
-    assert!(d.schedule_within_credit(Some(&t), 100, None).unwrap().is_empty());
+    assert!(d
+        .schedule_within_credit(Some(&t), 100, None)
+        .unwrap()
+        .is_empty());
     assert_eq!(d.refills(), 1);
     // while schedule refills and admits it
     assert_eq!(ids(&d.schedule(Some(&t), 100, None).unwrap()), vec![int(6)]);

@@ -7,9 +7,10 @@ the KV cache or the token budget is full, and pops what it schedules. fairq
 decides only which request is at the head.
 
 * :class:`FairWaitingQueue` replaces ``scheduler.waiting``. Its head is the
-  policy's next request: ``peek_request`` admits it in a fairq local
-  scheduler (``schedule(max_requests=1)``), which charges a provisional
-  estimate at once, so the next choice in the same step already sees it.
+  policy's next request: ``peek_request`` admits the next few in a fairq
+  local scheduler (``schedule(max_requests=k)``; DLPM: one that may refill,
+  then ``schedule_within_credit``), each charged a provisional estimate at
+  once, so the next choice in the same step already sees it.
   ``prepend_request(s)`` of a request popped in this step (vLLM held it
   back) undoes that admission and puts it back in its place
   (``requeue(refund=True)``); a preempted request goes back in its place
