@@ -507,6 +507,166 @@ proptest! {
     }
 }
 
+/// One step of [`within_credit_equals_schedule_until_a_refill`]'s history.
+#[derive(Debug, Clone)]
+enum WcOp {
+    Add(u8, Vec<u32>),
+    Insert(Vec<u32>),
+    /// `schedule_within_credit(budget, k)`
+    Admit(usize, usize),
+    Charge(usize, usize),
+    Finish(usize),
+    Requeue(usize),
+    Remove(usize),
+}
+
+/// Replay `ops` on a fresh scheduler and tree (deterministic: the same
+/// history gives the same state); returns the ids running and waiting.
+fn wc_replay(which: u8, ops: &[WcOp]) -> (LocalScheduler<u64>, RadixTree, Vec<i64>, Vec<i64>) {
+    let ns = Namespace::Default;
+    let mut tree = RadixTree::new(Some(64), 1).expect("valid");
+    let mut s: LocalScheduler<u64> = LocalScheduler::new(policy(which)).expect("valid");
+    let (mut waiting, mut running): (Vec<i64>, Vec<i64>) = (Vec::new(), Vec::new());
+    let mut toks_of: HashMap<i64, Vec<u32>> = HashMap::new();
+    let mut next = 0i64;
+    let clients = ["a", "b", "c"];
+    for op in ops {
+        match op {
+            WcOp::Add(c, toks) => {
+                s.add(
+                    Some(&mut tree),
+                    RequestId::Int(next),
+                    clients[*c as usize],
+                    toks.clone(),
+                    next as u64,
+                    ns.clone(),
+                )
+                .expect("fresh id");
+                toks_of.insert(next, toks.clone());
+                waiting.push(next);
+                next += 1;
+            }
+            WcOp::Insert(toks) => {
+                tree.insert(&ns, toks);
+            }
+            WcOp::Admit(budget, k) => {
+                for a in s
+                    .schedule_within_credit(Some(&tree), *budget, Some(*k))
+                    .expect("tree")
+                {
+                    let RequestId::Int(id) = a.id else {
+                        unreachable!()
+                    };
+                    waiting.retain(|&w| w != id);
+                    running.push(id);
+                }
+            }
+            WcOp::Charge(i, n) => {
+                if !running.is_empty() {
+                    let id = running[i % running.len()];
+                    s.charge_output(&RequestId::Int(id), *n).expect("running");
+                }
+            }
+            WcOp::Finish(i) => {
+                if !running.is_empty() {
+                    let id = running.remove(i % running.len());
+                    s.finish(&RequestId::Int(id)).expect("running");
+                }
+            }
+            WcOp::Requeue(i) => {
+                if !running.is_empty() {
+                    let id = running.remove(i % running.len());
+                    let toks = toks_of[&id].clone();
+                    s.requeue(Some(&mut tree), &RequestId::Int(id), toks, id as u64, true)
+                        .expect("running");
+                    waiting.push(id);
+                }
+            }
+            WcOp::Remove(i) => {
+                if !waiting.is_empty() {
+                    let id = waiting.remove(i % waiting.len());
+                    s.remove(&RequestId::Int(id)).expect("waiting");
+                }
+            }
+        }
+    }
+    (s, tree, waiting, running)
+}
+
+fn wc_op() -> impl Strategy<Value = WcOp> {
+    prop_oneof![
+        4 => (0u8..3, tokens()).prop_map(|(c, t)| WcOp::Add(c, t)),
+        1 => tokens().prop_map(WcOp::Insert),
+        3 => (prop_oneof![0usize..20, Just(usize::MAX)], 1usize..5).prop_map(|(b, k)| WcOp::Admit(b, k)),
+        2 => (any::<usize>(), 0usize..4).prop_map(|(i, n)| WcOp::Charge(i, n)),
+        1 => any::<usize>().prop_map(WcOp::Finish),
+        1 => any::<usize>().prop_map(WcOp::Requeue),
+        1 => any::<usize>().prop_map(WcOp::Remove),
+    ]
+}
+
+/// What an admission looked like: (id, cached, extend).
+fn wc_key(a: &crate::sched::Admission<u64>) -> (RequestId, usize, usize) {
+    (a.id.clone(), a.cached_len, a.extend_len)
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// `schedule_within_credit(budget, k)` never refills, and admits exactly
+    /// what `schedule(budget, k)` admits on the same state (same requests,
+    /// matches, charges) when that makes no refill; when it does refill,
+    /// exactly its admissions before the refill (a prefix). And it equals
+    /// `k` one-request calls (each with the budget left) whenever those
+    /// make no refill. FCFS, LPM, VTC: always the same as `schedule`.
+    #[test]
+    fn within_credit_equals_schedule_until_a_refill(
+        which in 0u8..4,
+        ops in prop::collection::vec(wc_op(), 0..80),
+    ) {
+        let mut history: Vec<WcOp> = Vec::new();
+        let clients = ["a", "b", "c"];
+        for op in ops {
+            if let WcOp::Admit(budget, k) = op {
+                let (mut a, tree_a, ..) = wc_replay(which, &history);
+                let (mut b, tree_b, ..) = wc_replay(which, &history);
+                let (mut c, tree_c, ..) = wc_replay(which, &history);
+                let refills = a.refills();
+                let got = a.schedule_within_credit(Some(&tree_a), budget, Some(k)).expect("tree");
+                prop_assert_eq!(a.refills(), refills, "schedule_within_credit refilled");
+                let full = b.schedule(Some(&tree_b), budget, Some(k)).expect("tree");
+                let got_keys: Vec<_> = got.iter().map(wc_key).collect();
+                let full_keys: Vec<_> = full.iter().map(wc_key).collect();
+                if b.refills() == refills {
+                    prop_assert_eq!(&got_keys, &full_keys);
+                    for cl in clients {
+                        prop_assert_eq!(a.deficit(cl), b.deficit(cl));
+                        prop_assert_eq!(a.counter(cl), b.counter(cl));
+                        prop_assert_eq!(a.service(cl), b.service(cl));
+                    }
+                } else {
+                    prop_assert!(got_keys.len() <= full_keys.len());
+                    prop_assert_eq!(&got_keys[..], &full_keys[..got_keys.len()]);
+                }
+                // k one-request calls, each with the budget left
+                let mut singles = Vec::new();
+                let mut left = budget;
+                for _ in 0..k {
+                    let one = c.schedule(Some(&tree_c), left, Some(1)).expect("tree");
+                    let Some(x) = one.first() else { break };
+                    left -= x.extend_len;
+                    singles.push(wc_key(x));
+                }
+                if c.refills() == refills {
+                    prop_assert_eq!(&got_keys, &singles);
+                }
+                a.check_invariants(Some(&tree_a));
+            }
+            history.push(op);
+        }
+    }
+}
+
 // ---------------------------------------------------------------- dispatch
 
 proptest! {

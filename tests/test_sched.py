@@ -349,6 +349,13 @@ OPS = st.one_of(
         st.none(),
     ),
     st.tuples(st.just("schedule"), st.integers(0, 25), st.none(), st.none(), st.none()),
+    st.tuples(
+        st.just("within"),
+        st.integers(0, 25),
+        st.sampled_from([None, 1, 2, 5]),
+        st.none(),
+        st.none(),
+    ),
     st.tuples(st.just("charge"), st.integers(0, 50), st.integers(0, 4), st.none(), st.none()),
     st.tuples(st.just("finish"), st.integers(0, 50), st.none(), st.none(), st.none()),
     st.tuples(st.just("recharge"), st.integers(0, 50), st.integers(0, 12), st.none(), st.none()),
@@ -399,12 +406,19 @@ def run_trace(policy: str, page: int, quantum: float, ops: list[tuple[Any, ...]]
             tree.insert(PREFIXES[op[1]] + op[2])
         elif kind == "evict":
             tree.evict(op[1])
-        elif kind == "schedule":
+        elif kind in ("schedule", "within"):
+            refills = ref.refills
+            if kind == "schedule":
+                adm = s.schedule(op[1], max_requests=op[2])
+                want = ref.schedule(op[1], op[2])
+            else:
+                adm = s.schedule_within_credit(op[1], max_requests=op[2])
+                want = ref.schedule_within_credit(op[1], op[2])
+                assert ref.refills == refills
             got = [
                 (a.request_id, a.client, a.item, a.input_len, a.cached_len, a.extend_len)
-                for a in s.schedule(op[1], max_requests=op[2])
+                for a in adm
             ]
-            want = ref.schedule(op[1], op[2])
             assert got == want
             for a in got:  # the engine caches admitted prompts after prefill
                 assert a[0] not in done

@@ -376,6 +376,16 @@ class FCFS:
     def schedule(self, token_budget: int, max_requests: int | None = None) -> list[Admission]:
         """Admit waiting requests in policy order while their extend tokens fit
         ``token_budget`` (and ``max_requests``), charging the policy counters."""
+    def schedule_within_credit(
+        self, token_budget: int, max_requests: int | None = None
+    ) -> list[Admission]:
+        """``schedule`` without refilling: exactly what ``schedule`` would
+        admit (same order, same charges) up to where it would refill (DLPM:
+        no waiting client has credit left), stopping there; ``refills`` never
+        moves. FCFS, LPM, VTC (never refill): the same as ``schedule``. With
+        no refill needed, one call with ``max_requests=k`` equals ``k`` calls
+        with ``max_requests=1``; ``requeue(..., refund=True)`` undoes each
+        admission exactly, and no refill was made on its behalf."""
     def charge_output(self, request_id: RequestIdLike, n_tokens: int = 1) -> None:
         """Charge ``n_tokens`` decoded output tokens of a running request."""
     def recharge_extend(self, request_id: RequestIdLike, extend_len: int) -> int:
@@ -438,6 +448,16 @@ class LPM:
     def schedule(self, token_budget: int, max_requests: int | None = None) -> list[Admission]:
         """Admit waiting requests in policy order while their extend tokens fit
         ``token_budget`` (and ``max_requests``), charging the policy counters."""
+    def schedule_within_credit(
+        self, token_budget: int, max_requests: int | None = None
+    ) -> list[Admission]:
+        """``schedule`` without refilling: exactly what ``schedule`` would
+        admit (same order, same charges) up to where it would refill (DLPM:
+        no waiting client has credit left), stopping there; ``refills`` never
+        moves. FCFS, LPM, VTC (never refill): the same as ``schedule``. With
+        no refill needed, one call with ``max_requests=k`` equals ``k`` calls
+        with ``max_requests=1``; ``requeue(..., refund=True)`` undoes each
+        admission exactly, and no refill was made on its behalf."""
     def charge_output(self, request_id: RequestIdLike, n_tokens: int = 1) -> None:
         """Charge ``n_tokens`` decoded output tokens of a running request."""
     def recharge_extend(self, request_id: RequestIdLike, extend_len: int) -> int:
@@ -502,6 +522,16 @@ class VTC:
     def schedule(self, token_budget: int, max_requests: int | None = None) -> list[Admission]:
         """Admit waiting requests in policy order while their extend tokens fit
         ``token_budget`` (and ``max_requests``), charging the policy counters."""
+    def schedule_within_credit(
+        self, token_budget: int, max_requests: int | None = None
+    ) -> list[Admission]:
+        """``schedule`` without refilling: exactly what ``schedule`` would
+        admit (same order, same charges) up to where it would refill (DLPM:
+        no waiting client has credit left), stopping there; ``refills`` never
+        moves. FCFS, LPM, VTC (never refill): the same as ``schedule``. With
+        no refill needed, one call with ``max_requests=k`` equals ``k`` calls
+        with ``max_requests=1``; ``requeue(..., refund=True)`` undoes each
+        admission exactly, and no refill was made on its behalf."""
     def charge_output(self, request_id: RequestIdLike, n_tokens: int = 1) -> None:
         """Charge ``n_tokens`` decoded output tokens of a running request."""
     def recharge_extend(self, request_id: RequestIdLike, extend_len: int) -> int:
@@ -568,6 +598,16 @@ class DLPM:
     def schedule(self, token_budget: int, max_requests: int | None = None) -> list[Admission]:
         """Admit waiting requests in policy order while their extend tokens fit
         ``token_budget`` (and ``max_requests``), charging the policy counters."""
+    def schedule_within_credit(
+        self, token_budget: int, max_requests: int | None = None
+    ) -> list[Admission]:
+        """``schedule`` without refilling: exactly what ``schedule`` would
+        admit (same order, same charges) up to where it would refill (DLPM:
+        no waiting client has credit left), stopping there; ``refills`` never
+        moves. FCFS, LPM, VTC (never refill): the same as ``schedule``. With
+        no refill needed, one call with ``max_requests=k`` equals ``k`` calls
+        with ``max_requests=1``; ``requeue(..., refund=True)`` undoes each
+        admission exactly, and no refill was made on its behalf."""
     def charge_output(self, request_id: RequestIdLike, n_tokens: int = 1) -> None:
         """Charge ``n_tokens`` decoded output tokens of a running request."""
     def recharge_extend(self, request_id: RequestIdLike, extend_len: int) -> int:

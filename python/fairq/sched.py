@@ -94,6 +94,12 @@ class LocalScheduler(Protocol):
         ``token_budget`` (and ``max_requests``), charging the policy counters;
         ``[]`` when nothing is admissible."""
 
+    def schedule_within_credit(
+        self, token_budget: int, max_requests: int | None = None
+    ) -> list[Admission]:
+        """:meth:`schedule` up to where it would refill (DLPM), without
+        refilling; the same as :meth:`schedule` for FCFS, LPM and VTC."""
+
     def charge_output(self, request_id: str | int, n_tokens: int = 1) -> None:
         """Charge ``n_tokens`` decoded output tokens of a running request."""
 

@@ -138,6 +138,33 @@ macro_rules! sched_class {
                 Ok(to_admissions(py, adm))
             }
 
+            /// `schedule` without refilling: admits exactly what `schedule`
+            /// would (same order, same charges) up to where it would refill
+            /// (DLPM: no waiting client has credit left) and stops there;
+            /// `refills` never moves. For FCFS, LPM and VTC, which never
+            /// refill, the same as `schedule`. For a caller that may hand
+            /// part of a batch back (`requeue(..., refund=True)` undoes each
+            /// admission exactly): no refill happens on behalf of requests
+            /// it then does not take. With no refill needed, one call with
+            /// `max_requests = k` equals `k` calls with `max_requests = 1`.
+            #[pyo3(signature = (token_budget, max_requests = None))]
+            fn schedule_within_credit(
+                &mut self,
+                py: Python<'_>,
+                #[pyo3(from_py_with = args::token_budget)] token_budget: i64,
+                #[pyo3(from_py_with = args::max_requests)] max_requests: Option<i64>,
+            ) -> PyResult<Vec<PyAdmission>> {
+                let budget = args::non_negative("token_budget", token_budget)?;
+                let maxr = max_requests
+                    .map(|m| args::non_negative("max_requests", m))
+                    .transpose()?;
+                let t = borrow_tree(py, &self.tree)?;
+                let tr: Option<&RadixTree> = t.as_deref().map(|x| &x.inner);
+                let adm = self.core.schedule_within_credit(tr, budget, maxr)?;
+                drop(t);
+                Ok(to_admissions(py, adm))
+            }
+
             /// Charge `n_tokens` decode tokens of a running request.
             #[pyo3(signature = (request_id, n_tokens = 1))]
             fn charge_output(

@@ -117,6 +117,120 @@ impl Dlpm {
             .count();
         debug_assert!(self.credit_clients_waiting > 0);
     }
+
+    /// Algorithm 1's walks (see the module docs). `refill = false` stops
+    /// where a refill check would fire instead of refilling: the admissions
+    /// are then exactly those `refill = true` makes before its first refill.
+    fn walk<T>(
+        &mut self,
+        book: &mut Book<T>,
+        budget: usize,
+        max_requests: usize,
+        refill: bool,
+    ) -> Vec<Admission<T>> {
+        let mut out = Vec::new();
+        let mut left = budget;
+        // Position of the current walk (None: before its first request).
+        let mut pos: Option<LpmKey> = None;
+        // Repeat the walk until a whole walk admits nothing and refills
+        // nothing.
+        let mut progress = false;
+        // The credit clients' orders merged (valid until a refill or the
+        // end of a walk).
+        let mut merge: BinaryHeap<Reverse<(LpmKey, u32)>> = BinaryHeap::new();
+        let mut merge_valid = false;
+        // Requests seen not to fit cannot fit again in this call (the budget
+        // only shrinks), so later walks must not step over them again: they
+        // leave their client's order (used by the merge) until the end of
+        // the call. The global order keeps them: they still trigger refill
+        // checks.
+        let mut hidden: Vec<(u32, LpmKey, u32)> = Vec::new();
+        while out.len() < max_requests {
+            if !self.index.min_extend().is_some_and(|e| e <= left) {
+                // Nothing left fits: no walk admits anything any more, but
+                // the next request visited (in this walk or the next) still
+                // runs the refill check. If no waiting client has credit it
+                // fires (in bulk) and then never again.
+                if refill && self.credit_clients_waiting == 0 && book.waiting > 0 {
+                    self.bulk_refill(book);
+                }
+                break;
+            }
+            let next = if self.credit_clients_waiting > 0 {
+                // Some waiting client has credit, so requests of clients
+                // without credit are skipped with no side effect: merge only
+                // the credit clients' orders.
+                if !merge_valid {
+                    merge.clear();
+                    for c in 0..book.clients.len() as u32 {
+                        if self.waits_with_credit(book, c) {
+                            if let Some(k) = self.index.client_next(c, pos) {
+                                merge.push(Reverse((k, c)));
+                            }
+                        }
+                    }
+                    merge_valid = true;
+                }
+                let mut found = None;
+                while let Some(Reverse((k, c))) = merge.pop() {
+                    if !self.waits_with_credit(book, c) {
+                        continue;
+                    }
+                    if let Some(nk) = self.index.client_next(c, Some(k)) {
+                        merge.push(Reverse((nk, c)));
+                    }
+                    found = Some((k, self.index.client_request(c, k)));
+                    break;
+                }
+                found
+            } else {
+                self.index.next_after(pos)
+            };
+            let Some((k, r)) = next else {
+                // End of a walk.
+                if !progress {
+                    break;
+                }
+                progress = false;
+                pos = None;
+                merge_valid = false;
+                continue;
+            };
+            pos = Some(k);
+            let c = book.req(r).client;
+            if !self.has_credit(c) && self.credit_clients_waiting == 0 {
+                if !refill {
+                    break;
+                }
+                self.bulk_refill(book);
+                progress = true;
+                merge_valid = false;
+            }
+            if !self.has_credit(c) {
+                continue;
+            }
+            let cached = self.index.match_len(r);
+            let extend = book.req(r).input_len - cached;
+            if extend > left {
+                if self.index.hide_from_client(c, k) {
+                    hidden.push((c, k, r));
+                }
+                continue;
+            }
+            left -= extend;
+            if !book.req(r).resumed {
+                let w = book.clients[c as usize].weight;
+                self.add_deficit(book, c, -(self.w_e * extend as f64 / w));
+            }
+            self.dequeue(book, r);
+            out.push(book.admit(r, cached));
+            progress = true;
+        }
+        for (c, k, r) in hidden {
+            self.index.unhide_from_client(c, k, r);
+        }
+        out
+    }
 }
 
 impl AdmissionOrder for Dlpm {
@@ -172,105 +286,19 @@ impl AdmissionOrder for Dlpm {
         budget: usize,
         max_requests: usize,
     ) -> Vec<Admission<T>> {
-        let mut out = Vec::new();
-        let mut left = budget;
-        // Position of the current walk (None: before its first request).
-        let mut pos: Option<LpmKey> = None;
-        // Repeat the walk until a whole walk admits nothing and refills
-        // nothing.
-        let mut progress = false;
-        // The credit clients' orders merged (valid until a refill or the
-        // end of a walk).
-        let mut merge: BinaryHeap<Reverse<(LpmKey, u32)>> = BinaryHeap::new();
-        let mut merge_valid = false;
-        // Requests seen not to fit cannot fit again in this call (the budget
-        // only shrinks), so later walks must not step over them again: they
-        // leave their client's order (used by the merge) until the end of
-        // the call. The global order keeps them: they still trigger refill
-        // checks.
-        let mut hidden: Vec<(u32, LpmKey, u32)> = Vec::new();
-        while out.len() < max_requests {
-            if !self.index.min_extend().is_some_and(|e| e <= left) {
-                // Nothing left fits: no walk admits anything any more, but
-                // the next request visited (in this walk or the next) still
-                // runs the refill check. If no waiting client has credit it
-                // fires (in bulk) and then never again.
-                if self.credit_clients_waiting == 0 && book.waiting > 0 {
-                    self.bulk_refill(book);
-                }
-                break;
-            }
-            let next = if self.credit_clients_waiting > 0 {
-                // Some waiting client has credit, so requests of clients
-                // without credit are skipped with no side effect: merge only
-                // the credit clients' orders.
-                if !merge_valid {
-                    merge.clear();
-                    for c in 0..book.clients.len() as u32 {
-                        if self.waits_with_credit(book, c) {
-                            if let Some(k) = self.index.client_next(c, pos) {
-                                merge.push(Reverse((k, c)));
-                            }
-                        }
-                    }
-                    merge_valid = true;
-                }
-                let mut found = None;
-                while let Some(Reverse((k, c))) = merge.pop() {
-                    if !self.waits_with_credit(book, c) {
-                        continue;
-                    }
-                    if let Some(nk) = self.index.client_next(c, Some(k)) {
-                        merge.push(Reverse((nk, c)));
-                    }
-                    found = Some((k, self.index.client_request(c, k)));
-                    break;
-                }
-                found
-            } else {
-                self.index.next_after(pos)
-            };
-            let Some((k, r)) = next else {
-                // End of a walk.
-                if !progress {
-                    break;
-                }
-                progress = false;
-                pos = None;
-                merge_valid = false;
-                continue;
-            };
-            pos = Some(k);
-            let c = book.req(r).client;
-            if !self.has_credit(c) && self.credit_clients_waiting == 0 {
-                self.bulk_refill(book);
-                progress = true;
-                merge_valid = false;
-            }
-            if !self.has_credit(c) {
-                continue;
-            }
-            let cached = self.index.match_len(r);
-            let extend = book.req(r).input_len - cached;
-            if extend > left {
-                if self.index.hide_from_client(c, k) {
-                    hidden.push((c, k, r));
-                }
-                continue;
-            }
-            left -= extend;
-            if !book.req(r).resumed {
-                let w = book.clients[c as usize].weight;
-                self.add_deficit(book, c, -(self.w_e * extend as f64 / w));
-            }
-            self.dequeue(book, r);
-            out.push(book.admit(r, cached));
-            progress = true;
-        }
-        for (c, k, r) in hidden {
-            self.index.unhide_from_client(c, k, r);
-        }
-        out
+        self.walk(book, budget, max_requests, true)
+    }
+
+    /// `schedule` up to its first refill: the same admissions and charges,
+    /// stopping (without refilling) where `schedule` would refill.
+    fn schedule_within_credit<T>(
+        &mut self,
+        book: &mut Book<T>,
+        _tree: Option<&RadixTree>,
+        budget: usize,
+        max_requests: usize,
+    ) -> Vec<Admission<T>> {
+        self.walk(book, budget, max_requests, false)
     }
 
     fn charge_output<T>(&mut self, book: &Book<T>, c: u32, tokens: f64) {

@@ -328,6 +328,36 @@ impl<T> LocalScheduler<T> {
         token_budget: usize,
         max_requests: Option<usize>,
     ) -> Result<Vec<Admission<T>>> {
+        self.admit(tree, token_budget, max_requests, true)
+    }
+
+    /// [`Self::schedule`] without refilling: admits exactly what `schedule`
+    /// would admit (same order, same charges) up to the point where it would
+    /// refill (DLPM: every waiting client out of credit), and stops there,
+    /// so `refills()` never moves. FCFS, LPM and VTC never refill: the same
+    /// as `schedule`.
+    ///
+    /// For a caller that admits a batch and may hand some of it back
+    /// ([`Self::requeue`] with `refund = true` undoes each admission
+    /// exactly): no refill happens on behalf of requests it then does not
+    /// take. With no refill needed, one call with `max_requests = k` equals
+    /// `k` calls with `max_requests = 1` (of either operation).
+    pub fn schedule_within_credit(
+        &mut self,
+        tree: Option<&RadixTree>,
+        token_budget: usize,
+        max_requests: Option<usize>,
+    ) -> Result<Vec<Admission<T>>> {
+        self.admit(tree, token_budget, max_requests, false)
+    }
+
+    fn admit(
+        &mut self,
+        tree: Option<&RadixTree>,
+        token_budget: usize,
+        max_requests: Option<usize>,
+        refill: bool,
+    ) -> Result<Vec<Admission<T>>> {
         if self.policy.needs_tree() && tree.is_none() {
             return Err(Error::value("this policy needs a RadixTree"));
         }
@@ -335,9 +365,12 @@ impl<T> LocalScheduler<T> {
             self.sync(t)?;
         }
         let max_requests = max_requests.unwrap_or(usize::MAX);
-        Ok(self
-            .order
-            .schedule(&mut self.book, tree, token_budget, max_requests))
+        let (book, order) = (&mut self.book, &mut self.order);
+        Ok(if refill {
+            order.schedule(book, tree, token_budget, max_requests)
+        } else {
+            order.schedule_within_credit(book, tree, token_budget, max_requests)
+        })
     }
 
     /// The slot and client of a running request (`Key` error otherwise).

@@ -554,3 +554,53 @@ fn requeue_keeps_the_vtc_client_unlifted() {
     s.requeue(None, &int(0), vec![1; 2], (), true).unwrap();
     assert_eq!(s.counter("a"), 0.0);
 }
+
+#[test]
+fn schedule_within_credit_stops_where_a_refill_would_be_needed() {
+    let ns = Namespace::Default;
+    let mut t = RadixTree::new(None, 1).unwrap();
+    let mut d = dlpm(10.0);
+    for i in 0..6 {
+        let c = ["a", "b"][i % 2];
+        d.add(
+            Some(&mut t),
+            int(i as i64),
+            c,
+            vec![i as u32; 4],
+            (),
+            ns.clone(),
+        )
+        .unwrap();
+    }
+    // nobody has credit yet: nothing is admitted and nothing refilled
+    assert!(d
+        .schedule_within_credit(Some(&t), 100, None)
+        .unwrap()
+        .is_empty());
+    assert_eq!((d.refills(), d.deficit("a")), (0, 0.0));
+    // one admission refills (+10 each): a0 (a: 6)
+    assert_eq!(
+        ids(&d.schedule(Some(&t), 100, Some(1)).unwrap()),
+        vec![int(0)]
+    );
+    assert_eq!(d.refills(), 1);
+    // within the credit left: b1 (b: 6), a2 (a: 2), b3 (b: 2), a4 (a: -2),
+    // b5 (b: -2); then a refill would be needed and nothing is left anyway
+    let adm = d.schedule_within_credit(Some(&t), 100, Some(3)).unwrap();
+    assert_eq!(ids(&adm), vec![int(1), int(2), int(3)]);
+    let adm = d.schedule_within_credit(Some(&t), 100, None).unwrap();
+    assert_eq!(ids(&adm), vec![int(4), int(5)]);
+    assert_eq!((d.deficit("a"), d.deficit("b")), (-2.0, -2.0));
+    // a new request of a: no waiting client has credit, so it stops at once
+    d.add(Some(&mut t), int(6), "a", vec![9; 4], (), ns.clone())
+        .unwrap();
+    assert!(d
+        .schedule_within_credit(Some(&t), 100, None)
+        .unwrap()
+        .is_empty());
+    assert_eq!(d.refills(), 1);
+    // while schedule refills and admits it
+    assert_eq!(ids(&d.schedule(Some(&t), 100, None).unwrap()), vec![int(6)]);
+    assert_eq!(d.refills(), 2);
+    d.check_invariants(Some(&t));
+}

@@ -82,10 +82,11 @@ def test_schedulers_hostile(which: int, data: st.DataObject) -> None:
         elif op == "remove":
             sattempt(snap, s.remove, h)
         elif op == "schedule":
+            fn = s.schedule if data.draw(st.booleans()) else s.schedule_within_credit
             if data.draw(st.booleans()):
-                ok, r = sattempt(snap, s.schedule, h)
+                ok, r = sattempt(snap, fn, h)
             else:
-                ok, r = sattempt(snap, s.schedule, 8, h)
+                ok, r = sattempt(snap, fn, 8, h)
             if ok:
                 running += [a.request_id for a in r]
         elif op == "charge":

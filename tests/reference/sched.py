@@ -109,8 +109,10 @@ class RefSched:
         return (r.rid, r.client, r.item, len(r.tokens), cached, ext)
 
     def schedule(
-        self, budget: int, max_requests: int | None = None
+        self, budget: int, max_requests: int | None = None, refill: bool = True
     ) -> list[tuple[Any, str, Any, int, int, int]]:
+        """``refill=False`` (``schedule_within_credit``): stop the call where
+        a DLPM refill check would fire, without refilling."""
         out: list[tuple[Any, str, Any, int, int, int]] = []
         rem = budget
         maxr = len(self.waiting) + 1 if max_requests is None else max_requests
@@ -152,6 +154,8 @@ class RefSched:
                         break
                     c = self.clients[r.client]
                     if self.policy == "dlpm":
+                        if c.deficit <= 0 and not refill and not self._credit_waiting():
+                            return out
                         if c.deficit <= 0:
                             # CheckRefill, repeated while it still fires: one
                             # single refill at a time until a waiting client has q > 0
@@ -174,6 +178,11 @@ class RefSched:
                 if not progress or self.policy != "dlpm":
                     break  # LPM: a second walk would admit nothing
         return out
+
+    def schedule_within_credit(
+        self, budget: int, max_requests: int | None = None
+    ) -> list[tuple[Any, str, Any, int, int, int]]:
+        return self.schedule(budget, max_requests, refill=False)
 
     def charge_output(self, rid: Any, n: int = 1) -> None:
         c = self.clients[self.running[rid]]

@@ -7,9 +7,10 @@ the KV cache or the token budget is full, and pops what it schedules. fairq
 decides only which request is at the head.
 
 * :class:`FairWaitingQueue` replaces ``scheduler.waiting``. Its head is the
-  policy's next request: ``peek_request`` admits it in a fairq local
-  scheduler (``schedule(max_requests=1)``), which charges a provisional
-  estimate at once, so the next choice in the same step already sees it.
+  policy's next request: ``peek_request`` admits the next few in a fairq
+  local scheduler (``schedule(max_requests=k)``; DLPM: one that may refill,
+  then ``schedule_within_credit``), each charged a provisional estimate at
+  once, so the next choice in the same step already sees it.
   ``prepend_request(s)`` of a request popped in this step (vLLM held it
   back) undoes that admission and puts it back in its place
   (``requeue(refund=True)``); a preempted request goes back in its place
@@ -78,11 +79,13 @@ class FairState:
         #: admitted in fairq, not yet popped by vLLM, in the policy's order
         #: (the head is ``ready[0]``)
         self.ready: deque[Any] = deque()
-        #: how many to admit per refill (adapts to what vLLM takes per step;
-        #: always 1 for DLPM, see :meth:`peek`)
-        self._batchable = options.policy != "dlpm"
-        self._batch = 4 if self._batchable else 1
+        #: how many to admit per refill of ``ready`` (adapts to what vLLM
+        #: takes per step, see :meth:`peek`)
+        self._batch = 4
         self._popped = 0
+        #: DLPM refills credit: only the first admission of a batch may
+        #: trigger a refill (``schedule_within_credit`` for the rest)
+        self._refills = options.policy == "dlpm"
 
     # -- schedulers -------------------------------------------------------
     def _sched(self, tier: int) -> Any:
@@ -137,20 +140,27 @@ class FairState:
         self.waiting[rid] = request
 
     def peek(self) -> Any:
-        """The policy's next request. VTC and LPM admit a few at a time
-        (``schedule(max_requests=k)``: the same choices, each charged as it
-        is made, as ``k`` one-request calls), ``k`` following how many vLLM
-        takes per step; the ones vLLM does not take go back at the end of
-        the step with their charges undone exactly. DLPM admits one at a
-        time: a longer walk could trigger a refill (every client's deficit
-        += Q_u) on behalf of requests vLLM then does not take, and a refill
-        is not a charge that can be undone."""
+        """The policy's next request. Admits a few at a time
+        (``k`` following how many vLLM takes per step), each charged an
+        estimate as it is chosen: the same choices as ``k`` one-request
+        calls. The ones vLLM does not take go back at the end of the step
+        with their admission undone exactly. DLPM: only the first of the
+        ``k`` may trigger a refill (every client's deficit += Q_u, which no
+        refund undoes); the rest are admitted within the credit left
+        (``schedule_within_credit``), so no refill is ever made on behalf of
+        a request vLLM then does not take."""
         if self.ready:
             return self.ready[0]
         if self.mirror is not None:
             self.mirror.sync()
         for tier in sorted(self._scheds):
-            adm = self._scheds[tier].schedule(_UNBOUNDED, self._batch)
+            sched = self._scheds[tier]
+            if self._refills:
+                adm = sched.schedule(_UNBOUNDED, 1)
+                if adm and self._batch > 1:
+                    adm += sched.schedule_within_credit(_UNBOUNDED, self._batch - 1)
+            else:
+                adm = sched.schedule(_UNBOUNDED, self._batch)
             if adm:
                 for a in adm:
                     request = a.item
@@ -159,8 +169,7 @@ class FairState:
                     self.running[rid] = request
                     self._admitted_now.add(rid)
                     self.ready.append(request)
-                if self._batchable:
-                    self._batch = min(2 * self._batch, 1024)
+                self._batch = min(2 * self._batch, 1024)
                 return self.ready[0]
         raise IndexError("peek from an empty queue")
 
@@ -225,8 +234,7 @@ class FairState:
         # admitted, not taken (no room left, or the loop ended): back in place
         while self.ready:
             self.requeue(self.ready[-1])
-        if self._batchable:
-            self._batch = max(4, self._popped + 1)
+        self._batch = max(4, self._popped + 1)
         self._popped = 0
         scheduled = output.num_scheduled_tokens
         changed = self._admitted_now
