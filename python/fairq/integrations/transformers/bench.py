@@ -347,10 +347,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``fairq engine-bench``."""
     parser.add_argument(
         "--engine",
-        choices=("transformers", "vllm"),
+        choices=("transformers", "vllm", "vllm-server"),
         default="transformers",
         help="transformers: its continuous-batching engine with a random-weight model; "
-        "vllm: vLLM's real scheduler, step times simulated (fairq.vllm.bench)",
+        "vllm: vLLM's real scheduler, step times simulated (fairq.vllm.bench); "
+        "vllm-server: real vLLM OpenAI servers under HTTP traffic (fairq.vllm.serverbench; "
+        "policies: vllm for stock vLLM, fairq's fcfs, vtc, lpm, dlpm...)",
     )
     parser.add_argument(
         "--waiting",
@@ -421,10 +423,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="write the results as JSON to this path ('-': the document alone on stdout)",
     )
     parser.add_argument("--quick", action="store_true", help="small workload (smoke test)")
+    from fairq.vllm.serverbench import add_arguments as server_arguments
+
+    server_arguments(parser)
+
+
+def _vocab(args: argparse.Namespace) -> int:
+    """The model's vocabulary (the vLLM server's models have their own sizes)."""
+    if args.engine == "vllm-server":
+        from fairq.vllm.server import MODEL_SIZES as SERVER_SIZES
+
+        return SERVER_SIZES[args.model]["vocab_size"]
+    return int(MODEL_SIZES[args.model]["vocab_size"])
 
 
 def _workload(args: argparse.Namespace) -> list[EngineRequest]:
-    vocab = MODEL_SIZES[args.model]["vocab_size"]
+    vocab = _vocab(args)
+    if getattr(args, "trace", None):
+        from fairq.sim.workloads import load_trace
+
+        return from_sim_workload(load_trace(args.trace, args.seed), vocab, args.max_new_tokens)
     if args.workload == "flood":
         return multi_client_workload(
             n_clients=args.clients,
@@ -453,6 +471,10 @@ def run(args: argparse.Namespace) -> int:
         from fairq.vllm.bench import run as run_vllm
 
         return run_vllm(args)
+    if args.engine == "vllm-server":
+        from fairq.vllm.serverbench import run as run_server
+
+        return run_server(args, _workload(args))
     try:
         import torch
 
