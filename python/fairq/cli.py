@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "fairq.integrations.transformers.bench",
         "replay a multi-client workload on transformers' continuous batching engine",
     ),
+    "demo": (
+        "fairq.vllm.demo",
+        "stock vLLM vs fairq's DLPM in a real (tiny, CPU) vLLM server under a flood",
+    ),
     "ray-bench": (
         "fairq.integrations.ray.bench",
         "D2LPM vs Ray Serve's routers on a local Ray cluster with engine replicas",

@@ -47,8 +47,11 @@ Prometheus reads as a counter reset (``rate()`` handles it).
 environment the vLLM scheduler classes (``fairq.vllm.scheduler``: the WFQ
 queues, ``name="vllm-waiting"``...) and the transformers schedulers
 (``name="transformers-<policy>"``) register their collectors with
-``prometheus_client``'s default registry (:func:`publish`), which is what
-vLLM's ``/metrics`` endpoint serves. ``fairq simulate --metrics-port PORT``
+``prometheus_client``'s default registry of their process (:func:`publish`).
+In vLLM's OpenAI server that process is the engine core, not the API server
+that serves ``/metrics``: there fairq's metrics reach ``/metrics`` through
+vLLM's scheduler statistics instead, with no setting
+(:mod:`fairq.vllm.stats`). ``fairq simulate --metrics-port PORT``
 serves the simulator's schedulers and dispatcher.
 """
 

@@ -32,7 +32,6 @@ time per step with that many requests waiting.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -62,7 +61,7 @@ def _requests(workload: list[Any], rate_scale: float) -> list[HttpRequest]:
     ]
 
 
-def _service_events(r: HttpResult) -> list[tuple[float, int]]:
+def _service_events(r: HttpResult) -> list[tuple[float, float]]:
     """(time, output tokens) of one request's streamed chunks."""
     if not r.ok or not r.chunk_times:
         return []
@@ -104,8 +103,8 @@ def summarize(results: list[HttpResult], before: Metrics, after: Metrics) -> dic
         return {
             "latency_p50_s": percentile(e2e, 50),
             "latency_p99_s": percentile(e2e, 99),
-            "ttft_p50_s": percentile(ttft, 50),  # type: ignore[arg-type]
-            "ttft_p99_s": percentile(ttft, 99),  # type: ignore[arg-type]
+            "ttft_p50_s": percentile(ttft, 50),
+            "ttft_p99_s": percentile(ttft, 99),
             "itl_p50_s": percentile(itl, 50),
             "itl_p99_s": percentile(itl, 99),
         }
@@ -349,6 +348,22 @@ def run(args: argparse.Namespace, workload: list[Any]) -> int:
         )
         return 2
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    known = ("vllm", "fcfs", "priority", "wfq", "vtc", "lpm", "dlpm")
+    bad = [p for p in policies if p not in known]
+    if bad:
+        print(
+            f"fairq engine-bench: --policies: {bad[0]!r} is not one of {', '.join(known)} "
+            "(vllm: stock vLLM; the others: fairq's scheduler class with that policy)",
+            file=sys.stderr,
+        )
+        return 2
+    if any(e.after for e in workload):
+        print(
+            "fairq engine-bench --engine vllm-server replays arrivals, not dependent "
+            "requests: use --workload flood, sim:qa or sim:judge, or a trace",
+            file=sys.stderr,
+        )
+        return 2
     tmp = tempfile.mkdtemp(prefix="fairq-server-bench-")
     model = write_model(f"{tmp}/model", args.model)
     requests = _requests(workload, args.rate_scale)
@@ -401,7 +416,3 @@ def run(args: argparse.Namespace, workload: list[Any]) -> int:
             },
         )
     return 0
-
-
-def _dump(x: Any) -> str:  # pragma: no cover (debugging aid)
-    return json.dumps(x, indent=1)

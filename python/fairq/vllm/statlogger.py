@@ -55,7 +55,7 @@ def _registry_latest() -> _Latest:
         import prometheus_client
 
         _LATEST = _Latest()
-        prometheus_client.REGISTRY.register(_LATEST)  # type: ignore[arg-type]
+        prometheus_client.REGISTRY.register(_LATEST)
     return _LATEST
 
 

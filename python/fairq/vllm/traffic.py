@@ -238,7 +238,9 @@ def scrape(base_url: str, timeout: float = 10.0) -> Metrics:
 
 
 def _split_labels(body: str) -> list[str]:
-    parts, cur, quoted = [], [], False
+    parts: list[str] = []
+    cur: list[str] = []
+    quoted = False
     for ch in body:
         if ch == '"':
             quoted = not quoted
