@@ -32,6 +32,7 @@ time per step with that many requests waiting.
 from __future__ import annotations
 
 import argparse
+import signal
 import statistics
 import sys
 import tempfile
@@ -364,6 +365,8 @@ def run(args: argparse.Namespace, workload: list[Any]) -> int:
             file=sys.stderr,
         )
         return 2
+    # a SIGTERM stops the servers too (their `with` blocks run)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     tmp = tempfile.mkdtemp(prefix="fairq-server-bench-")
     model = write_model(f"{tmp}/model", args.model)
     requests = _requests(workload, args.rate_scale)

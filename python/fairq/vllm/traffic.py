@@ -254,10 +254,11 @@ def _split_labels(body: str) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
-def metric_sum(metrics: Metrics, name: str, **labels: str) -> float:
-    """Sum of metric ``name`` over the series whose labels include ``labels``."""
+def metric_sum(metrics: Metrics, metric: str, /, **labels: str) -> float:
+    """Sum of ``metric`` over the series whose labels include ``labels``
+    (any label, ``name`` included)."""
     total = 0.0
-    for key, value in metrics.get(name, {}).items():
+    for key, value in metrics.get(metric, {}).items():
         d = dict(key)
         if all(d.get(k) == v for k, v in labels.items()):
             total += value

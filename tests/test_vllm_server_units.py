@@ -1,0 +1,237 @@
+"""The pieces of the vLLM server integration that run without a server:
+the tested-version check, the metrics carrier, the tallies, the model
+writer, the /metrics parser, the bench's summary (issue 19)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from fairq.vllm.compat import ALLOW_UNTESTED_ENV, TESTED_SERIES, check_vllm, is_tested
+from fairq.vllm.stats import (
+    CARRIER_PREFIX,
+    StatsPacker,
+    StepClock,
+    decode_families,
+    take_payload,
+)
+from fairq.vllm.traffic import HttpRequest, HttpResult, metric_sum
+
+
+def test_tested_series() -> None:
+    assert TESTED_SERIES == ("0.32", "0.33")
+    assert is_tested("0.32.0") and is_tested("0.33.1.dev3+gabc")
+    assert not is_tested("0.31.9") and not is_tested("0.34.0") and not is_tested("1")
+
+
+def test_untested_vllm_is_refused_or_warned(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv(ALLOW_UNTESTED_ENV, raising=False)
+    check_vllm("0.33.0")
+    with pytest.raises(RuntimeError, match=r"tested with vLLM 0\.32\.x, 0\.33\.x, not 0\.40\.0"):
+        check_vllm("0.40.0")
+    monkeypatch.setenv(ALLOW_UNTESTED_ENV, "1")
+    with caplog.at_level(logging.WARNING, logger="fairq.vllm"):
+        check_vllm("0.40.0")
+    assert "untested vLLM 0.40.0" in caplog.text
+
+
+@dataclass
+class _Stats:
+    """The fields of vLLM's SchedulerStats the carrier touches."""
+
+    num_kv_fetch_reqs_by_stage: dict[str, int] = field(
+        default_factory=lambda: {"waiting_to_start": 0, "in_progress": 0}
+    )
+
+
+def test_carrier_round_trip_and_leaves_vllms_keys_alone() -> None:
+    import fairq
+
+    s = fairq.VTC()
+    s.add("r1", "alice", [1, 2, 3])
+    s.add("r2", "bob", [4, 5])
+    s.schedule(100, 1)
+    packer = StatsPacker(interval_s=0.0)
+    stats = _Stats()
+
+    def extra() -> list[Any]:
+        from prometheus_client.core import CounterMetricFamily
+
+        fam = CounterMetricFamily("fairq_vllm_steps", "steps", labels=["name"])
+        fam.add_metric(["vllm-vtc"], 7)
+        return [fam]
+
+    assert packer.attach(stats, lambda: [("vllm-vtc-tier0", s)], extra)
+    keys = list(stats.num_kv_fetch_reqs_by_stage)
+    assert len(keys) == 3 and keys[2].startswith(CARRIER_PREFIX)
+    # zero: vLLM's loggers print KV-fetch counts only when one is non-zero
+    assert not any(stats.num_kv_fetch_reqs_by_stage.values())
+    payload = take_payload(stats)
+    assert payload is not None
+    assert stats.num_kv_fetch_reqs_by_stage == {"waiting_to_start": 0, "in_progress": 0}
+    assert take_payload(stats) is None
+    fams = {f.name: f for f in decode_families(payload, {"engine": "0"})}
+    adm = {s.labels["tenant"]: s.value for s in fams["fairq_scheduler_admissions"].samples}
+    assert adm == {"alice": 1.0, "bob": 0.0}
+    assert all(s.labels["engine"] == "0" for f in fams.values() for s in f.samples)
+    (steps,) = fams["fairq_vllm_steps"].samples
+    assert steps.name == "fairq_vllm_steps_total" and steps.value == 7
+    # the families render as Prometheus text
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    class _C:
+        def collect(self) -> Any:
+            return iter(fams.values())
+
+    reg = CollectorRegistry()
+    reg.register(_C())  # type: ignore[arg-type]
+    text = generate_latest(reg).decode()
+    assert (
+        'fairq_scheduler_admissions_total{engine="0",name="vllm-vtc-tier0",tenant="alice"} 1.0'
+        in text
+    )
+
+
+def test_carrier_respects_its_interval_and_never_raises() -> None:
+    packer = StatsPacker(interval_s=3600.0)
+    stats = _Stats()
+    assert packer.attach(stats, lambda: [], lambda: [])
+    assert not packer.attach(stats, lambda: [], lambda: [])  # within the interval
+    packer = StatsPacker(interval_s=0.0)
+
+    def boom() -> list[Any]:
+        raise RuntimeError("a collector failed")
+
+    assert not packer.attach(_Stats(), boom, lambda: [])
+    assert not packer.attach(object(), lambda: [], lambda: [])  # no carrier field
+    assert take_payload(object()) is None
+
+
+def test_step_clock_counts_busy_steps_only() -> None:
+    clock = StepClock()
+    t = clock.schedule_started()
+    clock.schedule_done(t, busy=False)
+    t = clock.schedule_started()  # after an idle step: not a step interval
+    assert clock.step_s == 0.0
+    clock.schedule_done(t, busy=True)
+    clock.schedule_started()
+    assert clock.step_s > 0.0 and clock.steps == 2
+    wrapped = clock.wrap(lambda x: x + 1)
+    assert wrapped(1) == 2 and clock.fairq_s > 0.0
+
+
+def test_tenant_tally_counts_each_request_once() -> None:
+    from fairq.vllm.scheduler import TenantTally
+    from fairq.vllm.tenants import TenantResolver
+
+    @dataclass
+    class Req:
+        request_id: str
+        num_prompt_tokens: int
+        sampling_params: Any = None
+
+    @dataclass
+    class New:
+        req_id: str
+        num_computed_tokens: int
+
+    class Sched:
+        requests = {
+            "cmpl-alice:1": Req("cmpl-alice:1", 100),
+            "cmpl-bob:2": Req("cmpl-bob:2", 50),
+        }
+
+    class Out:
+        scheduled_new_reqs = [New("cmpl-alice:1", 64), New("cmpl-bob:2", 0)]
+
+    tally = TenantTally(TenantResolver())
+    tally.after_schedule(Sched(), Out())
+    tally.after_schedule(Sched(), Out())  # the same requests again: not counted
+    assert tally.requests == {"alice": 1, "bob": 1}
+    assert tally.prompt_tokens == {"alice": 100, "bob": 50}
+    assert tally.hit_tokens == {"alice": 64, "bob": 0}
+    tally.after_schedule(Sched(), object())  # malformed output: ignored, never raises
+    fams = {f.name: f for f in tally.families("vtc", StepClock())}
+    assert {s.labels["tenant"]: s.value for s in fams["fairq_vllm_prefix_hit_tokens"].samples} == {
+        "alice": 64,
+        "bob": 0,
+    }
+
+
+def test_write_model(tmp_path: Any) -> None:
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer
+
+    from fairq.vllm.server import MODEL_SIZES, write_model
+
+    path = write_model(tmp_path / "m", "tiny")
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert cfg["vocab_size"] == MODEL_SIZES["tiny"]["vocab_size"]
+    assert cfg["hidden_size"] // cfg["num_attention_heads"] >= 32  # the CPU kernels' minimum
+    tok = Tokenizer.from_file(f"{path}/tokenizer.json")
+    assert tok.encode("t5 t6 t4095").ids == [5, 6, 4095]
+    assert tok.decode([5, 6]) == "t5 t6"
+    assert "chat_template" in json.loads((tmp_path / "m" / "tokenizer_config.json").read_text())
+    with pytest.raises(ValueError, match="size must be one of"):
+        write_model(tmp_path / "x", "huge")
+
+
+def test_metric_sum_and_label_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import urllib.request
+
+    from fairq.vllm import traffic
+
+    text = (
+        "# HELP x\n"
+        'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 12.0\n'
+        'fairq_vllm_requests_total{engine="0",name="a,b",tenant="al\\"ice"} 3.0\n'
+        'fairq_vllm_requests_total{engine="0",name="a,b",tenant="bob"} 4.0\n'
+        "up 1\n"
+    )
+
+    class _Resp(io.BytesIO):
+        def __enter__(self) -> Any:
+            return self
+
+        def __exit__(self, *a: Any) -> None:
+            pass
+
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: _Resp(text.encode()))
+    m = traffic.scrape("http://127.0.0.1:1")
+    assert metric_sum(m, "vllm:prefix_cache_hits_total") == 12.0
+    assert metric_sum(m, "fairq_vllm_requests_total") == 7.0
+    assert metric_sum(m, "fairq_vllm_requests_total", tenant="bob") == 4.0
+    assert metric_sum(m, "fairq_vllm_requests_total", name="a,b") == 7.0
+    assert metric_sum(m, "up") == 1.0 and metric_sum(m, "missing") == 0.0
+
+
+def _result(tenant: str, sent: float, chunks: list[float], n: int) -> HttpResult:
+    r = HttpResult(HttpRequest(f"{tenant}{sent}", tenant, [1, 2], n, stream=True))
+    r.status, r.sent, r.chunk_times, r.completion_tokens = 200, sent, chunks, n
+    r.first_token, r.end, r.finish_reason = chunks[0], chunks[-1], "length"
+    return r
+
+
+def test_bench_summary_window_and_jain() -> None:
+    from fairq.vllm.serverbench import summarize
+
+    # the flood is served alone until t=2, then both share equally
+    results = [
+        _result("flood", 0.0, [0.5, 1.0, 1.5, 1.9], 4),
+        _result("flood", 0.0, [2.5, 3.0], 2),
+        _result("well", 2.0, [2.5, 3.0], 2),
+    ]
+    row = summarize(results, {}, {})
+    assert row["window_s"] == pytest.approx(1.0)  # from 2.0 to 3.0
+    assert row["service_window"] == {"flood": 2.0, "well": 2.0}
+    assert row["jain_window"] == pytest.approx(1.0)
+    assert row["service_total"] == {"flood": 6.0, "well": 2.0}
+    assert row["flood_done_before_well"] == 1.0
+    assert row["well_behaved"]["itl_p50_s"] == pytest.approx(0.5)
