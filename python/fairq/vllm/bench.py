@@ -46,42 +46,11 @@ def _set_policy(policy: str, options: dict[str, Any]) -> None:
     os.environ["FAIRQ_VLLM_OPTIONS"] = json.dumps(options)
 
 
-class _Timer:
-    """Wall time spent in wrapped callables."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-
-    def wrap(self, fn: Any) -> Any:
-        def timed(*a: Any, **k: Any) -> Any:
-            t = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                self.seconds += time.perf_counter() - t
-
-        return timed
-
-
-def _time_fairq(scheduler: Any) -> _Timer:
-    """Time every fairq entry point of ``scheduler`` (its FairState's)."""
-    timer = _Timer()
-    st = scheduler.fairq
-    for name in (
-        "add",
-        "peek",
-        "pop",
-        "prepend",
-        "remove",
-        "after_schedule",
-        "after_update",
-        "output_snapshot",
-        "finished",
-    ):
-        setattr(st, name, timer.wrap(getattr(st, name)))
-    if st.mirror is not None:
-        st.mirror.sync = timer.wrap(st.mirror.sync)
-    return timer
+def _time_fairq(scheduler: Any) -> Any:
+    """fairq's own clock in ``scheduler`` (:class:`fairq.vllm.stats.StepClock`:
+    its ``fairq_s`` is the time in every fairq entry point vLLM's step
+    reaches; the scheduler class keeps it, the server exports it)."""
+    return scheduler.fairq_clock
 
 
 def _scheduler_class(policy: str, args: argparse.Namespace) -> type:
@@ -141,7 +110,7 @@ def policy_run(policy: str, workload: list[Any], args: argparse.Namespace) -> di
         "jain_index_window": jain_index(list(window.values())),
         "window_steps": b - a,
         "schedule_ms_per_step": 1e3 * rep.schedule_s / rep.steps,
-        "fairq_ms_per_step": 1e3 * timer.seconds / rep.steps if timer else 0.0,
+        "fairq_ms_per_step": 1e3 * timer.fairq_s / rep.steps if timer else 0.0,
         "clients": clients,
     }
 
@@ -175,19 +144,19 @@ def overhead_run(policy: str, args: argparse.Namespace, steps: int = 30) -> dict
     seen: set[str] = set()
     warm_max = 0.0
     for _ in range(200):
-        before = timer.seconds if timer else 0.0
+        before = timer.fairq_s if timer else 0.0
         out, _ = harness.step(s)
-        warm_max = max(warm_max, (timer.seconds - before) if timer else 0.0)
+        warm_max = max(warm_max, (timer.fairq_s - before) if timer else 0.0)
         seen.update(rid.split(":", 1)[0] for rid in out.num_scheduled_tokens)
         if len(seen) >= n_tenants:
             break
     total, ours = [], []
     for _ in range(steps):
-        before = timer.seconds if timer else 0.0
+        before = timer.fairq_s if timer else 0.0
         t0 = time.perf_counter()
         out = s.schedule()
         total.append(time.perf_counter() - t0)
-        ours.append((timer.seconds - before) if timer else 0.0)
+        ours.append((timer.fairq_s - before) if timer else 0.0)
         # complete the step as the engine would (not timed)
         s.update_from_output(out, harness.model_output(s, out))
     return {
