@@ -78,6 +78,30 @@ fn borrow_tree<'py>(
     }
 }
 
+/// The shared body of `schedule` and `schedule_within_credit`: the argument
+/// checks, the tree borrowed for the call, the admissions translated.
+fn admit_py(
+    py: Python<'_>,
+    tree: &Option<Py<PyRadixTree>>,
+    token_budget: i64,
+    max_requests: Option<i64>,
+    admit: impl FnOnce(
+        Option<&RadixTree>,
+        usize,
+        Option<usize>,
+    ) -> crate::error::Result<Vec<Admission<PyObject>>>,
+) -> PyResult<Vec<PyAdmission>> {
+    let budget = args::non_negative("token_budget", token_budget)?;
+    let maxr = max_requests
+        .map(|m| args::non_negative("max_requests", m))
+        .transpose()?;
+    let t = borrow_tree(py, tree)?;
+    let tr: Option<&RadixTree> = t.as_deref().map(|x| &x.inner);
+    let adm = admit(tr, budget, maxr)?;
+    drop(t);
+    Ok(to_admissions(py, adm))
+}
+
 macro_rules! sched_class {
     ($ty:ident, $pyname:literal, $doc:literal, { $($ctor:tt)* }, { $($extra:tt)* }) => {
         #[doc = $doc]
@@ -127,15 +151,10 @@ macro_rules! sched_class {
                 #[pyo3(from_py_with = args::token_budget)] token_budget: i64,
                 #[pyo3(from_py_with = args::max_requests)] max_requests: Option<i64>,
             ) -> PyResult<Vec<PyAdmission>> {
-                let budget = args::non_negative("token_budget", token_budget)?;
-                let maxr = max_requests
-                    .map(|m| args::non_negative("max_requests", m))
-                    .transpose()?;
-                let t = borrow_tree(py, &self.tree)?;
-                let tr: Option<&RadixTree> = t.as_deref().map(|x| &x.inner);
-                let adm = self.core.schedule(tr, budget, maxr)?;
-                drop(t);
-                Ok(to_admissions(py, adm))
+                let core = &mut self.core;
+                admit_py(py, &self.tree, token_budget, max_requests, |tr, b, m| {
+                    core.schedule(tr, b, m)
+                })
             }
 
             /// `schedule` without refilling: admits exactly what `schedule`
@@ -154,15 +173,10 @@ macro_rules! sched_class {
                 #[pyo3(from_py_with = args::token_budget)] token_budget: i64,
                 #[pyo3(from_py_with = args::max_requests)] max_requests: Option<i64>,
             ) -> PyResult<Vec<PyAdmission>> {
-                let budget = args::non_negative("token_budget", token_budget)?;
-                let maxr = max_requests
-                    .map(|m| args::non_negative("max_requests", m))
-                    .transpose()?;
-                let t = borrow_tree(py, &self.tree)?;
-                let tr: Option<&RadixTree> = t.as_deref().map(|x| &x.inner);
-                let adm = self.core.schedule_within_credit(tr, budget, maxr)?;
-                drop(t);
-                Ok(to_admissions(py, adm))
+                let core = &mut self.core;
+                admit_py(py, &self.tree, token_budget, max_requests, |tr, b, m| {
+                    core.schedule_within_credit(tr, b, m)
+                })
             }
 
             /// Charge `n_tokens` decode tokens of a running request.
