@@ -7,6 +7,7 @@
 #   docs/results/regenerate.sh bench      # fairq bench, every suite (~10 min on 2 cores)
 #   docs/results/regenerate.sh engine     # fairq engine-bench on CPU (needs fairq[engine], ~1 min)
 #   docs/results/regenerate.sh vllm       # fairq engine-bench --engine vllm (needs vLLM 0.33, ~3 min)
+#   docs/results/regenerate.sh vllm-server  # real vLLM servers over HTTP (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~25 min)
 #   docs/results/regenerate.sh wheel      # .ci/build-wheel: the auditwheel report, sizes (~3 min)
 #   docs/results/regenerate.sh splice     # only re-copy the tables into the docs
 #
@@ -43,6 +44,13 @@ for part in "${parts[@]}"; do
         --requests-per-client 24 --prefix-len 512 --suffix-len 32 --max-new-tokens 16 \
         --num-blocks 80 --max-batch-tokens 512 --max-requests-per-batch 16 \
         --quantum 1024 --gap 0.02 --waiting 10000 --json vllm.json | tee vllm-tables.md
+      ;;
+    vllm-server)
+      fairq engine-bench --engine vllm-server --model small --policies vllm,fcfs,vtc,lpm,dlpm \
+        --runs 2 --requests-per-client 12 --flood-factor 4 --prefix-len 512 --suffix-len 16 \
+        --max-new-tokens 32 --gap 0.05 --quantum 512 --max-model-len 1024 \
+        --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 20" \
+        --backlog 1000,10000 --json vllm_server.json --plot vllm_server.png | tee vllm_server-tables.md
       ;;
     wheel)
       tmp=$(mktemp -d)

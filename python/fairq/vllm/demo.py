@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
         rate_scale=1.0,
         backlog="",
         backlog_seconds=0.0,
+        backlog_policies="",
         plot=None,
         json=args.json,
         seed=0,

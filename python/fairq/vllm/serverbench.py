@@ -332,6 +332,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "with that many requests waiting",
     )
     g.add_argument("--backlog-seconds", type=float, default=15.0)
+    g.add_argument(
+        "--backlog-policies", default="vtc,dlpm", help="the fairq policies --backlog measures"
+    )
     g.add_argument("--plot", default=None, help="PNG of per-tenant service over time")
 
 
@@ -390,9 +393,7 @@ def run(args: argparse.Namespace, workload: list[Any]) -> int:
     print(table(rows))
     backlog = []
     for n in [int(x) for x in args.backlog.split(",") if x.strip()]:
-        for policy in policies:
-            if policy == "vllm":
-                continue
+        for policy in [p.strip() for p in args.backlog_policies.split(",") if p.strip()]:
             b = backlog_run(args, model, policy, n, f"{tmp}/backlog-{policy}-{n}.log")
             print(
                 f"  backlog {n} {policy}: fairq {_f(b['fairq_ms_per_step'], 3)} ms/step, "
