@@ -247,6 +247,23 @@ def _persistence(
     return p
 
 
+def _adopt_vllm_logging() -> None:
+    """Send fairq's log records (``fairq.*``: the state file, the version
+    check) through vLLM's handlers, at vLLM's level, so they show in the
+    server's log as vLLM's own lines do. Done once, only where vLLM has
+    configured its ``vllm`` logger and nobody configured ``fairq``'s."""
+    import logging
+
+    ours = logging.getLogger("fairq")
+    theirs = logging.getLogger("vllm")
+    if ours.handlers or not theirs.handlers:
+        return
+    for handler in theirs.handlers:
+        ours.addHandler(handler)
+    ours.setLevel(theirs.level or logging.INFO)
+    ours.propagate = False
+
+
 def _build(name: str) -> type:
     module, base_name = _BASES[name]
     try:
@@ -272,6 +289,7 @@ def _build(name: str) -> type:
             from fairq.vllm import install
             from fairq.vllm.compat import check_vllm
 
+            _adopt_vllm_logging()
             check_vllm()
             install()
             # Cooperative: a vLLM class deriving from both fairq's scheduler
