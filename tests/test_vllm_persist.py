@@ -1,6 +1,6 @@
 """Fairness state that survives a restart (``state_file``, fairq.vllm.persist).
 
-Against vLLM 0.33's real scheduler (``fairq.vllm.harness``, as
+Against vLLM 0.33's (and, in the CPU build's environment, 0.32's) real scheduler (``fairq.vllm.harness``, as
 ``tests/test_vllm_fair.py``): a greedy tenant gets ahead, the state is saved
 (interval, before vLLM's abort of every request, at shutdown), and a new
 scheduler built with the same file keeps that tenant behind; atomic writes;
@@ -18,9 +18,14 @@ from typing import Any
 
 import pytest
 
-vllm = pytest.importorskip("vllm", reason="needs vLLM 0.33 (installed by .ci/run)")
-if not vllm.__version__.startswith("0.33."):
-    pytest.skip(f"tested against vLLM 0.33, found {vllm.__version__}", allow_module_level=True)
+vllm = pytest.importorskip("vllm", reason="needs vLLM 0.32 or 0.33 (installed by .ci/run)")
+from fairq.vllm.compat import TESTED_SERIES, is_tested  # noqa: E402
+
+if not is_tested(vllm.__version__):
+    pytest.skip(
+        f"tested against vLLM {', '.join(TESTED_SERIES)}, found {vllm.__version__}",
+        allow_module_level=True,
+    )
 
 from fairq.vllm import harness  # noqa: E402, I001
 from vllm.v1.request import RequestStatus  # noqa: E402
