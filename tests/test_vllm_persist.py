@@ -1,6 +1,7 @@
 """Fairness state that survives a restart (``state_file``, fairq.vllm.persist).
 
-Against vLLM 0.33's (and, in the CPU build's environment, 0.32's) real scheduler (``fairq.vllm.harness``, as
+Against vLLM 0.33's (in the CPU build's environment, 0.32's) real scheduler
+(``fairq.vllm.harness``, as
 ``tests/test_vllm_fair.py``): a greedy tenant gets ahead, the state is saved
 (interval, before vLLM's abort of every request, at shutdown), and a new
 scheduler built with the same file keeps that tenant behind; atomic writes;

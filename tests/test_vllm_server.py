@@ -249,6 +249,11 @@ def _contention_run(model: str, policy: str | None, tmp: Path) -> dict[str, Any]
     _check_complete(results)
     row = summarize(results, before, after)
     row.pop("service_timeline")
+    # latency relative to the flood's in the same run: what the policy does,
+    # not how fast the (shared, noisy) machine was during this run
+    row["latency_p50_vs_flood"] = (
+        row["well_behaved"]["latency_p50_s"] / row["flood"]["latency_p50_s"]
+    )
     row["well_behaved"] = {k: row["well_behaved"][k] for k in ("latency_p50_s", "ttft_p50_s")}
     row["flood"] = None
     return row
@@ -267,8 +272,7 @@ def test_fair_policies_protect_well_behaved_tenants_and_dlpm_keeps_locality(
         # a fair share to the well-behaved tenants while all are backlogged ...
         assert r["jain_window"] > stock["jain_window"] + 0.2, runs
         # ... with lower latency
-        p50 = r["well_behaved"]["latency_p50_s"]
-        assert p50 < 0.7 * stock["well_behaved"]["latency_p50_s"], runs
+        assert r["latency_p50_vs_flood"] < 0.7 * stock["latency_p50_vs_flood"], runs
     # DLPM keeps the prefix locality that VTC gives up
     assert runs["dlpm"]["prefix_hit_rate"] > runs["vtc"]["prefix_hit_rate"], runs
 
