@@ -17,7 +17,12 @@ hold a JSON object of queue options for that policy, e.g.
 ``schedule()`` are fairq's too.
 
 With the option ``state_file`` (and ``state_interval_s``) the policy's
-fairness state survives a restart: :mod:`fairq.vllm.persist`.
+fairness state survives a restart: :mod:`fairq.vllm.persist`. Under every
+policy the classes time fairq's code and the engine step, count each
+tenant's requests, prompt tokens and prefix hits (:class:`TenantTally`), and
+ship fairq's metrics with vLLM's scheduler statistics to the server's
+``/metrics`` (``make_stats``, :mod:`fairq.vllm.stats`). Building one on an
+untested vLLM raises (:mod:`fairq.vllm.compat`).
 
 vLLM is imported only when one of the class names is first looked up, so
 importing this module is cheap and works without vLLM (the names then raise
