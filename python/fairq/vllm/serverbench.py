@@ -296,7 +296,8 @@ def plot(rows: list[dict[str, Any]], path: str, policies: tuple[str, ...]) -> No
     for ax, r in zip(axes, chosen, strict=True):
         for tenant, pts in sorted(r["service_timeline"].items()):
             ax.plot([p[0] for p in pts], [p[1] for p in pts], label=tenant)
-        ax.set_title(f"{r['policy']}: Jain {r['jain_window']:.3f} (backlogged window)")
+        label = "stock vLLM" if r["policy"] == "vllm" else f"fairq {r['policy']}"
+        ax.set_title(f"{label}: Jain {r['jain_window']:.3f} (backlogged window)")
         ax.set_xlabel("wall-clock seconds since the first request")
         ax.set_xlim(0, xmax)
         ax.grid(alpha=0.3)
