@@ -36,6 +36,7 @@ def _fake_vllm() -> dict[str, types.ModuleType]:
             "vllm.v1.core.sched.async_scheduler",
         )
     }
+    mods["vllm"].__version__ = "0.33.0"  # type: ignore[attr-defined]  # a tested series
     rq = mods["vllm.v1.core.sched.request_queue"]
 
     class SchedulingPolicy(enum.Enum):
@@ -162,6 +163,17 @@ def test_install_with_policy_override(fake_vllm: dict[str, types.ModuleType]) ->
     assert type(sm.create_request_queue(P.FCFS)) is PriorityRequestQueue
     with pytest.raises(ValueError, match="Unknown scheduling policy"):
         fv.install("lifo")
+
+
+def test_scheduler_class_refuses_an_untested_vllm(
+    fake_vllm: dict[str, types.ModuleType], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fake_vllm["vllm"], "__version__", "0.40.0")
+    monkeypatch.delenv("FAIRQ_VLLM_ALLOW_UNTESTED", raising=False)
+    with pytest.raises(RuntimeError, match=r"tested with vLLM 0\.32\.x, 0\.33\.x, not 0\.40\.0"):
+        fsched.FairqScheduler(policy="fcfs")
+    monkeypatch.setenv("FAIRQ_VLLM_ALLOW_UNTESTED", "1")
+    assert fsched.FairqScheduler(policy="fcfs").fairq_policy.value == "fcfs"
 
 
 def test_scheduler_default_uses_vllm_policy(fake_vllm: dict[str, types.ModuleType]) -> None:
