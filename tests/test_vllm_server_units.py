@@ -98,6 +98,28 @@ def test_carrier_round_trip_and_leaves_vllms_keys_alone() -> None:
     )
 
 
+def test_carrier_of_an_object_without_metrics_keeps_working() -> None:
+    import fairq
+
+    queue = fairq.vllm.create_request_queue("fcfs")  # no fairness state
+    packer = StatsPacker(interval_s=0.0)
+    for steps in (1, 2, 3):  # the snapshot is renewed every time, not only the first
+
+        def extra(n: int = steps) -> list[Any]:
+            from prometheus_client.core import CounterMetricFamily
+
+            fam = CounterMetricFamily("fairq_vllm_steps", "steps", labels=["name"])
+            fam.add_metric(["vllm-fcfs"], n)
+            return [fam]
+
+        stats = _Stats()
+        assert packer.attach(stats, lambda: [("vllm-waiting", queue)], extra)
+        payload = take_payload(stats)
+        assert payload is not None
+        (fam,) = decode_families(payload, {})
+        assert fam.samples[0].value == steps
+
+
 def test_carrier_respects_its_interval_and_never_raises() -> None:
     packer = StatsPacker(interval_s=3600.0)
     stats = _Stats()

@@ -151,18 +151,20 @@ class StatsPacker:
     def __init__(self, interval_s: float = 1.0) -> None:
         self.interval_s = interval_s
         self._last = float("-inf")
-        self._collectors: dict[int, Any] = {}
+        #: id(obj) -> (obj, its collector or None when it has no metrics)
+        self._collectors: dict[int, tuple[Any, Any]] = {}
 
     def _collector(self, obj: Any, name: str) -> Any:
         from fairq.metrics import FairqCollector
 
-        c = self._collectors.get(id(obj))
-        if c is None or c.obj is not obj:
-            try:
-                c = FairqCollector(obj, name, MAX_TENANTS)
-            except TypeError:  # no fairness state (a FIFO queue)
-                c = False
-            self._collectors[id(obj)] = c
+        have = self._collectors.get(id(obj))
+        if have is not None and have[0] is obj:
+            return have[1]
+        try:
+            c: Any = FairqCollector(obj, name, MAX_TENANTS)
+        except TypeError:  # no fairness state (a FIFO queue)
+            c = None
+        self._collectors[id(obj)] = (obj, c)
         return c
 
     def families(
