@@ -285,20 +285,9 @@ impl AdmissionOrder for Dlpm {
         _tree: Option<&RadixTree>,
         budget: usize,
         max_requests: usize,
+        refill: bool,
     ) -> Vec<Admission<T>> {
-        self.walk(book, budget, max_requests, true)
-    }
-
-    /// `schedule` up to its first refill: the same admissions and charges,
-    /// stopping (without refilling) where `schedule` would refill.
-    fn schedule_within_credit<T>(
-        &mut self,
-        book: &mut Book<T>,
-        _tree: Option<&RadixTree>,
-        budget: usize,
-        max_requests: usize,
-    ) -> Vec<Admission<T>> {
-        self.walk(book, budget, max_requests, false)
+        self.walk(book, budget, max_requests, refill)
     }
 
     fn charge_output<T>(&mut self, book: &Book<T>, c: u32, tokens: f64) {

@@ -31,6 +31,7 @@ impl AdmissionOrder for Lpm {
         _tree: Option<&RadixTree>,
         budget: usize,
         max_requests: usize,
+        _refill: bool,
     ) -> Vec<Admission<T>> {
         let mut out = Vec::new();
         let mut left = budget;

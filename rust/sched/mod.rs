@@ -366,11 +366,7 @@ impl<T> LocalScheduler<T> {
         }
         let max_requests = max_requests.unwrap_or(usize::MAX);
         let (book, order) = (&mut self.book, &mut self.order);
-        Ok(if refill {
-            order.schedule(book, tree, token_budget, max_requests)
-        } else {
-            order.schedule_within_credit(book, tree, token_budget, max_requests)
-        })
+        Ok(order.schedule(book, tree, token_budget, max_requests, refill))
     }
 
     /// The slot and client of a running request (`Key` error otherwise).

@@ -54,27 +54,17 @@ pub(super) trait AdmissionOrder {
     /// Admit waiting requests in the policy's order under `budget` extend
     /// tokens and at most `max_requests` requests (each admission:
     /// `self.dequeue`, then [`Book::admit`]), charging the policy's counters.
+    /// `refill = false`: stop, without refilling, where a refill would be
+    /// needed (DLPM), after the same admissions and charges as with
+    /// `refill = true`; policies that never refill (FCFS, LPM, VTC) ignore it.
     fn schedule<T>(
         &mut self,
         book: &mut Book<T>,
         tree: Option<&RadixTree>,
         budget: usize,
         max_requests: usize,
+        refill: bool,
     ) -> Vec<Admission<T>>;
-
-    /// `schedule` without refilling on behalf of this batch: the same
-    /// admissions and charges as `schedule` makes before its first refill,
-    /// stopping where it would refill (DLPM). Policies that never refill
-    /// (FCFS, LPM, VTC) admit exactly what `schedule` admits.
-    fn schedule_within_credit<T>(
-        &mut self,
-        book: &mut Book<T>,
-        tree: Option<&RadixTree>,
-        budget: usize,
-        max_requests: usize,
-    ) -> Vec<Admission<T>> {
-        self.schedule(book, tree, budget, max_requests)
-    }
 
     /// Client `c` decoded `tokens` output tokens.
     fn charge_output<T>(&mut self, _book: &Book<T>, _c: u32, _tokens: f64) {}
@@ -197,17 +187,9 @@ impl AdmissionOrder for Order {
         tree: Option<&RadixTree>,
         budget: usize,
         max_requests: usize,
+        refill: bool,
     ) -> Vec<Admission<T>> {
-        each!(self, p => p.schedule(book, tree, budget, max_requests))
-    }
-    fn schedule_within_credit<T>(
-        &mut self,
-        book: &mut Book<T>,
-        tree: Option<&RadixTree>,
-        budget: usize,
-        max_requests: usize,
-    ) -> Vec<Admission<T>> {
-        each!(self, p => p.schedule_within_credit(book, tree, budget, max_requests))
+        each!(self, p => p.schedule(book, tree, budget, max_requests, refill))
     }
     fn charge_output<T>(&mut self, book: &Book<T>, c: u32, tokens: f64) {
         each!(self, p => p.charge_output(book, c, tokens))

@@ -123,6 +123,7 @@ impl AdmissionOrder for Vtc {
         tree: Option<&RadixTree>,
         budget: usize,
         max_requests: usize,
+        _refill: bool,
     ) -> Vec<Admission<T>> {
         let mut out = Vec::new();
         let mut left = budget;
