@@ -16,14 +16,9 @@ from typing import Any
 
 import pytest
 
-vllm = pytest.importorskip("vllm", reason="needs vLLM 0.32 or 0.33 (installed by .ci/run)")
-from fairq.vllm.compat import TESTED_SERIES, is_tested  # noqa: E402
+from reference.vllm import tested_vllm_or_skip
 
-if not is_tested(vllm.__version__):
-    pytest.skip(
-        f"tested against vLLM {', '.join(TESTED_SERIES)}, found {vllm.__version__}",
-        allow_module_level=True,
-    )
+vllm = tested_vllm_or_skip()
 
 
 # harness first: on a CPU-only machine it names vLLM's platform before vLLM

@@ -38,19 +38,14 @@ from typing import Any
 
 import pytest
 
-from fairq.vllm.server import VllmServer, server_vllm_version, write_model
+from fairq.vllm.server import VllmServer, write_model
 from fairq.vllm.traffic import HttpRequest, HttpResult, metric_sum, scrape, send_all
+
+from reference.vllm import serving_vllm_or_skip
 
 pytestmark = pytest.mark.vllm_server
 
-_VERSION = server_vllm_version()
-if _VERSION is None:
-    pytest.skip(
-        "no vLLM that can serve a model here: set FAIRQ_VLLM_SERVER_PYTHON to a Python with "
-        "vLLM's CPU build 0.32 and fairq (.ci/run makes one), or install a CUDA vLLM on a GPU "
-        "machine",
-        allow_module_level=True,
-    )
+_VERSION = serving_vllm_or_skip()
 
 #: a context long enough that the blocker never finishes on its own
 MAX_LEN = 16384

@@ -6,6 +6,8 @@ is vLLM's heapq queue, with keys read once at ``add_request`` and the
 deterministic insertion tie-break instead of ``id()``, plus fairq's two
 additions: a duplicate add is a ``ValueError`` and a batch prepend is
 all-or-nothing. ``Req`` is the tests' one vLLM-``Request`` stand-in.
+``tested_vllm_or_skip`` and ``serving_vllm_or_skip`` are the vLLM test
+modules' one gate each (module-level skips with the reason).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import operator
 from collections.abc import Iterable, Iterator
 from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from fairq.benchmarks.vllm import BaselineFCFSRequestQueue
 
@@ -181,3 +185,38 @@ class RefPriorityRequestQueue:
         heap_copy = self._heap[:]
         while heap_copy:
             yield heapq.heappop(heap_copy).request
+
+
+def tested_vllm_or_skip() -> Any:
+    """The installed vLLM module, if it is a tested series; else skip the
+    calling test module (call it at import time)."""
+    from fairq.vllm.compat import TESTED_SERIES, is_tested
+
+    vllm = pytest.importorskip("vllm", reason="needs vLLM 0.32 or 0.33 (installed by .ci/run)")
+    if not is_tested(vllm.__version__):
+        pytest.skip(
+            f"tested against vLLM {', '.join(TESTED_SERIES)}, found {vllm.__version__}",
+            allow_module_level=True,
+        )
+    return vllm
+
+
+_SERVING: list[str | None] = []
+
+
+def serving_vllm_or_skip() -> str:
+    """The version of the vLLM that can serve here (``$FAIRQ_VLLM_SERVER_PYTHON``),
+    asked once per session; else skip the calling test module."""
+    from fairq.vllm.server import server_vllm_version
+
+    if not _SERVING:
+        _SERVING.append(server_vllm_version())
+    version = _SERVING[0]
+    if version is None:
+        pytest.skip(
+            "no vLLM that can serve a model here: set FAIRQ_VLLM_SERVER_PYTHON to a Python "
+            "with vLLM's CPU build 0.32 and fairq (.ci/run makes one), or install a CUDA vLLM "
+            "on a GPU machine",
+            allow_module_level=True,
+        )
+    return version
