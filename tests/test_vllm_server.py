@@ -26,7 +26,14 @@ from typing import Any
 import pytest
 
 from fairq.vllm.server import ServerError, VllmServer, write_model
-from fairq.vllm.traffic import HttpRequest, HttpResult, metric_sum, scrape, send_all
+from fairq.vllm.traffic import (
+    HttpRequest,
+    HttpResult,
+    metric_sum,
+    scrape,
+    send_all,
+    settle_metrics,
+)
 
 from reference.vllm import serving_vllm_or_skip
 
@@ -70,14 +77,6 @@ def server(
         yield s
 
 
-def _flush(s: VllmServer, model: str) -> None:
-    """fairq's metrics travel at most once a second while the engine steps:
-    wait, then make it step once more."""
-    time.sleep(1.2)
-    (r,) = send_all(s.url, model, [HttpRequest("flush", "flush", [3, 4, 5], 2)])
-    assert r.ok, r.error
-
-
 def _check_complete(results: list[HttpResult]) -> None:
     for r in results:
         assert r.ok, (r.request.request_id, r.status, r.error)
@@ -95,7 +94,7 @@ def _prompt(seed: int, n: int, prefix: list[int] | None = None) -> list[int]:
 
 def test_mixed_traffic_completes_once_with_tenants_resolved(server: VllmServer, model: str) -> None:
     reqs = []
-    expected: dict[str, int] = {"flush": 1}
+    expected: dict[str, int] = {"settle": 1}
     vias = ("xargs", "header", "none")
     for i in range(36):
         tenant = ("alice", "bob", "carol")[i % 3]
@@ -125,7 +124,7 @@ def test_mixed_traffic_completes_once_with_tenants_resolved(server: VllmServer, 
     if server.policy is None:
         assert "fairq_vllm_requests_total" not in m
         return
-    _flush(server, model)
+    settle_metrics(server.url, model)
     m = scrape(server.url)
     got = {dict(k)["tenant"]: v for k, v in m["fairq_vllm_requests_total"].items()}
     assert got == expected
@@ -133,7 +132,7 @@ def test_mixed_traffic_completes_once_with_tenants_resolved(server: VllmServer, 
         # each request admitted once by fairq, nothing left waiting in fairq
         assert metric_sum(m, "fairq_scheduler_admissions_total") == len(reqs) + 1
         assert metric_sum(m, "fairq_scheduler_waiting_requests") == 0
-        assert metric_sum(m, "fairq_scheduler_running_requests") <= 1  # the flush
+        assert metric_sum(m, "fairq_scheduler_running_requests") <= 1  # the settling request
         assert metric_sum(m, "fairq_scheduler_service_tokens_total") > 0
     assert metric_sum(m, "fairq_vllm_steps_total") > 0
     assert 0 < metric_sum(m, "fairq_vllm_fairq_seconds_total") or server.policy in (
@@ -199,7 +198,7 @@ def test_hostile_traffic_keeps_serving(server: VllmServer, model: str) -> None:
     )
     _check_complete(after)
     if server.policy in ("vtc", "lpm", "dlpm"):
-        _flush(server, model)
+        settle_metrics(server.url, model)
         m = scrape(server.url)
         assert metric_sum(m, "fairq_scheduler_waiting_requests") == 0
         assert metric_sum(m, "fairq_scheduler_running_requests") <= 1

@@ -41,7 +41,15 @@ from typing import Any
 
 from fairq.sim.metrics import jain_index, percentile
 from fairq.vllm.server import VllmServer, write_model
-from fairq.vllm.traffic import HttpRequest, HttpResult, Metrics, metric_sum, scrape, send_all
+from fairq.vllm.traffic import (
+    HttpRequest,
+    HttpResult,
+    Metrics,
+    metric_delta,
+    scrape,
+    send_all,
+    settle_metrics,
+)
 
 __all__ = ["add_arguments", "run", "run_rows", "server_run", "summarize"]
 
@@ -88,7 +96,7 @@ def summarize(results: list[HttpResult], before: Metrics, after: Metrics) -> dic
     out_tokens = sum(r.completion_tokens for r in results if r.ok)
 
     def delta(name: str) -> float:
-        return metric_sum(after, name) - metric_sum(before, name)
+        return metric_delta(before, after, name)
 
     queries = delta("vllm:prefix_cache_queries_total")
 
@@ -184,8 +192,7 @@ def server_run(
         t = time.perf_counter()
         results = send_all(s.url, name, requests)
         wall = time.perf_counter() - t
-        time.sleep(1.2)  # fairq's counters travel once a second while the engine steps
-        send_all(s.url, name, [HttpRequest("flush", "warmup", [3, 4, 5], 2)])
+        settle_metrics(s.url, name)
         after = scrape(s.url)
     row = summarize(results, before, after)
     row["policy"] = policy
@@ -214,29 +221,21 @@ def backlog_run(
         ]
         before = scrape(s.url)
         send_all(s.url, s.model, reqs, max_connections=waiting + 16)
-        time.sleep(1.2)
-        send_all(s.url, s.model, [HttpRequest("flush", "warmup", [3, 4, 5], 2)])
+        settle_metrics(s.url, s.model)
         after = scrape(s.url)
 
-    def delta(name: str) -> float:
-        return metric_sum(after, name) - metric_sum(before, name)
-
-    steps = delta("fairq_vllm_steps_total")
+    steps = metric_delta(before, after, "fairq_vllm_steps_total")
+    fairq_s = metric_delta(before, after, "fairq_vllm_fairq_seconds_total")
+    sched_s = metric_delta(before, after, "fairq_vllm_schedule_seconds_total")
+    step_s = metric_delta(before, after, "fairq_vllm_step_seconds_total")
     return {
         "policy": policy,
         "waiting": waiting,
         "steps": steps,
-        "fairq_ms_per_step": 1e3 * delta("fairq_vllm_fairq_seconds_total") / steps
-        if steps
-        else None,
-        "schedule_ms_per_step": 1e3 * delta("fairq_vllm_schedule_seconds_total") / steps
-        if steps
-        else None,
-        "step_ms": 1e3 * delta("fairq_vllm_step_seconds_total") / steps if steps else None,
-        "fairq_share_of_step": delta("fairq_vllm_fairq_seconds_total")
-        / delta("fairq_vllm_step_seconds_total")
-        if delta("fairq_vllm_step_seconds_total")
-        else None,
+        "fairq_ms_per_step": 1e3 * fairq_s / steps if steps else None,
+        "schedule_ms_per_step": 1e3 * sched_s / steps if steps else None,
+        "step_ms": 1e3 * step_s / steps if steps else None,
+        "fairq_share_of_step": fairq_s / step_s if step_s else None,
     }
 
 

@@ -23,7 +23,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["HttpRequest", "HttpResult", "metric_sum", "scrape", "send_all"]
+__all__ = [
+    "HttpRequest",
+    "HttpResult",
+    "metric_sum",
+    "scrape",
+    "metric_delta",
+    "send_all",
+    "settle_metrics",
+]
 
 Endpoint = Literal["completions", "chat"]
 TenantVia = Literal["xargs", "header", "none"]
@@ -263,3 +271,20 @@ def metric_sum(metrics: Metrics, metric: str, /, **labels: str) -> float:
         if all(d.get(k) == v for k, v in labels.items()):
             total += value
     return total
+
+
+def settle_metrics(base_url: str, model: str) -> None:
+    """Make fairq's counters on ``/metrics`` current: they travel at most
+    once a second while the engine steps (:mod:`fairq.vllm.stats`), so wait
+    past that, then make the engine step once more (a 2-token request)."""
+    import time
+
+    time.sleep(1.2)
+    (r,) = send_all(base_url, model, [HttpRequest("settle", "settle", [3, 4, 5], 2)])
+    if not r.ok:
+        raise RuntimeError(f"the settling request failed: {r.status} {r.error}")
+
+
+def metric_delta(before: Metrics, after: Metrics, metric: str) -> float:
+    """How much ``metric`` (summed over its series) grew from ``before`` to ``after``."""
+    return metric_sum(after, metric) - metric_sum(before, metric)
