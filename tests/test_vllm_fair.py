@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from reference.vllm import tested_vllm_or_skip
+from reference.vllm import require_tested_vllm
 
-vllm = tested_vllm_or_skip()
+vllm = require_tested_vllm()
 
 
 # harness first: on a CPU-only machine it names vLLM's platform before vLLM

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from reference.vllm import tested_vllm_or_skip
+from reference.vllm import require_tested_vllm
 
-vllm = tested_vllm_or_skip()
+vllm = require_tested_vllm()
 
 from fairq.vllm import harness  # noqa: E402, I001
 from vllm.v1.request import RequestStatus  # noqa: E402

@@ -35,11 +35,11 @@ from fairq.vllm.traffic import (
     settle_metrics,
 )
 
-from reference.vllm import serving_vllm_or_skip
+from reference.vllm import require_serving_vllm
 
 pytestmark = pytest.mark.vllm_server
 
-_VERSION = serving_vllm_or_skip()
+_VERSION = require_serving_vllm()
 
 #: A small server: 4 running requests, 512 tokens per step, 24 KV blocks (of
 #: 128 tokens on the CPU build): requests wait and prefixes get evicted.
@@ -59,6 +59,15 @@ POLICIES: list[str | None] = [None, "fcfs", "priority", "wfq", "vtc", "lpm", "dl
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> str:
     return write_model(tmp_path_factory.mktemp("model"), "tiny")
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Slow enough per step that the flood outlasts the stalls a busy 2-core
+    machine puts into the client and the API server: with the tiny model the
+    engine can serve the whole flood before the well-behaved tenants'
+    requests reach it, and there is no contention left to test."""
+    return write_model(tmp_path_factory.mktemp("model"), "small")
 
 
 def _server(model: str, policy: str | None, tmp: Path, **kw: Any) -> VllmServer:
@@ -261,20 +270,38 @@ def _contention_run(model: str, policy: str | None, tmp: Path) -> dict[str, Any]
     return row
 
 
+def _well_share(row: dict[str, Any]) -> float:
+    """The well-behaved tenants' share of the output tokens streamed while
+    every tenant was backlogged. VTC aims at 3/4 here; DLPM, whose cost is
+    what the engine computes, at about 1/4 when every well-behaved request
+    misses the cache (see below)."""
+    window = row["service_window"]
+    total = sum(window.values())
+    return (total - window["flood"]) / total if total else 0.0
+
+
 def test_fair_policies_protect_well_behaved_tenants_and_dlpm_keeps_locality(
-    model: str, tmp_path: Path
+    small_model: str, tmp_path: Path
 ) -> None:
-    runs = {p or "stock": _contention_run(model, p, tmp_path) for p in (None, "vtc", "dlpm")}
+    runs = {p or "stock": _contention_run(small_model, p, tmp_path) for p in (None, "vtc", "dlpm")}
     print(json.dumps(runs, indent=1))
     stock = runs["stock"]
     # stock vLLM serves the flood first (it arrived first)
     assert stock["flood_done_before_well"] > 0.75, stock
     for p in ("vtc", "dlpm"):
         r = runs[p]
-        # a fair share to the well-behaved tenants while all are backlogged ...
-        assert r["jain_window"] > stock["jain_window"] + 0.2, runs
+        # more service to the well-behaved tenants while all are backlogged
+        # (stock vLLM gives them next to nothing before the flood is done) ...
+        assert _well_share(r) > _well_share(stock) + 0.15, runs
         # ... with lower latency
         assert r["latency_p50_vs_flood"] < 0.7 * stock["latency_p50_vs_flood"], runs
+    # VTC charges prompt and output tokens and every request here has the same
+    # prompt length, so it also evens out output tokens. DLPM charges what is
+    # computed: a flood request is a cache hit (its 512-token prefix is shared)
+    # and costs as little as a tenth of a well-behaved one whose prefix the 16-block
+    # cache evicted, so DLPM is fair in its cost while serving the flood more
+    # output tokens, and Jain over output tokens is not its promise here.
+    assert runs["vtc"]["jain_window"] > stock["jain_window"] + 0.2, runs
     # DLPM keeps the prefix locality that VTC gives up
     assert runs["dlpm"]["prefix_hit_rate"] > runs["vtc"]["prefix_hit_rate"], runs
 

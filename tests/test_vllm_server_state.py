@@ -41,11 +41,11 @@ import pytest
 from fairq.vllm.server import VllmServer, write_model
 from fairq.vllm.traffic import HttpRequest, HttpResult, metric_sum, scrape, send_all
 
-from reference.vllm import serving_vllm_or_skip
+from reference.vllm import require_serving_vllm
 
 pytestmark = pytest.mark.vllm_server
 
-_VERSION = serving_vllm_or_skip()
+_VERSION = require_serving_vllm()
 
 #: a context long enough that the blocker never finishes on its own
 MAX_LEN = 16384

@@ -6,7 +6,7 @@ is vLLM's heapq queue, with keys read once at ``add_request`` and the
 deterministic insertion tie-break instead of ``id()``, plus fairq's two
 additions: a duplicate add is a ``ValueError`` and a batch prepend is
 all-or-nothing. ``Req`` is the tests' one vLLM-``Request`` stand-in.
-``tested_vllm_or_skip`` and ``serving_vllm_or_skip`` are the vLLM test
+``require_tested_vllm`` and ``require_serving_vllm`` are the vLLM test
 modules' one gate each (module-level skips with the reason).
 """
 
@@ -187,7 +187,7 @@ class RefPriorityRequestQueue:
             yield heapq.heappop(heap_copy).request
 
 
-def tested_vllm_or_skip() -> Any:
+def require_tested_vllm() -> Any:
     """The installed vLLM module, if it is a tested series; else skip the
     calling test module (call it at import time)."""
     from fairq.vllm.compat import TESTED_SERIES, is_tested
@@ -204,7 +204,7 @@ def tested_vllm_or_skip() -> Any:
 _SERVING: list[str | None] = []
 
 
-def serving_vllm_or_skip() -> str:
+def require_serving_vllm() -> str:
     """The version of the vLLM that can serve here (``$FAIRQ_VLLM_SERVER_PYTHON``),
     asked once per session; else skip the calling test module."""
     from fairq.vllm.server import server_vllm_version
