@@ -124,8 +124,9 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def local_cluster(num_cpus: int = 2, http_port: int | None = None) -> Iterator[int]:
-    """A local Ray cluster and Serve, on loopback; shut down on exit. Yields
-    the HTTP proxy's port."""
+    """A local Ray cluster and Serve; shut down on exit. Yields the HTTP
+    proxy's port. The proxy listens on 127.0.0.1; Ray's own processes (GCS,
+    raylet, workers) listen on every interface, as Ray does."""
     import ray
     from ray import serve
 
