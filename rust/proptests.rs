@@ -439,8 +439,9 @@ proptest! {
 
     /// Every request added to a local scheduler leaves exactly once (admitted
     /// then finished, or removed); a step never admits more extend tokens
-    /// than its budget unless it admits exactly one request (the head-alone
-    /// rule is the caller's, so here: never more); service only grows.
+    /// than its budget unless it admits exactly one request (the oversize
+    /// rule: one larger than the whole budget, when nothing else fits), and
+    /// admits something whenever a request waits; service only grows.
     #[test]
     fn local_schedulers_conserve_requests(
         which in 0u8..4,
@@ -466,7 +467,8 @@ proptest! {
                 2 => {
                     let adm = s.schedule(Some(&tree), x as usize, None).expect("tree given");
                     let extend: usize = adm.iter().map(|a| a.extend_len).sum();
-                    prop_assert!(extend <= x as usize);
+                    prop_assert!(extend <= x as usize || adm.len() == 1);
+                    prop_assert_eq!(adm.is_empty(), waiting.is_empty());
                     for a in adm {
                         let RequestId::Int(id) = a.id else { unreachable!() };
                         prop_assert!(waiting.remove(&id), "admitted twice or never added");
@@ -504,6 +506,106 @@ proptest! {
             }
         }
         prop_assert_eq!(waiting.len() + running.len() + gone.len(), next as usize);
+    }
+}
+
+/// One step of [`no_waiting_request_is_blocked_forever`]'s history.
+#[derive(Debug, Clone)]
+enum LiveOp {
+    /// A request of client `.0` with these tokens.
+    Add(u8, Vec<u32>),
+    /// `schedule(budget, k)`; the engine then caches the admitted prompts.
+    Schedule(usize),
+    /// Finish the running request at this index (mod the number running).
+    Finish(usize),
+    /// The engine's cache evicts this many tokens.
+    Evict(usize),
+}
+
+fn live_op() -> impl Strategy<Value = LiveOp> {
+    prop_oneof![
+        4 => (0u8..3, prop::collection::vec(0u32..4, 0..30)).prop_map(|(c, t)| LiveOp::Add(c, t)),
+        3 => (1usize..4).prop_map(LiveOp::Schedule),
+        2 => any::<usize>().prop_map(LiveOp::Finish),
+        1 => (0usize..20).prop_map(LiveOp::Evict),
+    ]
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// The oversize rule, as liveness: with any mix of request sizes (many
+    /// larger than the step's budget), every `schedule(budget, k)` call with
+    /// a request waiting admits at least one (within `budget`, or one
+    /// request alone that exceeds it); so once arrivals stop, `n` more
+    /// one-request calls admit the `n` still waiting, and every request is
+    /// admitted exactly once. No waiting request blocks another forever.
+    #[test]
+    fn no_waiting_request_is_blocked_forever(
+        which in 0u8..4,
+        budget in 1usize..12,
+        ops in prop::collection::vec(live_op(), 0..120),
+    ) {
+        let ns = Namespace::Default;
+        let mut tree = RadixTree::new(Some(64), 1).expect("valid");
+        let mut s: LocalScheduler<u64> = LocalScheduler::new(policy(which)).expect("valid");
+        let mut toks_of: HashMap<i64, Vec<u32>> = HashMap::new();
+        let mut waiting: BTreeSet<i64> = BTreeSet::new();
+        let mut running: Vec<i64> = Vec::new();
+        let mut admitted: HashSet<i64> = HashSet::new();
+        let clients = ["a", "b", "c"];
+        let mut step = |s: &mut LocalScheduler<u64>,
+                        tree: &mut RadixTree,
+                        waiting: &mut BTreeSet<i64>,
+                        running: &mut Vec<i64>,
+                        toks_of: &HashMap<i64, Vec<u32>>,
+                        k: usize|
+         -> Result<(), TestCaseError> {
+            let adm = s.schedule(Some(tree), budget, Some(k)).expect("tree given");
+            prop_assert_eq!(adm.is_empty(), waiting.is_empty(), "a call admitted nothing");
+            prop_assert!(adm.len() <= k);
+            let extend: usize = adm.iter().map(|a| a.extend_len).sum();
+            prop_assert!(extend <= budget || adm.len() == 1, "{} admitted over budget", adm.len());
+            for a in adm {
+                let RequestId::Int(id) = a.id else { unreachable!() };
+                prop_assert!(waiting.remove(&id), "admitted twice or never added");
+                prop_assert!(admitted.insert(id));
+                tree.insert(&Namespace::Default, &toks_of[&id]);
+                running.push(id);
+            }
+            s.check_invariants(Some(tree));
+            Ok(())
+        };
+        let mut next = 0i64;
+        for op in ops {
+            match op {
+                LiveOp::Add(c, toks) => {
+                    s.add(Some(&mut tree), RequestId::Int(next), clients[c as usize], toks.clone(), next as u64, ns.clone())
+                        .expect("fresh id");
+                    toks_of.insert(next, toks);
+                    waiting.insert(next);
+                    next += 1;
+                }
+                LiveOp::Schedule(k) => step(&mut s, &mut tree, &mut waiting, &mut running, &toks_of, k)?,
+                LiveOp::Finish(i) => {
+                    if !running.is_empty() {
+                        let id = running.swap_remove(i % running.len());
+                        s.charge_output(&RequestId::Int(id), 1 + i % 7).expect("running");
+                        s.finish(&RequestId::Int(id)).expect("running");
+                    }
+                }
+                LiveOp::Evict(n) => {
+                    tree.evict(n);
+                }
+            }
+        }
+        // arrivals stop: as many one-request calls as requests wait
+        for _ in 0..waiting.len() {
+            step(&mut s, &mut tree, &mut waiting, &mut running, &toks_of, 1)?;
+        }
+        prop_assert!(waiting.is_empty());
+        prop_assert_eq!(s.len(), 0);
+        prop_assert_eq!(admitted.len(), next as usize);
     }
 }
 
@@ -648,14 +750,20 @@ proptest! {
                     prop_assert!(got_keys.len() <= full_keys.len());
                     prop_assert_eq!(&got_keys[..], &full_keys[..got_keys.len()]);
                 }
-                // k one-request calls, each with the budget left
+                // k one-request calls, each with the budget left; the ones
+                // after the first with the oversize rule off (what is left
+                // is not a whole step), none after a request admitted alone
                 let mut singles = Vec::new();
                 let mut left = budget;
-                for _ in 0..k {
-                    let one = c.schedule(Some(&tree_c), left, Some(1)).expect("tree");
+                for i in 0..k {
+                    let room = if i == 0 { None } else { Some(0) };
+                    let one = c.schedule_step(Some(&tree_c), left, Some(1), room, true).expect("tree");
                     let Some(x) = one.first() else { break };
-                    left -= x.extend_len;
                     singles.push(wc_key(x));
+                    if x.extend_len > left {
+                        break; // admitted alone
+                    }
+                    left -= x.extend_len;
                 }
                 if c.refills() == refills {
                     prop_assert_eq!(&got_keys, &singles);

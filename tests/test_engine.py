@@ -77,7 +77,18 @@ class _ContractFake:
             del pending[rid]
         return out
 
-    def schedule(self, budget: int, max_requests: int | None = None) -> list[Admission]:
+    def schedule(
+        self, budget: int, max_requests: int | None = None, *, oversize_budget: int | None = None
+    ) -> list[Admission]:
+        # the oversize rule: nothing fits, a slot is free, something waits ->
+        # the same walk for one request with oversize_budget of room
+        out = self._walk(budget, max_requests)
+        room = float("inf") if oversize_budget is None else oversize_budget
+        if not out and max_requests != 0 and self.waiting and room > budget:
+            out = self._walk(room, 1)
+        return out
+
+    def _walk(self, budget: float, max_requests: int | None) -> list[Admission]:
         out = []
         for rid in self._order():
             if max_requests is not None and len(out) >= max_requests:

@@ -104,8 +104,13 @@ def test_vtc_stops_at_first_non_fit() -> None:
     s = VTC()
     s.add(1, "a", [0] * 10)
     s.add(2, "b", [0] * 1)
-    # a (counter 0, first seen) is picked first and does not fit: stop
-    assert s.schedule(5) == []
+    # a (counter 0, first seen) is picked first and does not fit: stop (with
+    # the oversize rule off, nothing at all)
+    assert s.schedule(5, oversize_budget=0) == []
+    # the rule on (the default): a's request never fits a 5-token step, so it
+    # is admitted alone, charged as usual; b's goes next
+    assert ids(s.schedule(5)) == [1] and s.counter("a") == 10.0
+    assert ids(s.schedule(5)) == [2]
 
 
 def test_vtc_weights() -> None:
@@ -168,9 +173,10 @@ def test_dlpm_tiny_quantum_admits_like_lpm() -> None:
     assert len(d.schedule(10**6)) == rest == 4
 
 
-def test_dlpm_credit_client_that_does_not_fit_blocks_refills() -> None:
+def test_dlpm_credit_client_that_does_not_fit_blocks_refills_for_one_call() -> None:
     """The one non-work-conserving case, kept for Theorem 4.1: a waiting client
-    with q > 0 whose requests do not fit blocks the refill others need."""
+    with q > 0 whose requests do not fit blocks the refill others need; the
+    oversize rule then admits its request alone, which ends the block."""
     t = RadixTree()
     s = DLPM(t, quantum=5)
     s.add("a0", "a", [1] * 4)
@@ -178,9 +184,14 @@ def test_dlpm_credit_client_that_does_not_fit_blocks_refills() -> None:
     s.add("b0", "b", [3] * 50)
     assert ids(s.schedule(10)) == ["a0", "a1"]  # a: 5 -> 1 -> -3; b: 5
     s.add("a2", "a", [4] * 2)
-    assert s.schedule(10) == []  # a2 fits, but a has no credit and b blocks
+    # a2 fits, but a has no credit and b blocks: with the rule off, nothing
+    assert s.schedule(10, oversize_budget=0) == []
     assert s.refills == 1
-    assert ids(s.schedule(60)) == ["b0", "a2"]
+    # on: b0 (50 > 10, it never fits) goes alone, b: 5 - 50
+    assert ids(s.schedule(10)) == ["b0"] and s.deficit("b") == -45
+    # nobody waiting has credit: a refill (a: 2, b: -40), then a2
+    assert ids(s.schedule(10)) == ["a2"] and s.refills == 2
+    assert s.deficit("a") == 0 and s.deficit("b") == -40
 
 
 def test_huge_quantum_is_lpm() -> None:
@@ -317,6 +328,9 @@ def test_remove_returns_item_and_unknown_client_queries() -> None:
 
 PREFIXES = [[1, 2, 3, 4], [1, 2, 5, 5], [7, 7, 7, 7, 7, 7], []]
 CLIENTS = ["a", "b", "c"]
+# schedule's oversize_budget: default (unlimited), off, or caps around the
+# prompt lengths (up to 11 tokens here, budgets 0..25)
+OVERSIZE_BUDGETS = st.sampled_from([None, None, 0, 3, 8, 30])
 
 OPS = st.one_of(
     st.tuples(
@@ -345,7 +359,7 @@ OPS = st.one_of(
         st.just("schedule"),
         st.integers(0, 25),
         st.sampled_from([None, 1, 2, 5]),
-        st.none(),
+        OVERSIZE_BUDGETS,
         st.none(),
     ),
     st.tuples(st.just("schedule"), st.integers(0, 25), st.none(), st.none(), st.none()),
@@ -353,7 +367,7 @@ OPS = st.one_of(
         st.just("within"),
         st.integers(0, 25),
         st.sampled_from([None, 1, 2, 5]),
-        st.none(),
+        OVERSIZE_BUDGETS,
         st.none(),
     ),
     st.tuples(st.just("charge"), st.integers(0, 50), st.integers(0, 4), st.none(), st.none()),
@@ -409,12 +423,14 @@ def run_trace(policy: str, page: int, quantum: float, ops: list[tuple[Any, ...]]
         elif kind in ("schedule", "within"):
             refills = ref.refills
             if kind == "schedule":
-                adm = s.schedule(op[1], max_requests=op[2])
-                want = ref.schedule(op[1], op[2])
+                adm = s.schedule(op[1], max_requests=op[2], oversize_budget=op[3])
+                want = ref.schedule(op[1], op[2], oversize_budget=op[3])
             else:
-                adm = s.schedule_within_credit(op[1], max_requests=op[2])
-                want = ref.schedule_within_credit(op[1], op[2])
+                adm = s.schedule_within_credit(op[1], max_requests=op[2], oversize_budget=op[3])
+                want = ref.schedule_within_credit(op[1], op[2], op[3])
                 assert ref.refills == refills
+            # within the budget, or one request alone that exceeds it
+            assert sum(a.extend_len for a in adm) <= op[1] or len(adm) == 1
             got = [
                 (a.request_id, a.client, a.item, a.input_len, a.cached_len, a.extend_len)
                 for a in adm

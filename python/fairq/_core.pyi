@@ -361,7 +361,9 @@ class Admission:
 class FCFS:
     """First come, first served."""
 
-    def __new__(cls, tree: RadixTree | None = None) -> Self: ...
+    def __new__(
+        cls, tree: RadixTree | None = None, *, max_prompt_tokens: int | None = None
+    ) -> Self: ...
     def add(
         self,
         request_id: RequestIdLike,
@@ -370,21 +372,39 @@ class FCFS:
         item: Any = None,
         namespace: Namespace = None,
     ) -> None:
-        """Queue a request; a duplicate ``request_id`` is a ``ValueError``."""
+        """Queue a request; a duplicate ``request_id``, or a prompt longer than
+        ``max_prompt_tokens``, is a ``ValueError`` naming it (nothing changes)."""
     def remove(self, request_id: RequestIdLike) -> Any:
         """Remove a waiting request and return its item (unknown: ``KeyError``)."""
-    def schedule(self, token_budget: int, max_requests: int | None = None) -> list[Admission]:
+    def schedule(
+        self,
+        token_budget: int,
+        max_requests: int | None = None,
+        *,
+        oversize_budget: int | None = None,
+    ) -> list[Admission]:
         """Admit waiting requests in policy order while their extend tokens fit
-        ``token_budget`` (and ``max_requests``), charging the policy counters."""
+        ``token_budget`` (and ``max_requests``), charging the policy counters.
+        Oversize rule: if that admits nothing and ``max_requests >= 1``, the
+        policy's next request is admitted alone (it exceeds the whole budget;
+        the engine prefills it in chunks) if its extend tokens fit
+        ``oversize_budget`` (None: any; 0: the rule is off, for a budget that
+        is only what is left of a step)."""
     def schedule_within_credit(
-        self, token_budget: int, max_requests: int | None = None
+        self,
+        token_budget: int,
+        max_requests: int | None = None,
+        *,
+        oversize_budget: int | None = None,
     ) -> list[Admission]:
         """``schedule`` without refilling: exactly what ``schedule`` would
-        admit (same order, same charges) up to where it would refill (DLPM:
-        no waiting client has credit left), stopping there; ``refills`` never
-        moves. FCFS, LPM, VTC (never refill): the same as ``schedule``. With
-        no refill needed, one call with ``max_requests=k`` equals ``k`` calls
-        with ``max_requests=1``; ``requeue(..., refund=True)`` undoes each
+        admit (same order, same charges, the same oversize rule) up to where
+        it would refill (DLPM: no waiting client has credit left), stopping
+        there; ``refills`` never moves. FCFS, LPM, VTC (never refill): the
+        same as ``schedule``. With no refill needed, one call with
+        ``max_requests=k`` equals ``k`` calls with ``max_requests=1`` (the
+        later ones with the budget left and ``oversize_budget=0``, none after
+        a request admitted alone); ``requeue(..., refund=True)`` undoes each
         admission exactly, and no refill was made on its behalf."""
     def charge_output(self, request_id: RequestIdLike, n_tokens: int = 1) -> None:
         """Charge ``n_tokens`` decoded output tokens of a running request."""
@@ -414,6 +434,9 @@ class FCFS:
     def num_running(self) -> int: ...
     @property
     def tree(self) -> RadixTree | None: ...
+    @property
+    def max_prompt_tokens(self) -> int | None:
+        """The constructor's limit on prompt tokens at ``add`` (None: any)."""
     @property
     def _rematches(self) -> int: ...
     def forget_idle_clients(self) -> int:
@@ -433,7 +456,7 @@ class FCFS:
 class LPM:
     """Longest prefix match first."""
 
-    def __new__(cls, tree: RadixTree) -> Self: ...
+    def __new__(cls, tree: RadixTree, *, max_prompt_tokens: int | None = None) -> Self: ...
     def add(
         self,
         request_id: RequestIdLike,
@@ -442,21 +465,39 @@ class LPM:
         item: Any = None,
         namespace: Namespace = None,
     ) -> None:
-        """Queue a request; a duplicate ``request_id`` is a ``ValueError``."""
+        """Queue a request; a duplicate ``request_id``, or a prompt longer than
+        ``max_prompt_tokens``, is a ``ValueError`` naming it (nothing changes)."""
     def remove(self, request_id: RequestIdLike) -> Any:
         """Remove a waiting request and return its item (unknown: ``KeyError``)."""
-    def schedule(self, token_budget: int, max_requests: int | None = None) -> list[Admission]:
+    def schedule(
+        self,
+        token_budget: int,
+        max_requests: int | None = None,
+        *,
+        oversize_budget: int | None = None,
+    ) -> list[Admission]:
         """Admit waiting requests in policy order while their extend tokens fit
-        ``token_budget`` (and ``max_requests``), charging the policy counters."""
+        ``token_budget`` (and ``max_requests``), charging the policy counters.
+        Oversize rule: if that admits nothing and ``max_requests >= 1``, the
+        policy's next request is admitted alone (it exceeds the whole budget;
+        the engine prefills it in chunks) if its extend tokens fit
+        ``oversize_budget`` (None: any; 0: the rule is off, for a budget that
+        is only what is left of a step)."""
     def schedule_within_credit(
-        self, token_budget: int, max_requests: int | None = None
+        self,
+        token_budget: int,
+        max_requests: int | None = None,
+        *,
+        oversize_budget: int | None = None,
     ) -> list[Admission]:
         """``schedule`` without refilling: exactly what ``schedule`` would
-        admit (same order, same charges) up to where it would refill (DLPM:
-        no waiting client has credit left), stopping there; ``refills`` never
-        moves. FCFS, LPM, VTC (never refill): the same as ``schedule``. With
-        no refill needed, one call with ``max_requests=k`` equals ``k`` calls
-        with ``max_requests=1``; ``requeue(..., refund=True)`` undoes each
+        admit (same order, same charges, the same oversize rule) up to where
+        it would refill (DLPM: no waiting client has credit left), stopping
+        there; ``refills`` never moves. FCFS, LPM, VTC (never refill): the
+        same as ``schedule``. With no refill needed, one call with
+        ``max_requests=k`` equals ``k`` calls with ``max_requests=1`` (the
+        later ones with the budget left and ``oversize_budget=0``, none after
+        a request admitted alone); ``requeue(..., refund=True)`` undoes each
         admission exactly, and no refill was made on its behalf."""
     def charge_output(self, request_id: RequestIdLike, n_tokens: int = 1) -> None:
         """Charge ``n_tokens`` decoded output tokens of a running request."""
@@ -486,6 +527,9 @@ class LPM:
     def num_running(self) -> int: ...
     @property
     def tree(self) -> RadixTree | None: ...
+    @property
+    def max_prompt_tokens(self) -> int | None:
+        """The constructor's limit on prompt tokens at ``add`` (None: any)."""
     @property
     def _rematches(self) -> int: ...
     def forget_idle_clients(self) -> int:
@@ -506,7 +550,12 @@ class VTC:
     """Virtual Token Counter (artifact rules)."""
 
     def __new__(
-        cls, tree: RadixTree | None = None, w_in: float = 1.0, w_out: float = 2.0
+        cls,
+        tree: RadixTree | None = None,
+        w_in: float = 1.0,
+        w_out: float = 2.0,
+        *,
+        max_prompt_tokens: int | None = None,
     ) -> Self: ...
     def add(
         self,
@@ -516,21 +565,39 @@ class VTC:
         item: Any = None,
         namespace: Namespace = None,
     ) -> None:
-        """Queue a request; a duplicate ``request_id`` is a ``ValueError``."""
+        """Queue a request; a duplicate ``request_id``, or a prompt longer than
+        ``max_prompt_tokens``, is a ``ValueError`` naming it (nothing changes)."""
     def remove(self, request_id: RequestIdLike) -> Any:
         """Remove a waiting request and return its item (unknown: ``KeyError``)."""
-    def schedule(self, token_budget: int, max_requests: int | None = None) -> list[Admission]:
+    def schedule(
+        self,
+        token_budget: int,
+        max_requests: int | None = None,
+        *,
+        oversize_budget: int | None = None,
+    ) -> list[Admission]:
         """Admit waiting requests in policy order while their extend tokens fit
-        ``token_budget`` (and ``max_requests``), charging the policy counters."""
+        ``token_budget`` (and ``max_requests``), charging the policy counters.
+        Oversize rule: if that admits nothing and ``max_requests >= 1``, the
+        policy's next request is admitted alone (it exceeds the whole budget;
+        the engine prefills it in chunks) if its extend tokens fit
+        ``oversize_budget`` (None: any; 0: the rule is off, for a budget that
+        is only what is left of a step)."""
     def schedule_within_credit(
-        self, token_budget: int, max_requests: int | None = None
+        self,
+        token_budget: int,
+        max_requests: int | None = None,
+        *,
+        oversize_budget: int | None = None,
     ) -> list[Admission]:
         """``schedule`` without refilling: exactly what ``schedule`` would
-        admit (same order, same charges) up to where it would refill (DLPM:
-        no waiting client has credit left), stopping there; ``refills`` never
-        moves. FCFS, LPM, VTC (never refill): the same as ``schedule``. With
-        no refill needed, one call with ``max_requests=k`` equals ``k`` calls
-        with ``max_requests=1``; ``requeue(..., refund=True)`` undoes each
+        admit (same order, same charges, the same oversize rule) up to where
+        it would refill (DLPM: no waiting client has credit left), stopping
+        there; ``refills`` never moves. FCFS, LPM, VTC (never refill): the
+        same as ``schedule``. With no refill needed, one call with
+        ``max_requests=k`` equals ``k`` calls with ``max_requests=1`` (the
+        later ones with the budget left and ``oversize_budget=0``, none after
+        a request admitted alone); ``requeue(..., refund=True)`` undoes each
         admission exactly, and no refill was made on its behalf."""
     def charge_output(self, request_id: RequestIdLike, n_tokens: int = 1) -> None:
         """Charge ``n_tokens`` decoded output tokens of a running request."""
@@ -560,6 +627,9 @@ class VTC:
     def num_running(self) -> int: ...
     @property
     def tree(self) -> RadixTree | None: ...
+    @property
+    def max_prompt_tokens(self) -> int | None:
+        """The constructor's limit on prompt tokens at ``add`` (None: any)."""
     @property
     def _rematches(self) -> int: ...
     def forget_idle_clients(self) -> int:
@@ -582,7 +652,13 @@ class DLPM:
     """Deficit Longest Prefix Match (paper Algorithm 1)."""
 
     def __new__(
-        cls, tree: RadixTree, quantum: float, w_e: float = 1.0, w_q: float = 2.0
+        cls,
+        tree: RadixTree,
+        quantum: float,
+        w_e: float = 1.0,
+        w_q: float = 2.0,
+        *,
+        max_prompt_tokens: int | None = None,
     ) -> Self: ...
     def add(
         self,
@@ -592,21 +668,39 @@ class DLPM:
         item: Any = None,
         namespace: Namespace = None,
     ) -> None:
-        """Queue a request; a duplicate ``request_id`` is a ``ValueError``."""
+        """Queue a request; a duplicate ``request_id``, or a prompt longer than
+        ``max_prompt_tokens``, is a ``ValueError`` naming it (nothing changes)."""
     def remove(self, request_id: RequestIdLike) -> Any:
         """Remove a waiting request and return its item (unknown: ``KeyError``)."""
-    def schedule(self, token_budget: int, max_requests: int | None = None) -> list[Admission]:
+    def schedule(
+        self,
+        token_budget: int,
+        max_requests: int | None = None,
+        *,
+        oversize_budget: int | None = None,
+    ) -> list[Admission]:
         """Admit waiting requests in policy order while their extend tokens fit
-        ``token_budget`` (and ``max_requests``), charging the policy counters."""
+        ``token_budget`` (and ``max_requests``), charging the policy counters.
+        Oversize rule: if that admits nothing and ``max_requests >= 1``, the
+        policy's next request is admitted alone (it exceeds the whole budget;
+        the engine prefills it in chunks) if its extend tokens fit
+        ``oversize_budget`` (None: any; 0: the rule is off, for a budget that
+        is only what is left of a step)."""
     def schedule_within_credit(
-        self, token_budget: int, max_requests: int | None = None
+        self,
+        token_budget: int,
+        max_requests: int | None = None,
+        *,
+        oversize_budget: int | None = None,
     ) -> list[Admission]:
         """``schedule`` without refilling: exactly what ``schedule`` would
-        admit (same order, same charges) up to where it would refill (DLPM:
-        no waiting client has credit left), stopping there; ``refills`` never
-        moves. FCFS, LPM, VTC (never refill): the same as ``schedule``. With
-        no refill needed, one call with ``max_requests=k`` equals ``k`` calls
-        with ``max_requests=1``; ``requeue(..., refund=True)`` undoes each
+        admit (same order, same charges, the same oversize rule) up to where
+        it would refill (DLPM: no waiting client has credit left), stopping
+        there; ``refills`` never moves. FCFS, LPM, VTC (never refill): the
+        same as ``schedule``. With no refill needed, one call with
+        ``max_requests=k`` equals ``k`` calls with ``max_requests=1`` (the
+        later ones with the budget left and ``oversize_budget=0``, none after
+        a request admitted alone); ``requeue(..., refund=True)`` undoes each
         admission exactly, and no refill was made on its behalf."""
     def charge_output(self, request_id: RequestIdLike, n_tokens: int = 1) -> None:
         """Charge ``n_tokens`` decoded output tokens of a running request."""
@@ -636,6 +730,9 @@ class DLPM:
     def num_running(self) -> int: ...
     @property
     def tree(self) -> RadixTree | None: ...
+    @property
+    def max_prompt_tokens(self) -> int | None:
+        """The constructor's limit on prompt tokens at ``add`` (None: any)."""
     @property
     def _rematches(self) -> int: ...
     def forget_idle_clients(self) -> int:

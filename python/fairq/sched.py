@@ -14,7 +14,8 @@ All four share one interface, so engines and the simulator swap them freely::
 Policies (contract: ALGORITHMS.md sections 5 and 6):
 
 * ``FCFS(tree=None)``: arrival order; stops at the first request that does not
-  fit the remaining budget.
+  fit the remaining budget (one larger than the whole budget: the oversize
+  rule below).
 * ``LPM(tree)``: longest cached prefix first, ties by arrival; requests that
   do not fit are skipped (the walk continues), as in the paper's ``CanAdd``.
 * ``VTC(tree=None, w_in=1.0, w_out=2.0)``: the waiting client with the smallest
@@ -31,7 +32,38 @@ Policies (contract: ALGORITHMS.md sections 5 and 6):
   admits and refills nothing, so DLPM is work-conserving for any ``quantum``
   (paper Algorithm 1), with one deliberate exception kept for the fairness
   bound: a waiting client with credit none of whose requests fits blocks the
-  refill the others need.
+  refill the others need (for one call: the oversize rule below then admits
+  its request alone).
+
+Requests larger than the budget, the same rule in all four (defined in the
+Rust core, ``LocalScheduler::schedule_step`` in ``rust/sched/mod.rs``):
+
+* **Oversize rule.** A ``schedule`` call that admits nothing, with
+  ``max_requests >= 1`` and a request waiting, admits the policy's next
+  request alone: what the same call with ``max_requests=1`` and
+  ``oversize_budget`` tokens of room admits (default ``None``: unlimited).
+  That request's extend tokens exceed the whole ``token_budget`` (else the
+  call would have admitted something), so no step of that budget could ever
+  hold it; the engine prefills it in chunks, as engines with chunked prefill
+  do. It is charged as any admission (VTC: ``w_in * input_len / weight``;
+  DLPM: ``w_e * extend_len / weight``, after a refill if no waiting client
+  has credit). A request that only misses what is left after others were
+  admitted in the same call keeps waiting. So (with the default room) every
+  ``schedule`` call with a request waiting admits at least one, and no
+  waiting request blocks another forever (FCFS and VTC no longer stop for
+  good behind a 9,000-token prompt with ``token_budget=8192``; DLPM's credit
+  client whose request never fits no longer holds back the refill the others
+  need).
+* ``oversize_budget`` caps the room (e.g. the free KV cache); ``0`` turns the
+  rule off for a call whose ``token_budget`` is only what is left of a step
+  another prefill is using (a request larger than that may fit a later step
+  whole). :func:`admit` is that engine-step convention.
+* **Reject mode** for an engine that cannot chunk: ``max_prompt_tokens=N``
+  (a keyword of every constructor) makes ``add`` raise ``ValueError`` naming
+  the request and ``N`` for a longer prompt, changing nothing. With ``N`` at
+  most the ``token_budget`` of a step with nothing else prefilling, every
+  request fits such a step, so the oversize rule never has to fire there. It
+  is an engine setting, not fairness state (``state_dict`` does not hold it).
 
 ``extend_len = input_len - cached_len`` where ``cached_len`` is the match
 against the tree at scheduling time (it may be 0 extend tokens for a fully
@@ -84,18 +116,31 @@ class LocalScheduler(Protocol):
         item: Any = None,
         namespace: Namespace = None,
     ) -> None:
-        """Queue a request; a duplicate ``request_id`` is a ``ValueError``."""
+        """Queue a request; a duplicate ``request_id``, or a prompt longer than
+        ``max_prompt_tokens``, is a ``ValueError`` (nothing changes)."""
 
     def remove(self, request_id: str | int) -> Any:
         """Remove a waiting request and return its item (unknown: ``KeyError``)."""
 
-    def schedule(self, token_budget: int, max_requests: int | None = None) -> list[Admission]:
+    def schedule(
+        self,
+        token_budget: int,
+        max_requests: int | None = None,
+        *,
+        oversize_budget: int | None = None,
+    ) -> list[Admission]:
         """Admit waiting requests in policy order while their extend tokens fit
-        ``token_budget`` (and ``max_requests``), charging the policy counters;
+        ``token_budget`` (and ``max_requests``), charging the policy counters.
+        If none fits, the policy's next request is admitted alone when it fits
+        ``oversize_budget`` (None: any; 0: never), the oversize rule;
         ``[]`` when nothing is admissible."""
 
     def schedule_within_credit(
-        self, token_budget: int, max_requests: int | None = None
+        self,
+        token_budget: int,
+        max_requests: int | None = None,
+        *,
+        oversize_budget: int | None = None,
     ) -> list[Admission]:
         """:meth:`schedule` up to where it would refill (DLPM), without
         refilling; the same as :meth:`schedule` for FCFS, LPM and VTC."""
@@ -136,6 +181,10 @@ class LocalScheduler(Protocol):
     @property
     def tree(self) -> RadixTree | None:
         """The prefix cache the scheduler matches against (FCFS/VTC: may be None)."""
+
+    @property
+    def max_prompt_tokens(self) -> int | None:
+        """The constructor's limit on prompt tokens at ``add`` (None: any)."""
 
     def forget_idle_clients(self) -> int:
         """Forget idle clients that carry no debt (no requests, default weight;
@@ -234,23 +283,24 @@ def admit(
     *,
     head_budget: int | None = None,
 ) -> list[Admission]:
-    """One engine step's admissions from a local scheduler.
+    """One engine step's admissions from a local scheduler, ``token_budget``
+    being what is left of the step's prefill budget.
 
-    ``scheduler.schedule(token_budget, max_requests)`` (nothing when either is
-    ``<= 0``). If that admits nothing and ``head_budget`` is given (a positive
-    number of tokens: the engine has no other prefill under way), the policy's
-    first request is admitted alone with ``head_budget`` tokens of room: a
-    prompt larger than one step's budget is prefilled in chunks over several
-    steps instead of never being admitted. Every local scheduler is
-    work-conserving within one call (DLPM repeats its walk and bulk-refills),
-    so that request is the one the policy would admit next.
+    The engine-step convention over the core's oversize rule (see the module
+    docs): ``scheduler.schedule(token_budget, max_requests,
+    oversize_budget=head_budget or 0)``. ``head_budget`` given (a positive
+    number of tokens: the engine has no other prefill under way, so
+    ``token_budget`` is its whole step): if nothing fits, the policy's next
+    request is admitted alone within ``head_budget`` tokens of room (e.g. the
+    free KV cache) and prefilled in chunks over several steps. ``None``
+    (another prefill is under way): the rule is off, so a request larger than
+    what is left waits for a step of its own. Nothing when ``max_requests <=
+    0``, nor when ``token_budget <= 0`` without a ``head_budget``.
     """
-    if max_requests <= 0:
+    room = 0 if head_budget is None else max(head_budget, 0)
+    if max_requests <= 0 or (token_budget <= 0 and room == 0):
         return []
-    admitted = scheduler.schedule(token_budget, max_requests) if token_budget > 0 else []
-    if not admitted and head_budget is not None and head_budget > 0:
-        admitted = scheduler.schedule(head_budget, 1)
-    return admitted
+    return scheduler.schedule(max(token_budget, 0), max_requests, oversize_budget=room)
 
 
 __all__ = [

@@ -160,6 +160,24 @@ pub fn max_requests(v: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
     }
 }
 
+/// `oversize_budget`: `None` or an int (see [`int_arg`]).
+pub fn oversize_budget(v: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+    if v.is_none() {
+        Ok(None)
+    } else {
+        int_arg("oversize_budget", v).map(Some)
+    }
+}
+
+/// `max_prompt_tokens`: `None` or an int (see [`int_arg`]).
+pub fn max_prompt_tokens(v: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+    if v.is_none() {
+        Ok(None)
+    } else {
+        int_arg("max_prompt_tokens", v).map(Some)
+    }
+}
+
 /// `arrival`: `None` or a number (see [`float_arg`]).
 pub fn arrival_opt(v: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
     if v.is_none() {

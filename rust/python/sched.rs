@@ -78,28 +78,41 @@ fn borrow_tree<'py>(
     }
 }
 
-/// The shared body of `schedule` and `schedule_within_credit`: the argument
-/// checks, the tree borrowed for the call, the admissions translated.
+/// The shared body of `schedule` and `schedule_within_credit` (`refill`):
+/// the argument checks, the tree borrowed for the call, the one core path
+/// (`LocalScheduler::schedule_step`, oversize rule included), the
+/// admissions translated.
 fn admit_py(
     py: Python<'_>,
+    core: &mut LocalScheduler<PyObject>,
     tree: &Option<Py<PyRadixTree>>,
     token_budget: i64,
     max_requests: Option<i64>,
-    admit: impl FnOnce(
-        Option<&RadixTree>,
-        usize,
-        Option<usize>,
-    ) -> crate::error::Result<Vec<Admission<PyObject>>>,
+    oversize_budget: Option<i64>,
+    refill: bool,
 ) -> PyResult<Vec<PyAdmission>> {
     let budget = args::non_negative("token_budget", token_budget)?;
     let maxr = max_requests
         .map(|m| args::non_negative("max_requests", m))
         .transpose()?;
+    let room = oversize_budget
+        .map(|m| args::non_negative("oversize_budget", m))
+        .transpose()?;
     let t = borrow_tree(py, tree)?;
     let tr: Option<&RadixTree> = t.as_deref().map(|x| &x.inner);
-    let adm = admit(tr, budget, maxr)?;
+    let adm = core.schedule_step(tr, budget, maxr, room, refill)?;
     drop(t);
     Ok(to_admissions(py, adm))
+}
+
+/// A new core scheduler with the constructor's `max_prompt_tokens`.
+fn new_core(policy: Policy, max_prompt_tokens: Option<i64>) -> PyResult<LocalScheduler<PyObject>> {
+    let limit = max_prompt_tokens
+        .map(|m| args::non_negative("max_prompt_tokens", m))
+        .transpose()?;
+    let mut core = LocalScheduler::new(policy)?;
+    core.set_max_prompt_tokens(limit);
+    Ok(core)
 }
 
 macro_rules! sched_class {
@@ -116,7 +129,9 @@ macro_rules! sched_class {
             $($ctor)*
             $($extra)*
 
-            /// Add a waiting request (duplicate id -> ValueError).
+            /// Add a waiting request (duplicate id -> ValueError; a prompt
+            /// longer than `max_prompt_tokens` -> ValueError naming the
+            /// request and the limit; nothing changes on error).
             #[pyo3(signature = (request_id, client, tokens, item = None, namespace = None))]
             fn add(
                 &mut self,
@@ -143,18 +158,21 @@ macro_rules! sched_class {
             }
 
             /// Admit waiting requests in policy order while their extend
-            /// length fits `token_budget` (and `max_requests`).
-            #[pyo3(signature = (token_budget, max_requests = None))]
+            /// length fits `token_budget` (and `max_requests`). Oversize
+            /// rule: if that admits nothing and a slot is free, the policy's
+            /// next request is admitted alone (it exceeds the whole budget:
+            /// the engine prefills it in chunks) if its extend tokens fit
+            /// `oversize_budget` (None: any; 0: the rule is off, for a
+            /// `token_budget` that is only what is left of a step).
+            #[pyo3(signature = (token_budget, max_requests = None, *, oversize_budget = None))]
             fn schedule(
                 &mut self,
                 py: Python<'_>,
                 #[pyo3(from_py_with = args::token_budget)] token_budget: i64,
                 #[pyo3(from_py_with = args::max_requests)] max_requests: Option<i64>,
+                #[pyo3(from_py_with = args::oversize_budget)] oversize_budget: Option<i64>,
             ) -> PyResult<Vec<PyAdmission>> {
-                let core = &mut self.core;
-                admit_py(py, &self.tree, token_budget, max_requests, |tr, b, m| {
-                    core.schedule(tr, b, m)
-                })
+                admit_py(py, &mut self.core, &self.tree, token_budget, max_requests, oversize_budget, true)
             }
 
             /// `schedule` without refilling: admits exactly what `schedule`
@@ -165,18 +183,19 @@ macro_rules! sched_class {
             /// part of a batch back (`requeue(..., refund=True)` undoes each
             /// admission exactly): no refill happens on behalf of requests
             /// it then does not take. With no refill needed, one call with
-            /// `max_requests = k` equals `k` calls with `max_requests = 1`.
-            #[pyo3(signature = (token_budget, max_requests = None))]
+            /// `max_requests = k` equals `k` calls with `max_requests = 1`
+            /// (the later ones with the budget left and `oversize_budget=0`,
+            /// none after a request admitted alone). The oversize rule and
+            /// `oversize_budget` are `schedule`'s.
+            #[pyo3(signature = (token_budget, max_requests = None, *, oversize_budget = None))]
             fn schedule_within_credit(
                 &mut self,
                 py: Python<'_>,
                 #[pyo3(from_py_with = args::token_budget)] token_budget: i64,
                 #[pyo3(from_py_with = args::max_requests)] max_requests: Option<i64>,
+                #[pyo3(from_py_with = args::oversize_budget)] oversize_budget: Option<i64>,
             ) -> PyResult<Vec<PyAdmission>> {
-                let core = &mut self.core;
-                admit_py(py, &self.tree, token_budget, max_requests, |tr, b, m| {
-                    core.schedule_within_credit(tr, b, m)
-                })
+                admit_py(py, &mut self.core, &self.tree, token_budget, max_requests, oversize_budget, false)
             }
 
             /// Charge `n_tokens` decode tokens of a running request.
@@ -300,6 +319,12 @@ macro_rules! sched_class {
                 self.core.num_running()
             }
 
+            /// The constructor's limit on prompt tokens at `add` (None: any).
+            #[getter]
+            fn max_prompt_tokens(&self) -> Option<usize> {
+                self.core.max_prompt_tokens()
+            }
+
             /// The RadixTree this scheduler matches against (None if none).
             #[getter]
             fn tree(&self, py: Python<'_>) -> Option<Py<PyRadixTree>> {
@@ -355,27 +380,41 @@ sched_class!(
 
 Admits waiting requests in arrival order (the order of add) and stops at the
 first request whose extend tokens do not fit token_budget, so a large request
-is never overtaken. With a RadixTree the admissions report the tree's cached
+is never overtaken (one larger than the whole budget goes alone: the
+oversize rule below). With a RadixTree the admissions report the tree's cached
 prefix (cached_len) and charge only the rest (extend_len); without one every
 prompt token is extend. Client weights are stored but do not change the order.
 
 Contract shared by FCFS, LPM, VTC and DLPM (fairq.LocalScheduler):
 add(request_id, client, tokens, item=None, namespace=None) queues a request
-(duplicate id: ValueError); schedule(token_budget, max_requests=None) admits
-in policy order and returns Admissions ([] when nothing may go); admitted
-requests are running until finish(request_id); charge_output(request_id, n)
-charges decoded tokens; remove(request_id) drops a waiting request and returns
-its item (unknown: KeyError). service(client) = w_e*extend + w_q*output
+(duplicate id: ValueError); schedule(token_budget, max_requests=None,
+*, oversize_budget=None) admits in policy order and returns Admissions ([]
+when nothing may go). Oversize rule: a call that admits nothing, with
+max_requests >= 1, admits the policy's next request alone (it exceeds the
+whole token_budget, so no step of that budget could ever hold it: the
+engine prefills it in chunks) if its extend tokens fit oversize_budget
+(None: any; 0 turns the rule off, for a token_budget that is only what is
+left of a step another prefill is using). A request that only misses what
+is left after others were admitted keeps waiting. max_prompt_tokens=N (a
+keyword of every constructor): add rejects a longer prompt with a
+ValueError naming the request and N, for an engine that cannot chunk; not
+part of state_dict. Admitted requests are running until
+finish(request_id); charge_output(request_id, n) charges decoded tokens;
+remove(request_id) drops a waiting request and returns its item (unknown:
+KeyError). service(client) = w_e*extend + w_q*output
 tokens served (VTC: w_in and w_out in those roles; FCFS, LPM: 1 and 2), not
 divided by the client's weight.
 Every failing call raises before changing anything. Every request added
 leaves exactly once: admitted then finished, or removed.",
     {
         #[new]
-        #[pyo3(signature = (tree = None))]
-        fn new(tree: Option<Py<PyRadixTree>>) -> PyResult<Self> {
+        #[pyo3(signature = (tree = None, *, max_prompt_tokens = None))]
+        fn new(
+            tree: Option<Py<PyRadixTree>>,
+            #[pyo3(from_py_with = args::max_prompt_tokens)] max_prompt_tokens: Option<i64>,
+        ) -> PyResult<Self> {
             Ok(Self {
-                core: LocalScheduler::new(Policy::Fcfs)?,
+                core: new_core(Policy::Fcfs, max_prompt_tokens)?,
                 tree,
             })
         }
@@ -398,9 +437,13 @@ reuse; not fair: a client with a hot prefix can starve the others
 (ALGORITHMS.md section 6). Shared contract: see help(fairq.FCFS).",
     {
         #[new]
-        fn new(tree: Py<PyRadixTree>) -> PyResult<Self> {
+        #[pyo3(signature = (tree, *, max_prompt_tokens = None))]
+        fn new(
+            tree: Py<PyRadixTree>,
+            #[pyo3(from_py_with = args::max_prompt_tokens)] max_prompt_tokens: Option<i64>,
+        ) -> PyResult<Self> {
             Ok(Self {
-                core: LocalScheduler::new(Policy::Lpm)?,
+                core: new_core(Policy::Lpm, max_prompt_tokens)?,
                 tree: Some(tree),
             })
         }
@@ -425,14 +468,15 @@ section 5). w_in, w_out: > 0 and finite (ValueError naming the field).
 Shared contract: see help(fairq.FCFS).",
     {
         #[new]
-        #[pyo3(signature = (tree = None, w_in = 1.0, w_out = 2.0))]
+        #[pyo3(signature = (tree = None, w_in = 1.0, w_out = 2.0, *, max_prompt_tokens = None))]
         fn new(
             tree: Option<Py<PyRadixTree>>,
             #[pyo3(from_py_with = args::w_in)] w_in: f64,
             #[pyo3(from_py_with = args::w_out)] w_out: f64,
+            #[pyo3(from_py_with = args::max_prompt_tokens)] max_prompt_tokens: Option<i64>,
         ) -> PyResult<Self> {
             Ok(Self {
-                core: LocalScheduler::new(Policy::Vtc { w_in, w_out })?,
+                core: new_core(Policy::Vtc { w_in, w_out }, max_prompt_tokens)?,
                 tree,
             })
         }
@@ -465,15 +509,16 @@ quantum -> 0 behaves like VTC, quantum -> inf like LPM. quantum, w_e, w_q:
 help(fairq.FCFS).",
     {
         #[new]
-        #[pyo3(signature = (tree, quantum, w_e = 1.0, w_q = 2.0))]
+        #[pyo3(signature = (tree, quantum, w_e = 1.0, w_q = 2.0, *, max_prompt_tokens = None))]
         fn new(
             tree: Py<PyRadixTree>,
             #[pyo3(from_py_with = args::quantum)] quantum: f64,
             #[pyo3(from_py_with = args::w_e)] w_e: f64,
             #[pyo3(from_py_with = args::w_q)] w_q: f64,
+            #[pyo3(from_py_with = args::max_prompt_tokens)] max_prompt_tokens: Option<i64>,
         ) -> PyResult<Self> {
             Ok(Self {
-                core: LocalScheduler::new(Policy::Dlpm { quantum, w_e, w_q })?,
+                core: new_core(Policy::Dlpm { quantum, w_e, w_q }, max_prompt_tokens)?,
                 tree: Some(tree),
             })
         }

@@ -21,9 +21,16 @@
 //! credit need (the paper's CheckRefill). Refilling past it would give the
 //! others quanta it does not get, breaking Theorem 4.1 (its proof needs every
 //! backlogged client refilled the same number of times) and letting small
-//! requests starve its large one. Corollary: a request that can never fit any
-//! budget the caller passes blocks refills while its client has credit;
-//! remove such requests.
+//! requests starve its large one. Such a call admits nothing, so the
+//! facade's oversize rule (`sched/mod.rs`) then admits alone what a walk with
+//! unlimited budget admits first: the first request, in LPM order, of a
+//! waiting client with credit (every one of them exceeds the whole budget).
+//! Its deficit is charged as usual (it may go far below 0: the client then
+//! waits as many refills as its debt takes), and the next call refills if
+//! no waiting client has credit left. So a request that can never fit
+//! blocks the others' refills for one call only; with the rule off
+//! (`oversize_budget <= token_budget`) it blocks them while its client has
+//! credit.
 //!
 //! Cost: the repeated walks stay within LPM's bound. A request seen not to
 //! fit leaves its client's order for the rest of the call (the budget only

@@ -1,6 +1,8 @@
 //! FCFS: admit in arrival (`seq`) order; stop at the first request that does
 //! not fit the remaining budget (no overtaking). Charges nothing but the
-//! facade's `service` (input weight 1, output weight 2).
+//! facade's `service` (input weight 1, output weight 2). A head larger than
+//! the whole budget is admitted alone by the facade's oversize rule
+//! (`sched/mod.rs`), so it never blocks the queue.
 
 use std::collections::BTreeMap;
 

@@ -3,6 +3,8 @@
 //! exactly DLPM with an infinite quantum. One walk per `schedule`, ended
 //! early once the smallest extend length left exceeds the budget. Charges
 //! nothing but the facade's `service` (input weight 1, output weight 2).
+//! When every waiting request exceeds the whole budget, the facade's
+//! oversize rule (`sched/mod.rs`) admits the first in LPM order alone.
 
 use super::book::Book;
 use super::policy::AdmissionOrder;

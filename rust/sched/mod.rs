@@ -22,6 +22,34 @@
 //! * **VTC**: least-served client first, by a per-client virtual counter.
 //! * **DLPM**: LPM order gated by per-client deficits refilled by a quantum.
 //!
+//! **Oversize requests** (one rule for all four policies, applied here, in
+//! [`LocalScheduler::schedule_step`], around the policy's own walk): a
+//! scheduling call that admits nothing, with `max_requests >= 1` and a
+//! request waiting, is repeated once with `max_requests = 1` and
+//! `oversize_budget` (default: unlimited) in place of `token_budget`; what
+//! that admits is the call's only admission. It is the request the policy
+//! would admit next with that room, and it is larger than the call's whole
+//! `token_budget` (had it fitted, the first pass would have admitted it or
+//! something else), so it could never fit a step of that budget: it is
+//! admitted alone and the engine prefills it in chunks, as engines with
+//! chunked prefill do. A request that only misses what is left after others
+//! were admitted in the same call keeps waiting. Charges are the policy's
+//! usual ones (VTC: `w_in * input_len / w` on its counter; DLPM: `w_e *
+//! extend_len / w` on its deficit, after a refill if no waiting client has
+//! credit, exactly as a call with that room would make it).
+//!
+//! With the default room, every `schedule` call with a request waiting and
+//! `max_requests >= 1` admits at least one (`schedule_within_credit` too,
+//! except where only a DLPM refill would let one go), so no waiting request
+//! is blocked forever by another: once arrivals stop, each waiting request
+//! is admitted within as many calls as requests wait
+//! (`proptests::no_waiting_request_is_blocked_forever`). A caller whose
+//! `token_budget` is only what is *left* of a step another prefill is using
+//! turns the rule off for that call (`oversize_budget = Some(0)`), or caps
+//! it (`Some(free KV cache)`); an engine that cannot prefill in chunks
+//! rejects such prompts at `add` instead
+//! ([`LocalScheduler::set_max_prompt_tokens`]).
+//!
 //! Errors leave the scheduler unchanged: every operation validates first,
 //! then mutates.
 
@@ -119,6 +147,9 @@ pub struct LocalScheduler<T> {
     tree_id: Option<u64>,
     /// Live clients above which the next finish / remove sweeps idle ones.
     forget_at: usize,
+    /// `add` rejects prompts longer than this (see
+    /// [`Self::set_max_prompt_tokens`]).
+    max_prompt_tokens: Option<usize>,
 }
 
 impl<T> LocalScheduler<T> {
@@ -131,7 +162,24 @@ impl<T> LocalScheduler<T> {
             order: Order::new(policy),
             tree_id: None,
             forget_at: FORGET_MIN,
+            max_prompt_tokens: None,
         })
+    }
+
+    /// Reject at [`Self::add`] every prompt of more than `limit` tokens
+    /// (`None`, the default: accept any length). For an engine that cannot
+    /// prefill in chunks, with `limit` its step's token budget: a longer
+    /// prompt could never run there, so it is refused with an error naming
+    /// the request and the limit instead of waiting (the oversize rule of
+    /// the module docs would admit it alone). Only `add` checks it (a
+    /// `requeue` brings back a request that was already admitted). An engine
+    /// setting, not fairness state: `state` / `load_state` neither save nor
+    /// change it.
+    pub fn set_max_prompt_tokens(&mut self, limit: Option<usize>) {
+        self.max_prompt_tokens = limit;
+    }
+    pub fn max_prompt_tokens(&self) -> Option<usize> {
+        self.max_prompt_tokens
     }
 
     pub fn policy(&self) -> Policy {
@@ -268,7 +316,9 @@ impl<T> LocalScheduler<T> {
     // ----- public operations --------------------------------------------------
 
     /// Add a waiting request. `tree` is required for LPM/DLPM and optional
-    /// otherwise (used only to report `cached_len`).
+    /// otherwise (used only to report `cached_len`). With
+    /// [`Self::set_max_prompt_tokens`] set, a longer prompt is a `Value`
+    /// error naming the request and the limit (nothing changes).
     pub fn add(
         &mut self,
         tree: Option<&mut RadixTree>,
@@ -284,6 +334,15 @@ impl<T> LocalScheduler<T> {
             )));
         }
         self.check_waiting_input(&tokens, tree.is_some())?;
+        if let Some(limit) = self.max_prompt_tokens {
+            if tokens.len() > limit {
+                return Err(Error::value(format!(
+                    "request_id {id} has {} prompt tokens, more than max_prompt_tokens = {limit} \
+                     (the step's token budget): it could never be scheduled without chunked prefill",
+                    tokens.len()
+                )));
+            }
+        }
         let mut root = NIL;
         let tree: Option<&RadixTree> = match tree {
             Some(t) => {
@@ -321,41 +380,66 @@ impl<T> LocalScheduler<T> {
     }
 
     /// Admit waiting requests in policy order under `token_budget` extend
-    /// tokens and at most `max_requests` requests.
+    /// tokens and at most `max_requests` requests, with the oversize rule of
+    /// the module docs at its default (unlimited room): when nothing fits
+    /// and a slot is free, the policy's next request is admitted alone.
+    /// [`Self::schedule_step`] with `oversize_budget = None, refill = true`.
     pub fn schedule(
         &mut self,
         tree: Option<&RadixTree>,
         token_budget: usize,
         max_requests: Option<usize>,
     ) -> Result<Vec<Admission<T>>> {
-        self.admit(tree, token_budget, max_requests, true)
+        self.schedule_step(tree, token_budget, max_requests, None, true)
     }
 
     /// [`Self::schedule`] without refilling: admits exactly what `schedule`
-    /// would admit (same order, same charges) up to the point where it would
-    /// refill (DLPM: every waiting client out of credit), and stops there,
-    /// so `refills()` never moves. FCFS, LPM and VTC never refill: the same
-    /// as `schedule`.
+    /// would admit (same order, same charges, the same oversize rule) up to
+    /// the point where it would refill (DLPM: every waiting client out of
+    /// credit), and stops there, so `refills()` never moves. FCFS, LPM and
+    /// VTC never refill: the same as `schedule`.
+    /// [`Self::schedule_step`] with `oversize_budget = None, refill = false`.
     ///
     /// For a caller that admits a batch and may hand some of it back
     /// ([`Self::requeue`] with `refund = true` undoes each admission
     /// exactly): no refill happens on behalf of requests it then does not
     /// take. With no refill needed, one call with `max_requests = k` equals
-    /// `k` calls with `max_requests = 1` (of either operation).
+    /// `k` calls with `max_requests = 1` (of either operation), the calls
+    /// after the first one given the budget left and `oversize_budget =
+    /// Some(0)` (what is left is not a whole step), and none made after a
+    /// request admitted alone.
     pub fn schedule_within_credit(
         &mut self,
         tree: Option<&RadixTree>,
         token_budget: usize,
         max_requests: Option<usize>,
     ) -> Result<Vec<Admission<T>>> {
-        self.admit(tree, token_budget, max_requests, false)
+        self.schedule_step(tree, token_budget, max_requests, None, false)
     }
 
-    fn admit(
+    /// The one scheduling path of every policy. The policy admits in its
+    /// order under `token_budget` extend tokens and at most `max_requests`
+    /// (`None`: no limit) requests; `refill = false` stops where DLPM would
+    /// refill ([`Self::schedule_within_credit`]).
+    ///
+    /// The oversize rule: if that admits nothing, `max_requests` is at least
+    /// 1 and `oversize_budget` (`None`: unlimited) exceeds `token_budget`,
+    /// the policy admits once more with `max_requests = 1` under
+    /// `oversize_budget` tokens, and that request is the call's only
+    /// admission. Its extend tokens exceed `token_budget` (else the first
+    /// pass would have admitted something), so it is a request that can
+    /// never fit a step of `token_budget`, admitted alone for the engine to
+    /// prefill in chunks; `oversize_budget` caps its size (e.g. the free KV
+    /// cache). `oversize_budget <= token_budget` (`Some(0)`) turns the rule
+    /// off: for a caller whose `token_budget` is only what is left of a step
+    /// another prefill is using, where a request larger than that may still
+    /// fit a later step whole.
+    pub fn schedule_step(
         &mut self,
         tree: Option<&RadixTree>,
         token_budget: usize,
         max_requests: Option<usize>,
+        oversize_budget: Option<usize>,
         refill: bool,
     ) -> Result<Vec<Admission<T>>> {
         if self.policy.needs_tree() && tree.is_none() {
@@ -365,8 +449,13 @@ impl<T> LocalScheduler<T> {
             self.sync(t)?;
         }
         let max_requests = max_requests.unwrap_or(usize::MAX);
+        let room = oversize_budget.unwrap_or(usize::MAX);
         let (book, order) = (&mut self.book, &mut self.order);
-        Ok(order.schedule(book, tree, token_budget, max_requests, refill))
+        let admitted = order.schedule(book, tree, token_budget, max_requests, refill);
+        if admitted.is_empty() && max_requests > 0 && room > token_budget && book.waiting > 0 {
+            return Ok(order.schedule(book, tree, room, 1, refill));
+        }
+        Ok(admitted)
     }
 
     /// The slot and client of a running request (`Key` error otherwise).

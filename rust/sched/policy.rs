@@ -57,6 +57,10 @@ pub(super) trait AdmissionOrder {
     /// `refill = false`: stop, without refilling, where a refill would be
     /// needed (DLPM), after the same admissions and charges as with
     /// `refill = true`; policies that never refill (FCFS, LPM, VTC) ignore it.
+    /// The oversize rule is not the policy's: the facade
+    /// (`LocalScheduler::schedule_step`) calls this a second time, with
+    /// `max_requests = 1` and a larger budget, when the first call admitted
+    /// nothing, so it is the same for every policy.
     fn schedule<T>(
         &mut self,
         book: &mut Book<T>,

@@ -230,9 +230,10 @@ fn dlpm_small_quantum_is_work_conserving() {
 }
 
 #[test]
-fn dlpm_credit_client_that_does_not_fit_blocks_refills() {
+fn dlpm_credit_client_that_does_not_fit_blocks_refills_for_one_call() {
     // Theorem 4.1 needs refills only when every waiting client has
-    // q <= 0: a client with credit whose requests do not fit blocks them.
+    // q <= 0: a client with credit whose requests do not fit blocks them,
+    // until the oversize rule admits its request alone.
     let ns = Namespace::Default;
     let mut t = RadixTree::new(None, 1).unwrap();
     let mut d = dlpm(5.0);
@@ -248,13 +249,214 @@ fn dlpm_credit_client_that_does_not_fit_blocks_refills() {
     assert_eq!(ids(&adm), vec![int(0), int(1)]);
     d.add(Some(&mut t), int(3), "a", vec![4; 2], (), ns.clone())
         .unwrap();
-    // a3 fits but a has no credit and b (credit) does not fit: nothing
-    assert!(d.schedule(Some(&t), 10, None).unwrap().is_empty());
+    // a3 fits but a has no credit and b (credit) does not fit: with the
+    // oversize rule off, nothing, and no refill
+    let off = d.schedule_step(Some(&t), 10, None, Some(0), true).unwrap();
+    assert!(off.is_empty());
     assert_eq!(d.refills(), 1);
-    // once b's request fits, it goes first, then a is refilled
-    let adm = d.schedule(Some(&t), 60, None).unwrap();
-    assert_eq!(ids(&adm), vec![int(2), int(3)]);
+    // with it on (the default), b2 (50 > 10: it never fits) goes alone,
+    // charged as usual: b: 5 - 50
+    let adm = d.schedule(Some(&t), 10, None).unwrap();
+    assert_eq!(ids(&adm), vec![int(2)]);
+    assert_eq!(adm[0].extend_len, 50);
+    assert_eq!(d.deficit("b"), -45.0);
+    assert_eq!(d.refills(), 1);
     d.check_invariants(Some(&t));
+    // no waiting client has credit: one refill (a: 2, b: -40), then a3
+    let adm = d.schedule(Some(&t), 10, None).unwrap();
+    assert_eq!(ids(&adm), vec![int(3)]);
+    assert_eq!(d.refills(), 2);
+    assert_eq!((d.deficit("a"), d.deficit("b")), (0.0, -40.0));
+    d.check_invariants(Some(&t));
+}
+
+/// The four policies, with DLPM's quantum 5.
+fn all_policies() -> [Policy; 4] {
+    [
+        Policy::Fcfs,
+        Policy::Lpm,
+        Policy::Vtc {
+            w_in: 1.0,
+            w_out: 2.0,
+        },
+        Policy::Dlpm {
+            quantum: 5.0,
+            w_e: 1.0,
+            w_q: 2.0,
+        },
+    ]
+}
+
+#[test]
+fn oversize_request_is_admitted_alone_in_every_policy() {
+    // a's 100-token request arrives first; b's three 3-token requests after
+    // it; budget 10. The big one never fits a step: each policy admits it
+    // alone in a call that admits nothing else, and nobody waits forever.
+    let ns = Namespace::Default;
+    for policy in all_policies() {
+        let mut t = RadixTree::new(None, 1).unwrap();
+        let mut s: LocalScheduler<()> = LocalScheduler::new(policy).unwrap();
+        s.add(Some(&mut t), int(0), "a", vec![9; 100], (), ns.clone())
+            .unwrap();
+        for i in 1..4 {
+            s.add(Some(&mut t), int(i), "b", vec![i as u32; 3], (), ns.clone())
+                .unwrap();
+        }
+        let mut calls = Vec::new();
+        while !s.is_empty() {
+            let adm = s.schedule(Some(&t), 10, None).unwrap();
+            assert!(!adm.is_empty(), "{policy:?}: a call admitted nothing");
+            let extend: usize = adm.iter().map(|a| a.extend_len).sum();
+            assert!(extend <= 10 || adm.len() == 1, "{policy:?}");
+            calls.push(ids(&adm));
+            s.check_invariants(Some(&t));
+        }
+        let want: Vec<Vec<RequestId>> = match policy {
+            // the head goes alone, then the rest fits
+            Policy::Fcfs => vec![vec![int(0)], vec![int(1), int(2), int(3)]],
+            // a (counter 0, first seen) first: alone; then b
+            Policy::Vtc { .. } => vec![vec![int(0)], vec![int(1), int(2), int(3)]],
+            // what fits first; the big one when nothing else is left
+            Policy::Lpm => vec![vec![int(1), int(2), int(3)], vec![int(0)]],
+            // refill (+5 each); b1 (b: 2), b2 (b: -1); a has credit, but its
+            // request never fits and b3's turn needs a refill: alone, a
+            // goes to 5 - 100; then both are refilled (a: -90, b: 4) and b3
+            // goes (b: 1)
+            Policy::Dlpm { .. } => vec![vec![int(1), int(2)], vec![int(0)], vec![int(3)]],
+        };
+        assert_eq!(calls, want, "{policy:?}");
+        match policy {
+            Policy::Vtc { .. } => assert_eq!(s.counter("a"), 100.0),
+            Policy::Dlpm { .. } => {
+                assert_eq!(s.deficit("a"), -90.0);
+                assert_eq!(s.deficit("b"), 1.0);
+                assert_eq!(s.refills(), 2);
+            }
+            _ => {}
+        }
+        assert_eq!(s.service("a"), 100.0);
+    }
+}
+
+#[test]
+fn oversize_rule_only_when_a_call_admits_nothing() {
+    // What only misses what is left after other admissions keeps waiting
+    // (FCFS: and stops the walk, as before); the rule needs a free slot.
+    let ns = Namespace::Default;
+    for policy in all_policies() {
+        let mut t = RadixTree::new(None, 1).unwrap();
+        let mut s: LocalScheduler<()> = LocalScheduler::new(policy).unwrap();
+        s.add(Some(&mut t), int(0), "a", vec![1; 6], (), ns.clone())
+            .unwrap();
+        s.add(Some(&mut t), int(1), "a", vec![2; 8], (), ns.clone())
+            .unwrap();
+        s.add(Some(&mut t), int(2), "a", vec![3; 30], (), ns.clone())
+            .unwrap();
+        assert!(s.schedule(Some(&t), 10, Some(0)).unwrap().is_empty());
+        // 6 fits, then neither 8 nor 30 fits the 4 left: they wait
+        let adm = s.schedule(Some(&t), 10, None).unwrap();
+        assert_eq!(ids(&adm), vec![int(0)], "{policy:?}");
+        let adm = s.schedule(Some(&t), 10, None).unwrap();
+        assert_eq!(ids(&adm), vec![int(1)], "{policy:?}");
+        let adm = s.schedule(Some(&t), 10, None).unwrap();
+        assert_eq!(ids(&adm), vec![int(2)], "{policy:?}");
+        assert!(s.schedule(Some(&t), 10, None).unwrap().is_empty());
+    }
+}
+
+#[test]
+fn oversize_budget_caps_the_rule_or_turns_it_off() {
+    let ns = Namespace::Default;
+    for policy in all_policies() {
+        for refill in [true, false] {
+            let mut t = RadixTree::new(None, 1).unwrap();
+            let mut s: LocalScheduler<()> = LocalScheduler::new(policy).unwrap();
+            s.add(Some(&mut t), int(0), "a", vec![1; 40], (), ns.clone())
+                .unwrap();
+            s.add(Some(&mut t), int(1), "b", vec![2; 20], (), ns.clone())
+                .unwrap();
+            if !refill {
+                // DLPM: nobody has credit yet and this call must not refill
+                let adm = s.schedule_step(Some(&t), 10, None, None, false).unwrap();
+                if matches!(policy, Policy::Dlpm { .. }) {
+                    assert!(adm.is_empty());
+                    assert_eq!(s.refills(), 0);
+                    continue;
+                }
+                assert_eq!(ids(&adm), vec![int(0)], "{policy:?}");
+                continue;
+            }
+            let step = |s: &mut LocalScheduler<()>, room| {
+                ids(&s
+                    .schedule_step(Some(&t), 10, Some(5), room, refill)
+                    .unwrap())
+            };
+            // off: nothing; a cap below every request: nothing
+            assert!(step(&mut s, Some(0)).is_empty(), "{policy:?}");
+            assert!(step(&mut s, Some(10)).is_empty(), "{policy:?}");
+            assert!(step(&mut s, Some(19)).is_empty(), "{policy:?}");
+            // a cap of 30: the policy's next request within it. FCFS and VTC
+            // stop at their head (40 > 30); LPM and DLPM skip to the 20
+            let got = step(&mut s, Some(30));
+            match policy {
+                Policy::Fcfs | Policy::Vtc { .. } => assert!(got.is_empty(), "{policy:?}"),
+                _ => assert_eq!(got, vec![int(1)], "{policy:?}"),
+            }
+            // unlimited: one request, alone
+            assert_eq!(step(&mut s, None).len(), 1, "{policy:?}");
+            s.check_invariants(Some(&t));
+        }
+    }
+}
+
+#[test]
+fn max_prompt_tokens_rejects_at_add_and_changes_nothing() {
+    let ns = Namespace::Default;
+    for policy in all_policies() {
+        let mut t = RadixTree::new(None, 1).unwrap();
+        let mut s: LocalScheduler<()> = LocalScheduler::new(policy).unwrap();
+        assert_eq!(s.max_prompt_tokens(), None);
+        s.set_max_prompt_tokens(Some(8));
+        s.add(Some(&mut t), int(0), "a", vec![1; 8], (), ns.clone())
+            .unwrap();
+        let err = s
+            .add(
+                Some(&mut t),
+                RequestId::from("big"),
+                "b",
+                vec![2; 9],
+                (),
+                ns.clone(),
+            )
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, Error::Value(_)), "{policy:?}");
+        assert!(
+            msg.contains("request_id \"big\"") && msg.contains("max_prompt_tokens = 8"),
+            "{msg}"
+        );
+        assert_eq!(
+            (s.len(), s.num_clients(), s.clients()),
+            (1, 1, vec!["a".to_string()])
+        );
+        s.check_invariants(Some(&t));
+        // the id is free: it may come back shorter
+        s.add(
+            Some(&mut t),
+            RequestId::from("big"),
+            "b",
+            vec![2; 3],
+            (),
+            ns.clone(),
+        )
+        .unwrap();
+        assert_eq!(s.schedule(Some(&t), 11, None).unwrap().len(), 2);
+        // an engine setting, not fairness state: a load keeps it
+        let mut fresh: LocalScheduler<()> = LocalScheduler::new(policy).unwrap();
+        fresh.set_max_prompt_tokens(Some(3));
+        fresh.load_state(&s.state().unwrap()).unwrap();
+        assert_eq!(fresh.max_prompt_tokens(), Some(3));
+    }
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! VTC (ALGORITHMS.md §5): per-client virtual counters. The waiting client
 //! with the smallest counter (ties: first-seen client) has its oldest request
-//! admitted if it fits; stop at the first that does not fit. Admission
+//! admitted if it fits; stop at the first that does not fit (one larger than
+//! the whole budget: admitted alone by the facade's oversize rule,
+//! `sched/mod.rs`, charged as any admission). Admission
 //! charges `w_in * input_len / w_c`, each output token `w_out / w_c`. A
 //! client whose queue goes from empty to non-empty is lifted to the minimum
 //! counter of the other waiting clients.

@@ -4,7 +4,9 @@ They re-match every waiting request against the tree on every step and sort
 (the "match all, then sort" design fairq replaces), and follow ALGORITHMS.md
 sections 5 and 6 literally (DLPM: Algorithm 1's repeated walk; a refill check
 that fires does single refills one at a time until a waiting client has
-``q > 0``). ``match`` is any ``(tokens, namespace) -> int``.
+``q > 0``), plus the oversize rule as fairq.sched states it (a call that
+admits nothing is repeated once for one request with ``oversize_budget`` of
+room). ``match`` is any ``(tokens, namespace) -> int``.
 """
 
 from __future__ import annotations
@@ -109,10 +111,26 @@ class RefSched:
         return (r.rid, r.client, r.item, len(r.tokens), cached, ext)
 
     def schedule(
-        self, budget: int, max_requests: int | None = None, refill: bool = True
+        self,
+        budget: int,
+        max_requests: int | None = None,
+        refill: bool = True,
+        oversize_budget: int | None = None,
     ) -> list[tuple[Any, str, Any, int, int, int]]:
         """``refill=False`` (``schedule_within_credit``): stop the call where
-        a DLPM refill check would fire, without refilling."""
+        a DLPM refill check would fire, without refilling. The oversize rule:
+        if nothing is admitted, ``max_requests`` allows one and something
+        waits, the walk is made again for one request with
+        ``oversize_budget`` (None: unlimited) tokens of room."""
+        out = self._walk(budget, max_requests, refill)
+        room = float("inf") if oversize_budget is None else oversize_budget
+        if not out and max_requests != 0 and self.waiting and room > budget:
+            out = self._walk(room, 1, refill)
+        return out
+
+    def _walk(
+        self, budget: float, max_requests: int | None, refill: bool
+    ) -> list[tuple[Any, str, Any, int, int, int]]:
         out: list[tuple[Any, str, Any, int, int, int]] = []
         rem = budget
         maxr = len(self.waiting) + 1 if max_requests is None else max_requests
@@ -180,9 +198,9 @@ class RefSched:
         return out
 
     def schedule_within_credit(
-        self, budget: int, max_requests: int | None = None
+        self, budget: int, max_requests: int | None = None, oversize_budget: int | None = None
     ) -> list[tuple[Any, str, Any, int, int, int]]:
-        return self.schedule(budget, max_requests, refill=False)
+        return self.schedule(budget, max_requests, False, oversize_budget)
 
     def charge_output(self, rid: Any, n: int = 1) -> None:
         c = self.clients[self.running[rid]]
