@@ -253,4 +253,4 @@ def test_engine_bench_without_torch_is_a_clear_error(
 
     monkeypatch.setitem(sys.modules, "torch", None)
     assert main(["engine-bench", "--quick"]) == 2
-    assert "pip install 'fairq[engine]'" in capsys.readouterr().err
+    assert "pip install '.[engine]'" in capsys.readouterr().err
