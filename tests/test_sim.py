@@ -494,7 +494,7 @@ def test_sweep_plot_axis_from_zero_and_one_legend(
     for ax in service_axes:
         assert ax.get_ylim()[0] == 0  # not zoomed onto a 1 % change
         assert "inf" in [t.get_text() for t in ax.get_xticklabels()]
-        assert any("spread" in t.get_text() for t in ax.texts)
+    assert sum("spread" in t.get_text() for a in fig.axes for t in a.texts) == 2
     assert len(fig.legends) == 1 and not any(a.get_legend() for a in fig.axes)
 
 

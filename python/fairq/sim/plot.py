@@ -178,12 +178,12 @@ def plot_sweep(results: list[dict[str, Any]], path: str) -> None:
         ax.grid(alpha=0.3)
         if service:
             lo, hi = min(service), max(service)
-            ax.text(
+            ax2.text(  # on the twin axes, so no line is drawn over it
                 0.02,
-                0.97,
+                0.03,
                 f"{who} service {lo:,.0f}-{hi:,.0f} tok/s (spread {(hi - lo) / hi:.1%})",
-                transform=ax.transAxes,
-                va="top",
+                transform=ax2.transAxes,
+                va="bottom",
                 fontsize=8,
                 bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"},
             )
