@@ -19,6 +19,9 @@ def workers_text(n: int) -> str:
 
 
 def _plt() -> Any:
+    from fairq.extras import require
+
+    require("sim", what="fairq.sim.plot", modules=("matplotlib",))
     import matplotlib
 
     matplotlib.use("Agg")

@@ -391,7 +391,8 @@ def run_rows(args: argparse.Namespace, workload: list[Any]) -> tuple[int, list[d
     check_args(args)
     if any(e.after for e in workload):
         raise UsageError(
-            f"{args.workload} has dependent requests; --engine vllm-server replays arrivals "
+            f"{getattr(args, 'workload', 'the workload')} has dependent requests; "
+            "--engine vllm-server replays arrivals "
             "(use flood, sim:qa or sim:judge, or a trace)",
             arg="--workload",
         )
