@@ -34,16 +34,13 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ("README.md", "docs/USAGE.md")
 FENCE = re.compile(r"^```(\w*)\s*$")
 MARK = re.compile(r"^<!--\s*doctest:\s*(\S+)\s*(.*?)\s*-->\s*$")
-# module -> the extra that brings it (pyproject.toml's optional-dependencies)
-EXTRA = {
-    "yaml": "yaml",
-    "matplotlib": "sim",
-    "prometheus_client": "metrics",
-    "torch": "engine",
-    "transformers": "engine",
-    "ray": "ray",
-    "vllm": "vllm (see the README)",
-}
+
+
+def _extra_of(module: str) -> str:
+    """The extra of pyproject.toml that brings ``module`` (fairq.extras)."""
+    from fairq.extras import EXTRAS
+
+    return next((e for e, mods in EXTRAS.items() if module in mods), module)
 
 
 @dataclass(frozen=True)
@@ -182,7 +179,7 @@ def test_block_runs(block: Block, tmp_path: Path) -> None:
     if block.mark == "needs":
         for mod in block.arg.split():
             if importlib.util.find_spec(mod) is None:
-                pytest.skip(f"needs {mod} (pip install '.[{EXTRA.get(mod, mod)}]')")
+                pytest.skip(f"needs {mod} (pip install '.[{_extra_of(mod)}]')")
     if block.lang == "yaml":
         yaml = pytest.importorskip("yaml", reason="needs pyyaml (pip install '.[yaml]')")
         data = yaml.safe_load(block.code)

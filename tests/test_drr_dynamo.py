@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,38 @@ def test_json_and_yaml_files_agree(tmp_path: Path) -> None:
     y.write_text(yaml.safe_dump(DOC))
     a, b = DRRQueue.from_config(p, model="llama"), DRRQueue.from_config(y, model="llama")
     assert a.class_names == b.class_names == ["fast", "slow", "ops"]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "line", "what"),
+    [
+        ("policy.yaml", "policy_classes:\n  - name: a\n    quantum: [1\n", 4, "not valid YAML"),
+        ("policy.yml", "a: b\n  c: d\n", 2, "not valid YAML"),
+        ("policy.json", '{"policy_classes": [\n  {"name": "a",}\n]}', 2, "not valid JSON"),
+    ],
+)
+def test_malformed_file_names_the_file_and_line(
+    tmp_path: Path, name: str, text: str, line: int, what: str
+) -> None:
+    """Not a bare ``yaml.parser.ParserError`` (issue 20, item 5)."""
+    if name.endswith((".yaml", ".yml")):
+        pytest.importorskip("yaml")
+    p = tmp_path / name
+    p.write_text(text)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(p))}:{line}: {what} \("):
+        DRRQueue.from_config(p)
+
+
+def test_yaml_without_pyyaml_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    p = tmp_path / "policy.yaml"
+    p.write_text("policy_classes: []\n")
+    monkeypatch.setitem(sys.modules, "yaml", None)
+    with pytest.raises(ImportError, match=r"needs yaml: pip install '\.\[yaml\]'"):
+        DRRQueue.from_config(p)
 
 
 # --- per-worker limits ------------------------------------------------------

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="engine tests need torch (pip install 'fairq[engine]')")
+torch = pytest.importorskip("torch", reason="engine tests need torch (pip install '.[engine]')")
 transformers = pytest.importorskip(
-    "transformers", reason="engine tests need transformers (pip install 'fairq[engine]')"
+    "transformers", reason="engine tests need transformers (pip install '.[engine]')"
 )
 
 import fairq  # noqa: E402

@@ -80,9 +80,12 @@ def test_policy_options() -> None:
     assert policy_options("vtc", {"w_out": 1}) == {"w_in": 1.0, "w_out": 1.0}
     with pytest.raises(ValueError, match="no option 'quantum'.*options: none"):
         policy_options("fcfs", {"quantum": 1})
-    with pytest.raises(ValueError, match="'quantum' must be finite and positive"):
+    with pytest.raises(ValueError, match="'quantum' must be a finite number > 0, got 0"):
         policy_options("dlpm", {"quantum": 0})
-    with pytest.raises(ValueError, match="'w_e' must be finite"):
+    # the message says "> 0", so 0 is refused here, not later by the scheduler
+    with pytest.raises(ValueError, match="'w_in' must be a finite number > 0, got 0"):
+        policy_options("vtc", {"w_in": 0})
+    with pytest.raises(ValueError, match="'w_e' must be a finite number"):
         policy_options("dlpm", {"w_e": math.inf})
     with pytest.raises(TypeError, match="'w_q' must be a number"):
         policy_options("dlpm", {"w_q": "2"})
@@ -250,4 +253,4 @@ def test_engine_bench_without_torch_is_a_clear_error(
 
     monkeypatch.setitem(sys.modules, "torch", None)
     assert main(["engine-bench", "--quick"]) == 2
-    assert "pip install 'fairq[engine]'" in capsys.readouterr().err
+    assert "pip install '.[engine]'" in capsys.readouterr().err

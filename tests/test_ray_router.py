@@ -4,7 +4,7 @@ No cluster: the router is built the way Ray's own router unit tests build
 theirs (``ray.serve._private.test_utils.FakeRunningReplica``, real
 ``PendingRequest`` / ``RequestMetadata`` / ``RunningReplicaInfo``), and
 requests go through Ray's real routing loop (``_choose_replica_for_request``).
-Needs ``pip install 'fairq[ray]'`` (and httpx, which Ray's test utilities
+Needs ``pip install '.[ray]'`` (and httpx, which Ray's test utilities
 import); skipped otherwise. The end-to-end tests on a local cluster are in
 tests/test_ray_serve.py.
 """
@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-pytest.importorskip("ray.serve", reason="needs fairq[ray] (pip install 'fairq[ray]')")
+pytest.importorskip("ray.serve", reason="needs fairq[ray] (pip install '.[ray]')")
 pytest.importorskip("httpx", reason="Ray's router test utilities import httpx")
 
 from ray.serve._private.common import (  # noqa: E402

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("ray.serve", reason="needs fairq[ray] (pip install 'fairq[ray]')")
+pytest.importorskip("ray.serve", reason="needs fairq[ray] (pip install '.[ray]')")
 pytest.importorskip("torch", reason="the engine replicas need fairq[engine]")
 pytest.importorskip("transformers", reason="the engine replicas need fairq[engine]")
 requests = pytest.importorskip("requests", reason="the HTTP test needs requests (Ray's dep)")

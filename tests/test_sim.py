@@ -151,10 +151,10 @@ def qa_one_worker() -> dict[str, dict]:
 
 def test_dlpm_throughput_clearly_above_vtc(qa_one_worker: dict[str, dict]) -> None:
     r = qa_one_worker
-    assert r["dlpm"]["throughput"] > 1.5 * r["vtc"]["throughput"]
+    assert r["dlpm"]["service_tok_s"] > 1.5 * r["vtc"]["service_tok_s"]
     assert r["dlpm"]["cache_hit"] > r["vtc"]["cache_hit"] + 0.1
     # and close to LPM's (within 20 %)
-    assert r["dlpm"]["throughput"] > 0.8 * r["lpm"]["throughput"]
+    assert r["dlpm"]["service_tok_s"] > 0.8 * r["lpm"]["service_tok_s"]
 
 
 def test_dlpm_jain_close_to_vtc(qa_one_worker: dict[str, dict]) -> None:
@@ -162,18 +162,18 @@ def test_dlpm_jain_close_to_vtc(qa_one_worker: dict[str, dict]) -> None:
     client's view (input + 2 x output), DLPM in the system's cost (extend +
     2 x output). Both indices are within 0.05 of 1."""
     r = qa_one_worker
-    assert r["vtc"]["jain"] > 0.95
-    assert r["dlpm"]["jain_actual"] > 0.95
-    assert abs(r["dlpm"]["jain_actual"] - r["vtc"]["jain"]) < 0.05
+    assert r["vtc"]["jain_client"] > 0.95
+    assert r["dlpm"]["jain_cost"] > 0.95
+    assert abs(r["dlpm"]["jain_cost"] - r["vtc"]["jain_client"]) < 0.05
 
 
 def test_lpm_unfair_under_s1(qa_one_worker: dict[str, dict]) -> None:
     r = qa_one_worker
-    assert r["lpm"]["max_gap_actual"] > 3 * r["dlpm"]["max_gap_actual"]
+    assert r["lpm"]["max_gap_cost"] > 3 * r["dlpm"]["max_gap_cost"]
     tot = make_workload("tot", misbehave="S1", seed=0, scale=0.5, rate=0.1, duration=30.0)
     lpm = summarize(simulate(tot, SimConfig(workers=1, policy="lpm", model=A10G)))
     dlpm = summarize(simulate(tot, SimConfig(workers=1, policy="dlpm", model=A10G)))
-    assert lpm["max_gap"] > 3 * dlpm["max_gap"]
+    assert lpm["max_gap_client"] > 3 * dlpm["max_gap_client"]
     assert lpm["ttft_p99_s"] > 2 * dlpm["ttft_p99_s"]
 
 
@@ -195,17 +195,17 @@ def test_d2lpm_service_bound_on_random_traces() -> None:
         m = summarize(simulate(wl, cfg))
         l_in = max(r.input_len for r in wl.requests)
         u = l_in + 2 * A10G.kv_capacity
-        assert m["max_gap_actual"] <= 2 * 4 * (u + cfg.user_quantum)
+        assert m["max_gap_cost"] <= 2 * 4 * (u + cfg.user_quantum)
         strict_u = l_in + 2 * max(r.output_len for r in wl.requests)
-        assert m["max_gap_actual"] <= 1.25 * 2 * 4 * (strict_u + cfg.user_quantum)
+        assert m["max_gap_cost"] <= 1.25 * 2 * 4 * (strict_u + cfg.user_quantum)
         rr = summarize(simulate(wl, replace(cfg, policy="lpm", dispatcher="rr")))
-        assert m["max_gap_actual"] < 0.75 * rr["max_gap_actual"]
+        assert m["max_gap_cost"] < 0.75 * rr["max_gap_cost"]
 
 
 def test_d2lpm_beats_client_rr_vtc_throughput() -> None:
     d2 = qa_run("dlpm", workers=2, dispatcher="d2lpm")
     vtc = qa_run("vtc", workers=2, dispatcher="client-rr")
-    assert d2["throughput"] > 1.5 * vtc["throughput"]
+    assert d2["service_tok_s"] > 1.5 * vtc["service_tok_s"]
 
 
 # ---- metrics ------------------------------------------------------------------
@@ -289,6 +289,23 @@ def test_trace_replay_runs() -> None:
             "prefix_len",
         ),
         ('{"time": 0, "client": "a", "prompt_len": 2.5, "output_len": 2}', "'prompt_len'"),
+        # issue 20, item 4: prefix_len was ignored (accepted silently) without a prefix_id
+        (
+            '{"time": 0, "client": "a", "prompt_len": 5, "prefix_len": 9, "output_len": 2}',
+            r"'prefix_len' \(9\) must be <= 'prompt_len' \(5\)",
+        ),
+        (
+            '{"time": 0, "client": "a", "prompt_len": 5, "prefix_len": 3, "output_len": 2}',
+            "'prefix_len' needs 'prefix_id'",
+        ),
+        (
+            '{"time": 0, "client": "a", "prompt": [1, 2], "prefix_len": 9, "output_len": 2}',
+            "'prefix_len' goes with 'prompt_len', not with 'prompt'",
+        ),
+        (
+            '{"time": 0, "client": "a", "prompt": [1, 2], "prompt_len": 3, "output_len": 2}',
+            r"'prompt_len' \(3\) must equal the length of 'prompt' \(2\)",
+        ),
     ],
 )
 def test_trace_bad_line_reports_line_number(line: str, match: str) -> None:
@@ -344,7 +361,7 @@ def test_cli_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     text = capsys.readouterr().out
     assert "| qa-S1 | 1 | DLPM |" in text and "D2LPM+DLPM" in text and "steps/s" in text
     data = json.loads(out.read_text())
-    labels = [r["label"] for r in data["results"]]
+    labels = [r["scheduler"] for r in data["results"]]
     assert labels == ["VTC", "DLPM", "ClientRR+VTC", "D2LPM+DLPM"]
     tl = data["results"][0]["timeline"]  # per-client service over time
     assert set(tl["service_rate"]) == {"client0", "client1", "client2", "client3"}
@@ -393,6 +410,92 @@ def test_cli_trace_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "t.jsonl:2" in capsys.readouterr().err
     assert main(["simulate", "--workload", "nope", "--no-progress"]) == 2
     assert main(["simulate", "--model", "c0=abc", "--no-progress"]) == 2
+
+
+def test_table_headers_are_the_json_keys(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every column of the table is explained in ``--help`` and is a key of
+    each JSON result whose name reads as its header (issue 20, item 6)."""
+    from fairq.cli import main
+    from fairq.sim.cli import COLUMNS
+
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    out = tmp_path / "r.json"
+    argv = ["simulate", "--workload", "qa-S1", "--workers", "1", "--duration", "3"]
+    assert main([*argv, "--policy", "vtc", "--no-progress", "--json", str(out)]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header == "| " + " | ".join(h for h, _, _ in COLUMNS) + " |"
+    result = json.loads(out.read_text())["results"][0]
+    for head, keys, meaning in COLUMNS:
+        assert f"{head} [{keys}]: {' '.join(meaning.split())}" in help_text
+        for key in keys.split(", "):
+            assert key in result, key
+            words = head.lower().replace("tok/s", "tok_s").replace("(", "").replace(")", "")
+            parts = [w for w in words.replace("/", " ").split() if w]
+            assert all(p in key for p in parts if p not in ("p50", "p99", "s")), (head, key)
+    assert result["x_vtc"] == 1.0 and result["scheduler"] == "VTC"
+
+
+def _captured_figures(monkeypatch: pytest.MonkeyPatch) -> list:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    figs: list = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: figs.append(fig))
+    monkeypatch.setattr("matplotlib.pyplot.close", lambda *a, **k: None)
+    return figs
+
+
+def test_plot_names_its_workload_shares_axes_one_legend(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--plot`` says what it draws (title and message), ``--plot-workload``
+    chooses it; panels share their axes; one legend (issue 20, item 7)."""
+    from fairq.cli import main
+
+    figs = _captured_figures(monkeypatch)
+    argv = ["simulate", "--workload", "qa-S1", "--workload", "chat", "--workers", "1"]
+    argv += ["--workers", "2", "--duration", "3", "--no-progress", "--plot", "p.png"]
+    assert main(argv) == 0
+    assert "plot written to p.png: qa-S1 on 2 workers" in capsys.readouterr().out
+    assert main([*argv, "--plot-workload", "chat:1"]) == 0
+    assert "plot written to p.png: chat on 1 worker " in capsys.readouterr().out
+    for fig, (name, w, n) in zip(figs, [("qa-S1", 2, 4), ("chat", 1, 4)], strict=True):
+        assert fig._suptitle.get_text().startswith(f"{name} on {w} worker")
+        axes = fig.axes
+        assert len(axes) == 2 * n
+        top, bottom = axes[:n], axes[n:]  # row-major
+        for row in (top, bottom):
+            assert all(row[0].get_shared_y_axes().joined(row[0], a) for a in row)
+            assert all(a.get_ylim() == row[0].get_ylim() and a.get_ylim()[0] == 0 for a in row)
+        assert all(axes[0].get_shared_x_axes().joined(axes[0], a) for a in axes)
+        assert len(fig.legends) == 1 and not any(a.get_legend() for a in axes)
+    labels = [t.get_text() for t in figs[0].legends[0].get_texts()]
+    assert labels[0] == "client0 (misbehaving)" and len(labels) == 4
+
+
+def test_sweep_plot_axis_from_zero_and_one_legend(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fairq.cli import main
+
+    figs = _captured_figures(monkeypatch)
+    argv = ["simulate", "--sweep", "quantum", "--workload", "qa-S1", "--workers", "2"]
+    assert main([*argv, "--duration", "3", "--no-progress", "--plot", "s.png"]) == 0
+    assert "the Q_u and Q_w sweeps of qa-S1" in capsys.readouterr().out
+    (fig,) = figs
+    service_axes = [a for a in fig.axes if a.get_ylabel().startswith("service tok/s")]
+    assert len(service_axes) == 2
+    for ax in service_axes:
+        assert ax.get_ylim()[0] == 0  # not zoomed onto a 1 % change
+        assert "inf" in [t.get_text() for t in ax.get_xticklabels()]
+    assert sum("spread" in t.get_text() for a in fig.axes for t in a.texts) == 2
+    assert len(fig.legends) == 1 and not any(a.get_legend() for a in fig.axes)
 
 
 def test_sweep_plan_and_table() -> None:
@@ -465,4 +568,4 @@ def test_random_traces_conserve_requests(lines: list, setup: tuple, kv: int) -> 
     if policy == "dlpm" and workers == 1:
         # Theorem 4.1 with U = w_e * L_input + w_q * (max output of a request)
         u = max(r.input_len for r in wl.requests) + 2 * max(r.output_len for r in wl.requests)
-        assert m["max_gap_actual"] <= 2 * (u + cfg.user_quantum)
+        assert m["max_gap_cost"] <= 2 * (u + cfg.user_quantum)

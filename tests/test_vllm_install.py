@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import json
 import sys
 import types
 from collections import deque
@@ -161,8 +162,10 @@ def test_install_with_policy_override(fake_vllm: dict[str, types.ModuleType]) ->
     fv.install("priority")
     P = fake_vllm["vllm.v1.core.sched.request_queue"].SchedulingPolicy
     assert type(sm.create_request_queue(P.FCFS)) is PriorityRequestQueue
-    with pytest.raises(ValueError, match="Unknown scheduling policy"):
+    with pytest.raises(ValueError, match="Unknown scheduling policy: lifo .*wfq"):
         fv.install("lifo")
+    fv.install("WFQ")  # any case, as FAIRQ_VLLM_POLICY
+    assert type(sm.create_request_queue(P.FCFS)).__name__ == "WFQRequestQueue"
 
 
 def test_scheduler_class_refuses_an_untested_vllm(
@@ -234,7 +237,7 @@ def test_install_rejects_bad_options_before_patching(
         fv.install("wfq", virtual_clock="sometimes")
     with pytest.raises(TypeError, match="need an explicit policy"):
         fv.install(virtual_clock="finish")
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"'virtual_clock' for policy 'fcfs' \(options: none\)"):
         fv.install("fcfs", virtual_clock="finish")  # FCFS takes no options
     assert sm.create_request_queue is original
 
@@ -248,6 +251,39 @@ def test_scheduler_env_options(
     monkeypatch.setenv(fsched.OPTIONS_ENV_VAR, '{"virtual_clock": "finish"}')
     s = fsched.FairqScheduler(policy="fcfs")
     assert type(s.waiting) is WFQRequestQueue and s.waiting.virtual_clock == "finish"
+
+
+@pytest.mark.parametrize(
+    ("policy", "text", "valid"),
+    [
+        (
+            "wfq",
+            '{"quantum": 5}',
+            "default_weight, flow_key, state_file, state_interval_s, tenant, virtual_clock",
+        ),
+        ("priority", '{"quantum": 5}', "none"),
+        ("FCFS", '{"state_file": "/tmp/x.json"}', "none"),
+    ],
+)
+def test_scheduler_env_options_unknown_lists_the_valid_ones(
+    fake_vllm: dict[str, types.ModuleType],
+    monkeypatch: pytest.MonkeyPatch,
+    policy: str,
+    text: str,
+    valid: str,
+) -> None:
+    """``FAIRQ_VLLM_POLICY=wfq FAIRQ_VLLM_OPTIONS='{"quantum":5}'`` names the
+    variable, the option and the valid ones, not the queue's ``__new__``
+    (issue 20, item 5)."""
+    monkeypatch.setenv(fsched.ENV_VAR, policy)
+    monkeypatch.setenv(fsched.OPTIONS_ENV_VAR, text)
+    key = next(iter(json.loads(text)))
+    msg = (
+        rf"FAIRQ_VLLM_OPTIONS: unknown option '{key}' for policy '{policy.lower()}' "
+        rf"\(options: {valid}\)"
+    )
+    with pytest.raises(ValueError, match=msg):
+        fsched.FairqScheduler()
 
 
 @pytest.mark.parametrize("text, msg", [("{bad", "not valid JSON"), ("[1]", "JSON object")])

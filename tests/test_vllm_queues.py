@@ -78,10 +78,49 @@ def test_create_request_queue_accepts_foreign_enum() -> None:
     assert isinstance(create_request_queue(VllmPolicy.PRIORITY), PriorityRequestQueue)
 
 
-@pytest.mark.parametrize("bad", ["lifo", "FCFS", 3, None])
+@pytest.mark.parametrize("bad", ["lifo", "bogus", "", 3, None])
 def test_unknown_policy(bad: Any) -> None:
-    with pytest.raises(ValueError, match="Unknown scheduling policy"):
+    """vLLM's message, then the names fairq knows (issue 20, item 5)."""
+    known = "fcfs, priority, wfq, vtc, lpm, dlpm"
+    with pytest.raises(ValueError, match=f"Unknown scheduling policy: .*policies: {known}"):
         create_request_queue(bad)
+
+
+@pytest.mark.parametrize(
+    ("name", "cls"), [("FCFS", FCFSRequestQueue), (" Priority ", PriorityRequestQueue)]
+)
+def test_policy_names_are_case_insensitive(name: str, cls: type) -> None:
+    """As ``FAIRQ_VLLM_POLICY`` is: ``create_request_queue``, ``as_policy``
+    and ``install`` accept any case."""
+    assert type(create_request_queue(name)) is cls
+    assert fv.as_policy(name) is fv.as_policy(name.strip().lower())
+
+
+@pytest.mark.parametrize(
+    ("policy", "options", "valid"),
+    [
+        ("wfq", {"quantum": 5}, "flow_key, default_weight, virtual_clock"),
+        ("priority", {"quantum": 5}, "none"),
+        ("fcfs", {"virtual_clock": "finish"}, "none"),
+    ],
+)
+def test_unknown_queue_option_lists_the_valid_ones(
+    policy: str, options: dict[str, Any], valid: str
+) -> None:
+    """Not ``WFQRequestQueue.__new__() got an unexpected keyword argument``."""
+    key = next(iter(options))
+    msg = rf"unknown option '{key}' for policy '{policy}' \(options: {valid}\)"
+    with pytest.raises(TypeError, match=msg):
+        create_request_queue(policy, **options)
+
+
+def test_queue_options_are_the_constructor_keywords() -> None:
+    import inspect
+
+    from fairq.vllm.wfq import WFQRequestQueue
+
+    params = list(inspect.signature(WFQRequestQueue.__init__).parameters)[1:]
+    assert tuple(params) == fv.QUEUE_OPTIONS[SchedulingPolicy.WFQ]
 
 
 def test_policy_values() -> None:
@@ -107,8 +146,8 @@ def test_wfq_policy_is_imported_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
 
     fake.WFQRequestQueue = WFQRequestQueue  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "fairq.vllm.wfq", fake)
-    q = create_request_queue("wfq", weights={"a": 2})
-    assert type(q) is WFQRequestQueue and q.kw == {"weights": {"a": 2}}  # type: ignore[attr-defined]
+    q = create_request_queue("wfq", default_weight=2.0)
+    assert type(q) is WFQRequestQueue and q.kw == {"default_weight": 2.0}  # type: ignore[attr-defined]
 
 
 # --------------------------------------------------------------- FCFS ----

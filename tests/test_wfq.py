@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -321,6 +322,22 @@ def test_bad_input_rejected_queue_unchanged(kwargs: dict[str, float], field: str
         )
     assert q.flow_last_finish("new-flow") is None
     assert q.remembers(a)
+
+
+@pytest.mark.parametrize("flag", [True, False, np.bool_(True)], ids=["True", "False", "np.bool_"])
+def test_bool_weight_and_tokens_are_refused(flag: object) -> None:
+    """``weight=True`` is a mistake, not a weight of 1 (issue 20, item 5): every
+    entry point that takes a weight refuses a bool, naming the field."""
+    q = WFQQueue()
+    for field in ("weight", "tokens", "arrival"):
+        args: dict[str, object] = {"tokens": 1.0, field: flag}
+        with pytest.raises(TypeError, match=f"{field} must be a number, got bool"):
+            q.add(Item("x"), **args)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="weight must be a number, got bool"):
+        q.check_adds([(None, 1.0, flag, 0.0)])
+    with pytest.raises(TypeError, match="weight must be a number, got bool"):
+        q.refund_flow("f", 1.0, flag)  # type: ignore[arg-type]
+    assert len(q) == 0 and q.flow_count == 0
 
 
 def test_unhashable_flow_is_type_error_and_unchanged() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import fairq.benchmarks as suites_pkg
 from fairq.benchmarks import Row, markdown_table
 from fairq.cli import write_json
+from fairq.cliargs import output_file
 
 
 def available_suites() -> list[str]:
@@ -30,6 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--json",
         metavar="FILE",
+        type=output_file,
         help="also write all rows as JSON to FILE ('-': stdout, tables on stderr)",
     )
 

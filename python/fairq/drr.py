@@ -104,18 +104,29 @@ class CacheBucket:
 
 
 def _read(source: str | os.PathLike[str]) -> Any:
+    """The document in a ``.json`` file, else YAML; a malformed file is a
+    ``ValueError`` naming the file and the line (``path:line: ...``)."""
     path = os.fspath(source)
     with open(path, encoding="utf-8") as f:
         text = f.read()
     if path.endswith(".json"):
-        return json.loads(text)
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
     try:
         import yaml
     except ImportError as e:  # pragma: no cover - depends on env
-        raise ImportError(
-            "reading YAML policy configs needs PyYAML: pip install 'fairq[yaml]'"
-        ) from e
-    return yaml.safe_load(text)
+        from fairq.extras import missing
+
+        raise missing("yaml", "reading YAML policy configs", e) from e
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else path
+        problem = getattr(e, "problem", None) or str(e)
+        raise ValueError(f"{where}: not valid YAML ({problem})") from None
 
 
 class DRRQueue(_DRRCore):
@@ -187,7 +198,8 @@ class DRRQueue(_DRRCore):
         num_workers: int = 1,
     ) -> DRRQueue:
         """Build from a policy document: a mapping, or a ``.json`` /
-        ``.yaml`` / ``.yml`` file (YAML needs ``pip install 'fairq[yaml]'``).
+        ``.yaml`` / ``.yml`` file (YAML needs ``pip install '.[yaml]'``); a
+        malformed file is a ``ValueError`` naming the file and line.
 
         ``model``: use that ``models:`` profile (it replaces the root
         wholesale); a model without one gets the root profile, or the

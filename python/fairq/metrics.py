@@ -1,4 +1,5 @@
-"""Prometheus metrics for every fairq policy (extra ``fairq[metrics]``).
+"""Prometheus metrics for every fairq policy (the ``metrics`` extra:
+``pip install '.[metrics]'``).
 
 :class:`FairqCollector` is a ``prometheus_client`` collector over one fairq
 object: a local scheduler (FCFS, LPM, VTC, DLPM), a dispatcher (D2LPM and the
@@ -278,7 +279,10 @@ def register(
     """Register a :class:`FairqCollector` for ``obj`` with ``registry``
     (default ``prometheus_client.REGISTRY``) and return it
     (``registry.unregister(collector)`` removes it). ``ImportError`` without
-    the ``metrics`` extra."""
+    the ``metrics`` extra (the message says ``pip install '.[metrics]'``)."""
+    from fairq.extras import require
+
+    require("metrics", what="fairq.metrics.register")
     import prometheus_client
 
     collector = FairqCollector(obj, name, max_tenants)
@@ -300,9 +304,11 @@ def publish(obj: Any, name: str) -> FairqCollector | None:
     try:
         import prometheus_client
     except ImportError:
+        from fairq.extras import install_hint
+
         warnings.warn(
             f"{ENV_VAR} is set but prometheus_client is not installed "
-            "(pip install 'fairq[metrics]'): no fairq metrics",
+            f"({install_hint('metrics')}): no fairq metrics",
             RuntimeWarning,
             stacklevel=2,
         )

@@ -332,20 +332,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=STRUCTURES,
         help="structure to soak (repeatable; default: all)",
     )
-    p.add_argument("--ops", type=int, default=1_000_000, help="operations per structure")
-    p.add_argument("--depth", type=int, default=2000, help="requests kept in flight")
-    p.add_argument("--clients", type=int, default=100, help="client pool size")
+    from fairq.cliargs import count, output_file
+
+    p.add_argument("--ops", type=count(1), default=1_000_000, help="operations per structure")
+    p.add_argument("--depth", type=count(1), default=2000, help="requests kept in flight")
+    p.add_argument("--clients", type=count(1), default=100, help="client pool size")
     p.add_argument("--distinct-clients", action="store_true", help="every request a new client")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", metavar="FILE", help="write the report as JSON ('-': stdout)")
+    p.add_argument(
+        "--json", metavar="FILE", type=output_file, help="write the report as JSON ('-': stdout)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from fairq.cli import write_json
 
-    if args.ops < 1 or args.depth < 1 or args.clients < 1:
-        print("fairq soak: --ops, --depth and --clients must be >= 1", file=sys.stderr)
-        return 2
     rows = []
     print(
         "| structure | ops | added | ops/s | RSS start -> end MB | slope MB / 1M ops (2nd half) |"

@@ -56,7 +56,8 @@ API summary (items are compared by **identity**, like vLLM requests)::
     len(q), bool(q), item in q, list(q)   # iteration: pop order, snapshot
 
 Validation: ``weight`` must be finite and ``> 0`` (``<= 0``, NaN or inf is a
-``ValueError``, never replaced by a default), ``tokens`` finite and ``>= 0``,
+``ValueError``, never replaced by a default; a ``bool``, for every number
+argument, a ``TypeError``), ``tokens`` finite and ``>= 0``,
 ``arrival`` finite, and the resulting ``F`` finite. A failing call leaves the
 queue unchanged.
 

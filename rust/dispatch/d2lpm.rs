@@ -271,4 +271,17 @@ mod tests {
             assert_eq!(d.dispatch(RequestId::Int(i), "a", &p).unwrap(), 0);
         }
     }
+
+    #[test]
+    fn quantum_error_says_what_is_accepted() {
+        // inf is accepted, so the message must not say "finite"
+        for (q, shown) in [(0.0, "0"), (-1.0, "-1"), (f64::NAN, "NaN")] {
+            let e = Dispatcher::d2lpm(2, D2lpmConfig::new(q)).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("worker_quantum must be a number > 0 or inf, got {shown}")
+            );
+        }
+        assert!(Dispatcher::d2lpm(2, D2lpmConfig::new(f64::INFINITY)).is_ok());
+    }
 }

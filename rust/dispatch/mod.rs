@@ -21,7 +21,7 @@ pub mod tree;
 
 use std::collections::HashMap;
 
-use crate::error::{check_non_negative, check_positive, Error, Result};
+use crate::error::{check_non_negative, Error, Result};
 
 pub use baselines::AffinityConfig;
 pub use d2lpm::D2lpmConfig;
@@ -402,11 +402,15 @@ pub(crate) fn check_weight(field: &str, v: f64) -> Result<f64> {
     check_non_negative(field, v)
 }
 
+/// Validate a quantum that may be infinite (`Q_w = inf`: no fairness limit),
+/// naming `field`; the message says so, unlike `check_positive`'s "finite".
 pub(crate) fn check_quantum(field: &str, v: f64) -> Result<f64> {
-    if v == f64::INFINITY {
+    if v > 0.0 {
         return Ok(v);
     }
-    check_positive(field, v)
+    Err(Error::value(format!(
+        "{field} must be a number > 0 or inf, got {v}"
+    )))
 }
 
 #[cfg(test)]

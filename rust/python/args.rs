@@ -13,7 +13,7 @@
 
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyString;
+use pyo3::types::{PyBool, PyString};
 
 pub(crate) fn type_name(v: &Bound<'_, PyAny>) -> String {
     v.get_type()
@@ -59,9 +59,15 @@ pub fn int_arg(field: &str, v: &Bound<'_, PyAny>) -> PyResult<i64> {
 }
 
 /// `v` as an `f64`; an int too large for a float, or a plain `ValueError`
-/// from its `__float__`: `ValueError` naming the field; not a number:
-/// `TypeError`. (NaN and infinities pass; callers validate them.)
+/// from its `__float__`: `ValueError` naming the field; not a number, or a
+/// `bool` (Python's or numpy's: `weight=True` is a mistake, not a weight of
+/// 1): `TypeError`. (NaN and infinities pass; the core validates values.)
 pub fn float_arg(field: &str, v: &Bound<'_, PyAny>) -> PyResult<f64> {
+    if is_bool(v) {
+        return Err(PyTypeError::new_err(format!(
+            "{field} must be a number, got bool"
+        )));
+    }
     v.extract::<f64>().map_err(|e| {
         let py = v.py();
         if e.is_instance_of::<PyOverflowError>(py) {
@@ -82,6 +88,12 @@ pub fn float_arg(field: &str, v: &Bound<'_, PyAny>) -> PyResult<f64> {
             e
         }
     })
+}
+
+/// A Python `bool` or a numpy bool (`numpy.bool_`, named `bool` in numpy 2),
+/// which `f64` extraction would read as 0 or 1.
+fn is_bool(v: &Bound<'_, PyAny>) -> bool {
+    v.is_instance_of::<PyBool>() || matches!(type_name(v).as_str(), "bool_" | "bool")
 }
 
 /// `v` as a `String`; not a str: `TypeError`, a str that is not valid

@@ -227,8 +227,9 @@ fn base(d: crate::Result<Dispatcher>) -> PyResult<PyDispatcher> {
 /// and frees the load; `on_evict(worker, tokens, kept=0)` removes the worker
 /// from the nodes beyond `tokens[:kept]`. Reports never block. Bound: service
 /// of backlogged clients differs by at most 2 * W * (U + Q_u) with DLPM on
-/// every worker. `worker_quantum` may be `float("inf")` (pure affinity, no
-/// fairness); weights > 0 and finite (ValueError naming the field).
+/// every worker. `worker_quantum` > 0, or `float("inf")` (pure affinity, no
+/// fairness); weights `w_e`, `w_q` finite and >= 0 (ValueError naming the
+/// field).
 #[pyclass(extends = PyDispatcher, module = "fairq._core", name = "D2LPM")]
 pub struct PyD2LPM;
 

@@ -16,20 +16,111 @@ from collections.abc import Callable
 from typing import Any
 
 from fairq.cli import write_json
+from fairq.cliargs import (
+    UsageError,
+    count,
+    need,
+    non_negative,
+    number,
+    output_file,
+    plot_file,
+    positive,
+    read_trace,
+)
 from fairq.sim.runner import (
     DEFAULT_PRESET,
     DEFAULT_SUITE,
     EXTRA,
+    Run,
     base_config,
     execute,
     find_spec,
-    load_trace_runs,
     plan_runs,
     plan_sweep,
 )
 
+#: The table's columns: (header, JSON key(s) of each result, meaning). A
+#: header reads as its key: lower case, ``_`` for spaces and brackets,
+#: ``tok_s`` for tok/s. ``--help`` and docs/RESULTS.md explain them from here.
+COLUMNS: tuple[tuple[str, str, str], ...] = (
+    (
+        "workload",
+        "workload",
+        "qa / tot / judge / chat (trace:FILE for --trace); -S1: the paper's misbehaving "
+        "client sends more work (requests, branches, dimensions), -S2: longer prompts",
+    ),
+    ("workers", "workers", "simulated engine workers (GPUs)"),
+    ("scheduler", "scheduler", "the local policy on 1 worker; dispatcher+local policy on several"),
+    (
+        "service tok/s",
+        "service_tok_s",
+        "the paper's service rate: input + 2 x output tokens of "
+        "finished requests per second of makespan",
+    ),
+    (
+        "x VTC",
+        "x_vtc",
+        "service tok/s over VTC's (ClientRR+VTC's) on the same workload and workers",
+    ),
+    ("cache hit", "cache_hit", "cached prompt tokens / prompt tokens at admission"),
+    (
+        "Jain (client)",
+        "jain_client",
+        "Jain's index (1 = equal shares) of the clients' service "
+        "(input + 2 x output) over the time every client has a request waiting",
+    ),
+    (
+        "Jain (cost)",
+        "jain_cost",
+        "the same in the system's cost w_e x extend + w_q x output "
+        "(extend: uncached prompt tokens), what DLPM and its bound account",
+    ),
+    (
+        "max gap (cost)",
+        "max_gap_cost",
+        "the largest cost difference between two backlogged "
+        "clients over any window (max_gap_client: the same in client service)",
+    ),
+    (
+        "e2e p50 / p99 s",
+        "e2e_p50_s, e2e_p99_s",
+        "end-to-end latency of the well-behaved clients' requests (all clients in chat)",
+    ),
+    ("TTFT p99 s", "ttft_p99_s", "time to first token, well-behaved clients"),
+    (
+        "program p99 s",
+        "program_p99_s",
+        "latency of whole programs (a ToT tree, a judge run, a "
+        "conversation; a QA request is its own), well-behaved clients",
+    ),
+)
+
+
+def columns_help(width: int = 79) -> str:
+    """The ``--help`` epilog: what each column of the table means."""
+    import textwrap
+
+    lines = ["table columns [the JSON key of each result]:"]
+    for head, key, meaning in COLUMNS:
+        lines += textwrap.wrap(
+            f"{head} [{key}]: {meaning}",
+            width,
+            initial_indent="  ",
+            subsequent_indent="      ",
+            break_on_hyphens=False,
+        )
+    lines += textwrap.wrap(
+        "--json also holds, per result: per_client service, misbehaving clients, "
+        "makespan_s, tokens_per_s, ttft_p50_s, program_p50_s, max_gap_client, steps and a "
+        "binned per-client service timeline.",
+        width,
+        break_on_hyphens=False,
+    )
+    return "\n".join(lines)
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = columns_help()
     keys = [s.key for s in DEFAULT_SUITE] + list(EXTRA)
     suite = ", ".join(s.key for s in DEFAULT_SUITE)
     p.add_argument(
@@ -54,11 +145,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workers",
         action="append",
-        type=int,
+        type=count(1),
         help="number of workers (repeatable; default: 1 and 4)",
     )
     p.add_argument("--trace", metavar="FILE", help="replay a JSONL trace instead of the suite")
-    p.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
+    p.add_argument("--seed", type=count(0), default=0, help="workload seed, >= 0 (default 0)")
     p.add_argument(
         "--preset",
         default=DEFAULT_PRESET,
@@ -72,12 +163,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="override a step-model constant (c0, c_prefill, c_decode, c_kv, kv_capacity, "
         "prefill_budget, max_running)",
     )
-    p.add_argument("--quantum", type=float, default=2000.0, help="DLPM's Q_u (default 2000)")
     p.add_argument(
-        "--worker-quantum", type=float, default=20000.0, help="D2LPM's Q_w (default 20000)"
+        "--quantum", type=positive, default=2000.0, help="DLPM's Q_u, > 0 (default 2000)"
     )
-    p.add_argument("--scale", type=float, help="override the workloads' length scale")
-    p.add_argument("--duration", type=float, help="override the arrival window (seconds)")
+    p.add_argument(
+        "--worker-quantum",
+        type=number(0, strict=True, inf=True),
+        default=20000.0,
+        help="D2LPM's Q_w, > 0 or inf (default 20000)",
+    )
+    p.add_argument("--scale", type=positive, help="override the workloads' length scale (> 0)")
+    p.add_argument("--duration", type=positive, help="override the arrival window (seconds, > 0)")
     p.add_argument(
         "--sweep",
         choices=["quantum"],
@@ -86,20 +182,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--json",
         metavar="FILE",
+        type=output_file,
         help="write all results as JSON ('-': the document alone on stdout, tables on stderr)",
     )
-    p.add_argument("--plot", metavar="FILE.png", help="draw service and response time over time")
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        type=plot_file,
+        help="draw per-client response time and service over time, one panel per scheduler, "
+        "for one workload and worker count (--plot-workload); with --sweep, the sweeps "
+        "(needs the sim extra: pip install '.[sim]')",
+    )
+    p.add_argument(
+        "--plot-workload",
+        metavar="NAME[:WORKERS]",
+        help="what --plot draws: a workload of the run (as in the table's workload column; "
+        "'trace' for --trace) and a --workers count (default: tot-S2 when it runs, else the "
+        "first workload; the largest worker count)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--metrics-port",
-        type=int,
+        type=number(0, integer=True, high=65535),
         metavar="PORT",
         help="serve Prometheus metrics of the running simulation's schedulers and "
-        "dispatcher on 127.0.0.1:PORT (needs fairq[metrics])",
+        "dispatcher on 127.0.0.1:PORT (needs the metrics extra: pip install '.[metrics]')",
     )
     p.add_argument(
         "--metrics-hold",
-        type=float,
+        type=non_negative,
         default=0.0,
         metavar="SECONDS",
         help="keep serving metrics this long after the last simulation (default 0)",
@@ -112,67 +223,136 @@ def _f(v: float, fmt: str) -> str:
     return format(v, fmt)
 
 
-def table(results: list[dict[str, Any]]) -> str:
-    """The comparison as a Markdown table."""
-    head = (
-        "| workload | W | policy | service tok/s | x VTC | cache hit | Jain (client) | Jain (cost) "
-        "| max gap (cost) | well-behaved p50 / p99 e2e s | p99 TTFT s | p99 program s |"
-    )
-    out = [head, "|" + "---|" * 3 + "---:|" * 9]
+def add_x_vtc(results: list[dict[str, Any]]) -> None:
+    """Set each result's ``x_vtc``: its service rate over VTC's (ClientRR+VTC's)
+    on the same workload and workers (NaN without a VTC run)."""
     vtc: dict[tuple[str, int], float] = {}
     for r in results:
         if r["policy"] == "vtc":
-            vtc[(r["workload"], r["workers"])] = r["throughput"]
+            vtc[(r["workload"], r["workers"])] = r["service_tok_s"]
     for r in results:
         ref = vtc.get((r["workload"], r["workers"]))
-        ratio = r["throughput"] / ref if ref else float("nan")
-        label = r["label"] + ("" if r.get("complete", True) else " (unfinished)")
+        r["x_vtc"] = r["service_tok_s"] / ref if ref else float("nan")
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """The comparison as a Markdown table (:data:`COLUMNS`)."""
+    add_x_vtc(results)
+    head = "| " + " | ".join(h for h, _, _ in COLUMNS) + " |"
+    out = [head, "|" + "---|" * 3 + "---:|" * (len(COLUMNS) - 3)]
+    for r in results:
+        label = r["scheduler"] + ("" if r.get("complete", True) else " (unfinished)")
         if "tag" in r:
             q = r.get("user_quantum") if r["tag"] == "Q_u" else r.get("worker_quantum")
             if q is not None and r["policy"] == "dlpm":
                 label += f" Q={q:g}"
         out.append(
-            f"| {r['workload']} | {r['workers']} | {label} | {r['throughput']:,.0f} | "
-            f"{_f(ratio, '.2f')} | {r['cache_hit']:.2f} | {_f(r['jain'], '.3f')} | "
-            f"{_f(r['jain_actual'], '.3f')} | {r['max_gap_actual']:,.0f} | "
+            f"| {r['workload']} | {r['workers']} | {label} | {r['service_tok_s']:,.0f} | "
+            f"{_f(r['x_vtc'], '.2f')} | {r['cache_hit']:.2f} | {_f(r['jain_client'], '.3f')} | "
+            f"{_f(r['jain_cost'], '.3f')} | {r['max_gap_cost']:,.0f} | "
             f"{_f(r['e2e_p50_s'], '.1f')} / {_f(r['e2e_p99_s'], '.1f')} | "
             f"{_f(r['ttft_p99_s'], '.1f')} | {_f(r['program_p99_s'], '.1f')} |"
         )
     return "\n".join(out)
 
 
-def run(args: argparse.Namespace) -> int:
+def _plan(args: argparse.Namespace) -> tuple[Any, list[Run], dict[str, Any]]:
+    """Check every argument and plan the runs, before any simulation:
+    (base config, runs, workload overrides); :class:`UsageError` if bad."""
     try:
         base = base_config(args.preset, args.model, args.quantum, args.worker_quantum)
-        overrides: dict[str, Any] = {}
-        if args.scale is not None:
-            overrides["scale"] = args.scale
-        if args.duration is not None:
-            overrides["duration"] = args.duration
-        workers = args.workers or [1, 4]
-        if any(w < 1 for w in workers):
-            raise ValueError(f"--workers must be >= 1, got {workers}")
+    except ValueError as e:
+        raise UsageError(str(e).removeprefix("--model "), arg="--model") from None
+    overrides: dict[str, Any] = {}
+    if args.scale is not None:
+        overrides["scale"] = args.scale
+    if args.duration is not None:
+        overrides["duration"] = args.duration
+    workers = args.workers or [1, 4]
+    try:
         specs = [find_spec(n) for n in args.workload] if args.workload else list(DEFAULT_SUITE)
-        if args.sweep:
-            sweep_workers = max(workers) if max(workers) > 1 else 4
-            runs = [r for s in specs[:1] for r in plan_sweep(s, base, sweep_workers)]
-        elif args.trace:
-            runs = load_trace_runs(args.trace, workers, base, args.seed)
-        else:
-            runs = plan_runs(specs, workers, base, policies=args.policy, dispatchers=args.dispatch)
-    except (ValueError, OSError) as e:
-        print(f"fairq simulate: {e}", file=sys.stderr)
-        return 2
+    except ValueError as e:
+        raise UsageError(str(e), arg="--workload") from None
+    if args.sweep and args.trace:
+        raise UsageError("--sweep runs the suite's workloads, not a trace: drop one of them")
+    if args.trace and (args.workload or args.scale is not None or args.duration is not None):
+        raise UsageError("--workload, --scale and --duration shape the suite, not a trace")
+    if args.plot_workload is not None and not args.plot:
+        raise UsageError("--plot-workload chooses what --plot draws: give --plot FILE.png too")
+    if args.sweep and args.plot_workload is not None:
+        raise UsageError(
+            "--plot-workload: the sweep plots its one workload (choose it with --workload)"
+        )
+    if args.metrics_port is not None:
+        need("metrics", what="--metrics-port")
+    if args.sweep:
+        sweep_workers = max(workers) if max(workers) > 1 else 4
+        runs = [r for s in specs[:1] for r in plan_sweep(s, base, sweep_workers)]
+    elif args.trace:
+        trace = read_trace(args.trace, args.seed)
+        runs = plan_runs(None, workers, base, trace=trace)
+    else:
+        runs = plan_runs(specs, workers, base, policies=args.policy, dispatchers=args.dispatch)
     if not runs:
-        print("fairq simulate: nothing to run (check --policy / --dispatch)", file=sys.stderr)
-        return 2
+        raise UsageError("nothing to run (check --policy / --dispatch)")
+    if args.plot and not args.sweep:
+        args.plot_workload = plot_choice(args.plot_workload, runs)
+    return base, runs, overrides
+
+
+def _run_key(run: Run) -> str:
+    """The workload column of ``run``'s row (``trace:FILE`` for a trace)."""
+    if run.spec is not None:
+        return run.spec.key
+    assert run.trace is not None
+    return run.trace.name
+
+
+def plot_choice(choice: str | None, runs: list[Run]) -> tuple[str, int]:
+    """(workload key, workers) that ``--plot`` draws: ``choice``
+    (``NAME[:WORKERS]``) checked against the planned runs, or the default:
+    tot-S2 when it runs (the paper's Figure 9), else the first workload; the
+    largest worker count it runs on."""
+    have: dict[str, list[int]] = {}
+    for r in runs:
+        have.setdefault(_run_key(r), [])
+        if r.cfg.workers not in have[_run_key(r)]:
+            have[_run_key(r)].append(r.cfg.workers)
+    if choice is None:
+        name = "tot-S2" if "tot-S2" in have else next(iter(have))
+        return name, max(have[name])
+    name, sep, w = choice.rpartition(":")
+    if not sep or not w.isdigit():
+        name, w = choice, ""
+    if name == "trace":  # the one trace of --trace, by its short name
+        name = next((k for k in have if k.startswith("trace:")), name)
+    if name not in have:
+        # a suite key by its short name (tot -> tot-S2), as --workload takes it
+        try:
+            name = find_spec(name).key
+        except ValueError:
+            pass
+    if name not in have:
+        raise UsageError(
+            f"{choice!r}: this run has no workload {name!r} (it runs: {', '.join(have)})",
+            arg="--plot-workload",
+        )
+    if not w:
+        return name, max(have[name])
+    if int(w) not in have[name]:
+        ws = ", ".join(str(x) for x in sorted(have[name]))
+        raise UsageError(f"{choice!r}: {name} runs on {ws} workers, not {w}", arg="--plot-workload")
+    return name, int(w)
+
+
+def run(args: argparse.Namespace) -> int:
+    base, runs, overrides = _plan(args)
     observe = None
     if args.metrics_port is not None:
         try:
             observe = serve_metrics(args.metrics_port)
-        except (ImportError, OSError, ValueError) as e:
-            print(f"fairq simulate: --metrics-port: {e}", file=sys.stderr)
-            return 2
+        except OSError as e:
+            raise UsageError(str(e), arg="--metrics-port") from None
     t0 = time.perf_counter()
     results = execute(
         runs,
@@ -193,10 +373,20 @@ def run(args: argparse.Namespace) -> int:
         f"Q_u={args.quantum:g}, Q_w={args.worker_quantum:g}, seed {args.seed}"
     )
     if args.plot:
-        from fairq.sim.plot import plot_results
+        from fairq.sim.plot import plot_results, workers_text
 
-        plot_results(results, args.plot, sweep=bool(args.sweep))
-        print(f"plot written to {args.plot}")
+        if args.sweep:
+            plot_results(results, args.plot, sweep=True)
+            print(
+                f"plot written to {args.plot}: the Q_u and Q_w sweeps of {results[0]['workload']}"
+            )
+        else:
+            key, workers = args.plot_workload
+            plot_results(results, args.plot, workload=key, workers=workers)
+            print(
+                f"plot written to {args.plot}: {key} on {workers_text(workers)} "
+                "(choose with --plot-workload NAME[:WORKERS])"
+            )
     if args.json:
         payload = {
             "command": "fairq simulate " + " ".join(sys.argv[2:]),

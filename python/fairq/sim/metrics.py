@@ -1,19 +1,24 @@
 """Metrics that judge a policy (ALGORITHMS.md section 8).
 
-- ``throughput``: the paper's service rate, client view:
+The keys of :func:`summarize` read as the columns of ``fairq simulate``'s
+table (:data:`fairq.sim.cli.COLUMNS`):
+
+- ``service_tok_s``: the paper's service rate, client view:
   ``(input_tokens + 2 * output_tokens) / makespan`` over finished requests;
   also ``tokens_per_s`` (input + output) and ``requests_per_s``.
 - ``cache_hit``: cached prompt tokens / prompt tokens at admission.
-- ``jain`` (:func:`jain_index`): Jain's index ``(sum x)^2 / (n * sum x^2)`` over per-client
-  service rates during the time when every client is backlogged (has a
-  request waiting for admission); NaN if that never happens.
+- ``jain_client`` (:func:`jain_index`): Jain's index ``(sum x)^2 / (n * sum
+  x^2)`` over per-client service rates during the time when every client is
+  backlogged (has a request waiting for admission); NaN if that never
+  happens. ``jain_cost``: the same in the system's cost
+  ``w_e * extend + w_q * output``.
 - ``p50/p99`` of end-to-end latency and time to first token, per request,
   over well-behaved clients; the same for whole programs (ToT tree, judge
   run, conversation; a QA request is its own program).
-- ``max_gap``: the largest service difference between two clients that are
-  both backlogged (a request waiting for admission) over any common window
-  (client view); ``max_gap_actual`` the same in the system's cost
-  ``w_e * extend + w_q * output``, the quantity the fairness bounds speak of.
+- ``max_gap_client``: the largest service difference between two clients
+  that are both backlogged (a request waiting for admission) over any common
+  window (client view); ``max_gap_cost`` the same in the system's cost, the
+  quantity the fairness bounds speak of.
 - ``service_over_time``: per-client service per time bin (for plots).
 """
 
@@ -149,7 +154,7 @@ def summarize(sim: Simulator) -> dict[str, Any]:
     }
     steps = sim.steps
     return {
-        "label": sim.cfg.label(),
+        "scheduler": sim.cfg.label(),
         "workload": wl.name,
         "workers": sim.cfg.workers,
         "policy": sim.cfg.policy,
@@ -158,15 +163,15 @@ def summarize(sim: Simulator) -> dict[str, Any]:
         "finished": len(done),
         "complete": len(done) == len(reqs),
         "makespan_s": makespan,
-        "throughput": svc / makespan if makespan else 0.0,
+        "service_tok_s": svc / makespan if makespan else 0.0,
         "tokens_per_s": (in_tok + out_tok) / makespan if makespan else 0.0,
         "requests_per_s": len(done) / makespan if makespan else 0.0,
         "cache_hit": sim.cached_tokens / sim.input_tokens if sim.input_tokens else 0.0,
-        "jain": jain_v,
-        "jain_actual": jain_a,
+        "jain_client": jain_v,
+        "jain_cost": jain_a,
         "jain_window_s": window,
-        "max_gap": gap,
-        "max_gap_actual": gap_actual,
+        "max_gap_client": gap,
+        "max_gap_cost": gap_actual,
         "e2e_p50_s": percentile(e2e, 50),
         "e2e_p99_s": percentile(e2e, 99),
         "ttft_p50_s": percentile(ttft, 50),
@@ -174,6 +179,7 @@ def summarize(sim: Simulator) -> dict[str, Any]:
         "program_p50_s": percentile(prog_lat, 50),
         "program_p99_s": percentile(prog_lat, 99),
         "per_client": per_client,
+        "misbehaving": list(wl.misbehaving),
         "steps": steps,
         "wall_s": sim.wall_s,
         "steps_per_s": steps / sim.wall_s if sim.wall_s > 0 else 0.0,

@@ -20,7 +20,7 @@ from typing import Any
 from fairq.sim.engine import SimConfig, Simulator
 from fairq.sim.metrics import service_over_time, summarize
 from fairq.sim.model import StepModel
-from fairq.sim.workloads import Workload, load_trace, make_workload
+from fairq.sim.workloads import Workload, make_workload
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ def execute(
                 del tl["response"]  # per-request points are only for plots
             m["timeline"] = tl
             out.append(m)
-            advance(f"{key} {m['label']}")
+            advance(f"{key} {m['scheduler']}")
     finally:
         close()
     return out
@@ -230,8 +230,3 @@ def base_config(
     """The :class:`SimConfig` every run of the comparison starts from."""
     model = StepModel.from_overrides(model_overrides, StepModel.preset(preset))
     return SimConfig(model=model, user_quantum=user_quantum, worker_quantum=worker_quantum)
-
-
-def load_trace_runs(path: str, workers: list[int], base: SimConfig, seed: int) -> list[Run]:
-    """Runs of the comparison on a user's JSONL trace."""
-    return plan_runs(None, workers, base, trace=load_trace(path, seed))

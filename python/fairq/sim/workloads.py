@@ -31,7 +31,8 @@ Trace replay (:func:`load_trace`): a JSONL file, one request per line::
 
 ``prompt`` (token ids) or ``prompt_len`` (with an optional shared prefix:
 ``prefix_id`` names it, ``prefix_len`` is its length, at most ``prompt_len``;
-the same id always means the same tokens). Optional: ``request_id``.
+the same id always means the same tokens; neither goes with ``prompt``).
+Optional: ``request_id``.
 A bad line raises :class:`TraceError` naming the file and line number.
 """
 
@@ -442,20 +443,34 @@ def parse_trace(lines: Iterable[str], source: str = "<trace>", seed: int = 0) ->
             for i, x in enumerate(p):
                 if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < 2**32:
                     raise TraceError(f"{where}: 'prompt'[{i}] = {x!r} is not a token id")
+            for key in ("prefix_id", "prefix_len"):
+                if key in obj:  # the tokens already hold any shared prefix
+                    raise TraceError(
+                        f"{where}: {key!r} goes with 'prompt_len', not with 'prompt' "
+                        "(the token ids already share their prefixes)"
+                    )
+            if "prompt_len" in obj and _int_field(obj, "prompt_len", where, 1) != len(p):
+                raise TraceError(
+                    f"{where}: 'prompt_len' ({obj['prompt_len']}) must equal the length of "
+                    f"'prompt' ({len(p)})"
+                )
             tokens = np.asarray(p, dtype=np.uint32)
         elif "prompt_len" in obj:
             n = _int_field(obj, "prompt_len", where, 1)
             pid = obj.get("prefix_id")
+            plen = _int_field(obj, "prefix_len", where, 1) if "prefix_len" in obj else n
+            if plen > n:
+                raise TraceError(f"{where}: 'prefix_len' ({plen}) must be <= 'prompt_len' ({n})")
             if pid is None:
+                if "prefix_len" in obj:
+                    raise TraceError(
+                        f"{where}: 'prefix_len' needs 'prefix_id' (the shared prefix it is "
+                        "the length of)"
+                    )
                 tokens = rng.integers(0, VOCAB, size=n, dtype=np.uint32)
             else:
                 if not isinstance(pid, (str, int)) or isinstance(pid, bool):
                     raise TraceError(f"{where}: 'prefix_id' must be a string or int, got {pid!r}")
-                plen = _int_field(obj, "prefix_len", where, 1) if "prefix_len" in obj else n
-                if plen > n:
-                    raise TraceError(
-                        f"{where}: 'prefix_len' ({plen}) must be <= 'prompt_len' ({n})"
-                    )
                 key = str(pid)
                 have = prefixes.get(key)
                 if have is None or have.shape[0] < plen:

@@ -55,31 +55,65 @@ def __dir__() -> list[str]:
 def as_policy(policy: object) -> SchedulingPolicy:
     """Normalise ``policy`` to a :class:`SchedulingPolicy`.
 
-    Accepts the enum itself, its string value (``"fcfs"``), or any enum whose
-    ``.value`` is such a string (vLLM's own ``SchedulingPolicy``). Unknown
-    policies raise ``ValueError("Unknown scheduling policy: ...")`` exactly as
-    vLLM does.
+    Accepts the enum itself, its string value in any case and with
+    surrounding space (``"fcfs"``, ``"WFQ"``), or any enum whose ``.value`` is
+    such a string (vLLM's own ``SchedulingPolicy``). Unknown policies raise
+    ``ValueError("Unknown scheduling policy: ...")`` as vLLM does, followed by
+    the names fairq knows.
     """
     if isinstance(policy, SchedulingPolicy):
         return policy
     value = getattr(policy, "value", policy)
     if isinstance(value, str):
         try:
-            return SchedulingPolicy(value)
+            return SchedulingPolicy(value.strip().lower())
         except ValueError:
             pass
-    raise ValueError(f"Unknown scheduling policy: {policy}")
+    known = ", ".join(p.value for p in SchedulingPolicy)
+    raise ValueError(f"Unknown scheduling policy: {policy} (fairq's policies: {known})")
+
+
+#: Keyword options of each standalone queue (:func:`create_request_queue`);
+#: FCFS and priority take none.
+QUEUE_OPTIONS: dict[SchedulingPolicy, tuple[str, ...]] = {
+    SchedulingPolicy.FCFS: (),
+    SchedulingPolicy.PRIORITY: (),
+    SchedulingPolicy.WFQ: ("flow_key", "default_weight", "virtual_clock"),
+}
+
+
+def check_queue_options(policy: SchedulingPolicy | str, options: Any) -> SchedulingPolicy:
+    """Refuse option names the queue of ``policy`` does not take, before it
+    is built (``TypeError`` listing the ones it does); the values are checked
+    by the queue. Returns the policy."""
+    p = as_policy(policy)
+    allowed = QUEUE_OPTIONS.get(p)
+    if allowed is None:
+        raise ValueError(
+            f"policy {p.value!r} runs inside vLLM's scheduler, not as a standalone queue: "
+            f"FAIRQ_VLLM_POLICY={p.value} vllm serve MODEL "
+            "--scheduler-cls fairq.vllm.scheduler.FairqAsyncScheduler"
+        )
+    unknown = [k for k in options if k not in allowed]
+    if unknown:
+        valid = ", ".join(allowed) if allowed else "none"
+        raise TypeError(f"unknown option {unknown[0]!r} for policy {p.value!r} (options: {valid})")
+    return p
 
 
 def create_request_queue(policy: SchedulingPolicy | str, **options: Any) -> RequestQueue:
-    """Create a request queue for ``policy`` (enum member or its string value).
+    """Create a request queue for ``policy`` (enum member or its string value,
+    any case).
 
     ``FCFS`` -> :class:`FCFSRequestQueue`, ``PRIORITY`` ->
     :class:`PriorityRequestQueue`, ``WFQ`` -> ``fairq.vllm.wfq.WFQRequestQueue``
     (imported lazily). ``options`` are passed to the queue's constructor (only
-    the WFQ queue takes any). Unknown policy: ``ValueError``.
+    the WFQ queue takes any: :data:`QUEUE_OPTIONS`). Unknown policy, or a fair
+    policy (``vtc``, ``lpm``, ``dlpm``: they need vLLM's scheduler):
+    ``ValueError``; an option the queue does not take: ``TypeError`` listing
+    the ones it does.
     """
-    p = as_policy(policy)
+    p = check_queue_options(policy, options)
     if p is SchedulingPolicy.FCFS:
         from fairq.vllm._queues import FCFSRequestQueue
 
@@ -88,13 +122,7 @@ def create_request_queue(policy: SchedulingPolicy | str, **options: Any) -> Requ
         from fairq.vllm._queues import PriorityRequestQueue
 
         return PriorityRequestQueue(**options)
-    if p is SchedulingPolicy.WFQ:
-        from fairq.vllm.wfq import WFQRequestQueue
+    from fairq.vllm.wfq import WFQRequestQueue
 
-        queue: RequestQueue = WFQRequestQueue(**options)
-        return queue
-    raise ValueError(
-        f"policy {p.value!r} runs inside vLLM's scheduler, not as a standalone queue: "
-        f"FAIRQ_VLLM_POLICY={p.value} vllm serve MODEL "
-        "--scheduler-cls fairq.vllm.scheduler.FairqAsyncScheduler"
-    )
+    queue: RequestQueue = WFQRequestQueue(**options)
+    return queue

@@ -220,38 +220,33 @@ def _overhead_table(rows: list[dict[str, Any]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``fairq engine-bench --engine vllm``."""
+    """``fairq engine-bench --engine vllm``: policies, workload and vLLM are
+    checked before any work (:class:`~fairq.cliargs.UsageError`)."""
+    from fairq.cliargs import UsageError
+    from fairq.integrations.transformers.bench import _policy_list, _workload
+
+    names = _policy_list(
+        args,
+        ("fifo", "vllm-fcfs", "fcfs", "vtc", "lpm", "dlpm"),
+        "fifo = vllm-fcfs: vLLM's own FCFS; fcfs: fairq's FCFS queue",
+    )
+    names = ["vllm-fcfs" if p in ("fifo", "vllm-fcfs") else p for p in names]
+    workload = _workload(args)  # the same workload as the transformers harness
+    if any(r.after for r in workload):
+        raise UsageError(
+            f"{args.workload} has dependent requests; --engine vllm replays arrivals "
+            "(use flood, sim:qa or sim:judge)",
+            arg="--workload",
+        )
     try:
         import vllm
 
         from fairq.vllm import harness  # noqa: F401  (before vLLM: its platform on CPU)
     except ImportError as e:
-        print(f"fairq engine-bench --engine vllm needs vLLM 0.33: {e}", file=sys.stderr)
-        return 2
-    names = [p.strip() for p in args.policies.split(",") if p.strip()]
-    names = ["vllm-fcfs" if p in ("fifo", "vllm-fcfs") else p for p in names]
-    for p in names:
-        if p not in ("vllm-fcfs", "fcfs", "vtc", "lpm", "dlpm"):
-            print(
-                f"fairq engine-bench: --policies: {p!r} (vllm: fifo = vLLM's own FCFS, "
-                "fcfs = fairq's FCFS queue, vtc, lpm, dlpm)",
-                file=sys.stderr,
-            )
-            return 2
-    from fairq.integrations.transformers.bench import _workload
-
-    try:
-        workload = _workload(args)  # the same workload as the transformers harness
-    except ValueError as e:
-        print(f"fairq engine-bench: {e}", file=sys.stderr)
-        return 2
-    if any(r.after for r in workload):
-        print(
-            "fairq engine-bench --engine vllm replays arrivals, not dependent requests: "
-            f"{args.workload} has some (use flood, sim:qa or sim:judge)",
-            file=sys.stderr,
-        )
-        return 2
+        raise UsageError(
+            f"--engine vllm needs vLLM 0.33 ({e}): pip install -r .ci/vllm-requirements.txt, "
+            "then pip install --no-deps vllm==0.33.0"
+        ) from None
     print(
         f"# fairq engine-bench --engine vllm: vLLM {vllm.__version__} scheduler on CPU, "
         f"step times simulated (fairq.sim StepModel defaults), requests={len(workload)}"

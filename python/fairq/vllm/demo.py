@@ -20,12 +20,16 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``fairq demo``."""
+    from fairq.cliargs import output_file
+
     parser.add_argument(
         "--policies",
         default="vllm,dlpm",
         help="comma-separated: vllm (stock) and fairq policies (fcfs, vtc, lpm, dlpm...)",
     )
-    parser.add_argument("--json", default=None, help="also write the rows as JSON here")
+    parser.add_argument(
+        "--json", default=None, type=output_file, help="also write the rows as JSON here"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     from fairq.integrations.transformers.workload import multi_client_workload
     from fairq.vllm.server import MODEL_SIZES
-    from fairq.vllm.serverbench import FLOOD, run_rows
+    from fairq.vllm.serverbench import FLOOD, check_args, run_rows
 
     ns = argparse.Namespace(
         policies=args.policies,
@@ -44,13 +48,14 @@ def run(args: argparse.Namespace) -> int:
         max_model_len=1024,
         runs=1,
         rate_scale=1.0,
-        backlog="",
+        backlog=[],
         backlog_seconds=0.0,
         backlog_policies="",
         plot=None,
         json=args.json,
         seed=0,
     )
+    check_args(ns)  # --policies, before the servers start
     flood_first = multi_client_workload(
         n_clients=4,
         requests_per_client=6,

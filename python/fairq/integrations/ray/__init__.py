@@ -1,4 +1,4 @@
-"""fairq on Ray Serve (``pip install 'fairq[ray]'``): D2LPM as a request router.
+"""fairq on Ray Serve (``pip install '.[ray]'``): D2LPM as a request router.
 
 Quick start::
 

@@ -391,32 +391,60 @@ def run_router(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--routers", default=",".join(ROUTERS), help="comma-separated")
-    parser.add_argument("--replicas", type=int, default=2)
-    parser.add_argument("--ingress", type=int, default=0, help="ingress replicas (routers)")
-    parser.add_argument("--greedy-requests", type=int, default=96)
-    parser.add_argument("--tenants", type=int, default=3)
-    parser.add_argument("--requests-per-tenant", type=int, default=32)
-    parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--worker-quantum", type=float, default=2048.0)
+    from fairq.cliargs import count, number, output_file, positive
+    from fairq.integrations.transformers.bench import MODEL_SIZES
+
+    parser.add_argument(
+        "--routers", default=",".join(ROUTERS), help=f"comma-separated of {', '.join(ROUTERS)}"
+    )
+    parser.add_argument("--replicas", type=count(1), default=2)
+    parser.add_argument("--ingress", type=count(0), default=0, help="ingress replicas (routers)")
+    parser.add_argument("--greedy-requests", type=count(1), default=96)
+    parser.add_argument("--tenants", type=count(1), default=3)
+    parser.add_argument("--requests-per-tenant", type=count(1), default=32)
+    parser.add_argument("--max-tokens", type=count(1), default=32)
+    parser.add_argument(
+        "--worker-quantum",
+        type=number(0, strict=True, inf=True),
+        default=2048.0,
+        help="D2LPM's Q_w, > 0 or inf (default 2048)",
+    )
     parser.add_argument("--policy", default="dlpm", help="the replicas' local scheduler")
-    parser.add_argument("--model-size", default="tiny")
+    parser.add_argument("--model-size", default="tiny", choices=sorted(MODEL_SIZES))
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--num-blocks", type=int, default=256, help="KV pages per replica")
-    parser.add_argument("--num-cpus", type=int, default=2)
-    parser.add_argument("--kill-after", type=int, default=None)
-    parser.add_argument("--timeout-s", type=float, default=300.0)
-    parser.add_argument("--repeat", type=int, default=1, help="runs per router (rows)")
-    parser.add_argument("--json", default=None, help="write the results as JSON here")
+    parser.add_argument("--num-blocks", type=count(1), default=256, help="KV pages per replica")
+    parser.add_argument("--num-cpus", type=count(1), default=2)
+    parser.add_argument("--kill-after", type=count(1), default=None)
+    parser.add_argument("--timeout-s", type=positive, default=300.0)
+    parser.add_argument("--repeat", type=count(1), default=1, help="runs per router (rows)")
+    parser.add_argument(
+        "--json", default=None, type=output_file, help="write the results as JSON here"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from fairq.cli import write_json
+    from fairq.cliargs import UsageError, need
+    from fairq.integrations.transformers.policies import check_policy
 
-    routers = [r.strip() for r in args.routers.split(",") if r.strip()]
+    routers = [r.strip().lower() for r in args.routers.split(",") if r.strip()]
     for r in routers:
         if r not in ROUTERS:
-            raise SystemExit(f"--routers: unknown router {r!r} (known: {', '.join(ROUTERS)})")
+            raise UsageError(f"unknown router {r!r} (known: {', '.join(ROUTERS)})", arg="--routers")
+    if not routers:
+        raise UsageError("names no router", arg="--routers")
+    try:
+        args.policy = check_policy(args.policy)
+    except ValueError as e:
+        raise UsageError(str(e), arg="--policy") from None
+    # Ray Serve, and torch + transformers for the engine replicas (without
+    # them Ray only says "Failed to update the deployments")
+    need(
+        "ray",
+        "engine",
+        what="Ray Serve with engine replicas",
+        modules=("ray", "torch", "transformers"),
+    )
     reqs = workload(
         greedy_requests=args.greedy_requests,
         tenants=args.tenants,
@@ -430,8 +458,6 @@ def run(args: argparse.Namespace) -> int:
         "num_blocks": args.num_blocks,
     }
     results = []
-    if args.repeat < 1:
-        raise SystemExit("--repeat must be >= 1")
     with local_cluster(num_cpus=args.num_cpus):
         for i in range(args.repeat):
             for r in routers:  # interleaved, so drift hits every router alike

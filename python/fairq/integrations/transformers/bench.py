@@ -343,29 +343,41 @@ def markdown(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+#: ``--policies`` of each ``--engine`` when not given
+DEFAULT_POLICIES = {
+    "transformers": "fifo,fcfs,lpm,vtc,dlpm",
+    "vllm": "fifo,fcfs,vtc,lpm,dlpm",
+    "vllm-server": "vllm,fcfs,vtc,lpm,dlpm",
+}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``fairq engine-bench``."""
+    from fairq.cliargs import count, non_negative, output_file, positive
+
     parser.add_argument(
         "--engine",
         choices=("transformers", "vllm", "vllm-server"),
         default="transformers",
-        help="transformers: its continuous-batching engine with a random-weight model; "
+        help="transformers: its continuous-batching engine with a random-weight model "
+        "(needs the engine extra: pip install '.[engine]'); "
         "vllm: vLLM's real scheduler, step times simulated (fairq.vllm.bench); "
         "vllm-server: real vLLM OpenAI servers under HTTP traffic (fairq.vllm.serverbench; "
         "policies: vllm for stock vLLM, fairq's fcfs, vtc, lpm, dlpm...)",
     )
     parser.add_argument(
         "--waiting",
-        type=int,
+        type=count(0),
         default=10_000,
         help="vllm: also measure fairq's time per schedule() with this many requests "
         "waiting (0: skip)",
     )
     parser.add_argument(
         "--policies",
-        default="fifo,fcfs,lpm,vtc,dlpm",
-        help="comma-separated: fifo (transformers' own) and fairq policies "
-        f"({', '.join(POLICIES)})",
+        default=None,
+        help="comma-separated: fifo (the engine's own scheduler) and fairq policies "
+        f"({', '.join(POLICIES)}); vllm-server: vllm (stock vLLM) and fairq's "
+        "(default: " + "; ".join(f"{e}: {p}" for e, p in DEFAULT_POLICIES.items()) + ")",
     )
     parser.add_argument(
         "--model",
@@ -374,10 +386,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="random-weight Llama-style model size (1b: use on a GPU)",
     )
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        help="model dtype (auto: bfloat16 on cuda, else float32)",
+    )
     parser.add_argument(
         "--threads",
-        type=int,
+        type=count(1),
         default=None,
         help="torch CPU threads (default 1 on CPU: steadier timings on a shared "
         "machine; torch's default elsewhere)",
@@ -390,36 +407,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--scale",
-        type=float,
+        type=positive,
         default=0.02,
         help="length scale of a sim: workload (default 0.02: CPU-sized)",
     )
     parser.add_argument(
-        "--duration", type=float, default=20.0, help="arrival window of a sim: workload in seconds"
+        "--duration",
+        type=positive,
+        default=20.0,
+        help="arrival window of a sim: workload in seconds",
     )
-    parser.add_argument("--clients", type=int, default=4, help="clients incl. the flooding one")
-    parser.add_argument("--requests-per-client", type=int, default=6)
+    parser.add_argument(
+        "--clients", type=count(2), default=4, help="clients incl. the flooding one (>= 2)"
+    )
+    parser.add_argument("--requests-per-client", type=count(1), default=6)
     parser.add_argument(
         "--flood-factor",
-        type=int,
+        type=count(1),
         default=4,
         help="the misbehaving client sends this many times more requests",
     )
-    parser.add_argument("--prefix-len", type=int, default=64, help="shared prefix per client")
-    parser.add_argument("--suffix-len", type=int, default=16)
-    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--prefix-len", type=count(0), default=64, help="shared prefix per client")
+    parser.add_argument("--suffix-len", type=count(1), default=16)
+    parser.add_argument("--max-new-tokens", type=count(1), default=16)
     parser.add_argument(
-        "--gap", type=float, default=0.0, help="seconds between a well-behaved client's requests"
+        "--gap",
+        type=non_negative,
+        default=0.0,
+        help="seconds between a well-behaved client's requests",
     )
-    parser.add_argument("--page-size", type=int, default=16)
-    parser.add_argument("--num-blocks", type=int, default=256)
-    parser.add_argument("--max-batch-tokens", type=int, default=256)
-    parser.add_argument("--max-requests-per-batch", type=int, default=4)
-    parser.add_argument("--quantum", type=float, default=128.0, help="DLPM quantum")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--page-size", type=count(1), default=16)
+    parser.add_argument("--num-blocks", type=count(1), default=256)
+    parser.add_argument("--max-batch-tokens", type=count(1), default=256)
+    parser.add_argument("--max-requests-per-batch", type=count(1), default=4)
+    parser.add_argument("--quantum", type=positive, default=128.0, help="DLPM quantum (> 0)")
+    parser.add_argument("--seed", type=count(0), default=0)
     parser.add_argument(
         "--json",
         default=None,
+        type=output_file,
         help="write the results as JSON to this path ('-': the document alone on stdout)",
     )
     parser.add_argument("--quick", action="store_true", help="small workload (smoke test)")
@@ -438,11 +464,15 @@ def _vocab(args: argparse.Namespace) -> int:
 
 
 def _workload(args: argparse.Namespace) -> list[EngineRequest]:
+    """The workload every engine replays, built (and a trace parsed) before
+    any work: a bad ``--workload`` or ``--trace`` is a
+    :class:`~fairq.cliargs.UsageError` naming it."""
+    from fairq.cliargs import UsageError, read_trace
+
     vocab = _vocab(args)
     if getattr(args, "trace", None):
-        from fairq.sim.workloads import load_trace
-
-        return from_sim_workload(load_trace(args.trace, args.seed), vocab, args.max_new_tokens)
+        wl = read_trace(args.trace, args.seed)
+        return from_sim_workload(wl, vocab, args.max_new_tokens)
     if args.workload == "flood":
         return multi_client_workload(
             n_clients=args.clients,
@@ -458,47 +488,75 @@ def _workload(args: argparse.Namespace) -> list[EngineRequest]:
     if args.workload.startswith("sim:"):
         from fairq.sim.workloads import make_workload
 
-        sim = make_workload(
-            args.workload[4:], scale=args.scale, duration=args.duration, seed=args.seed
-        )
-        return from_sim_workload(sim, vocab, max_new_tokens=args.max_new_tokens)
-    raise ValueError(f"--workload must be flood or sim:NAME, got {args.workload!r}")
+        try:
+            sim = make_workload(
+                args.workload[4:], scale=args.scale, duration=args.duration, seed=args.seed
+            )
+        except ValueError as e:
+            raise UsageError(str(e), arg="--workload") from None
+        wl_requests = from_sim_workload(sim, vocab, max_new_tokens=args.max_new_tokens)
+        if not wl_requests:
+            raise UsageError(
+                f"{args.workload} has no requests at --scale {args.scale:g} "
+                f"--duration {args.duration:g} (raise them)",
+                arg="--workload",
+            )
+        return wl_requests
+    raise UsageError(f"must be flood or sim:NAME, got {args.workload!r}", arg="--workload")
+
+
+def _policy_list(args: argparse.Namespace, known: tuple[str, ...], note: str) -> list[str]:
+    """``--policies`` as a list (case-insensitive), each one of ``known``."""
+    from fairq.cliargs import UsageError
+
+    names = [p.strip().lower() for p in args.policies.split(",") if p.strip()]
+    if not names:
+        raise UsageError("names no policy", arg="--policies")
+    for p in names:
+        if p not in known:
+            raise UsageError(
+                f"{p!r} is not one of {', '.join(known)} for --engine {args.engine} ({note})",
+                arg="--policies",
+            )
+    return names
 
 
 def run(args: argparse.Namespace) -> int:
-    """Entry point of ``fairq engine-bench``."""
+    """Entry point of ``fairq engine-bench``: every argument, the workload
+    and the engine's dependencies are checked before any work."""
+    from fairq.cliargs import need
+
+    if args.policies is None:
+        args.policies = DEFAULT_POLICIES[args.engine]
     if args.engine == "vllm":
         from fairq.vllm.bench import run as run_vllm
 
         return run_vllm(args)
     if args.engine == "vllm-server":
+        from fairq.vllm.serverbench import check_args
         from fairq.vllm.serverbench import run as run_server
 
+        check_args(args)
         return run_server(args, _workload(args))
+    names = _policy_list(
+        args, ("fifo", *POLICIES), "fifo: transformers' own scheduler; the others fairq's"
+    )
+    workload = _workload(args)
+    need("engine", what="--engine transformers", modules=("torch", "transformers"))
     try:
         import torch
 
         from fairq.integrations.transformers import scheduler as fs
     except ImportError as e:
-        print(
-            f"fairq engine-bench needs torch and transformers{_TF_RANGE} "
-            f"(pip install 'fairq[engine]'): {e}",
-            file=sys.stderr,
-        )
-        return 2
+        from fairq.cliargs import UsageError
+        from fairq.extras import install_hint
 
-    names = [p.strip() for p in args.policies.split(",") if p.strip()]
-    types = []
-    try:
-        for p in names:
-            types.append("fifo-observed" if p == "fifo" else f"fairq-{check_policy(p)}")
-        fs.register(options={"dlpm": {"quantum": args.quantum}})
-        workload = _workload(args)
-        if not workload:
-            raise ValueError("the workload has no requests (raise --duration or sizes)")
-    except (ValueError, ImportError) as e:
-        print(f"fairq engine-bench: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(
+            f"--engine transformers needs torch and transformers{_TF_RANGE} "
+            f"({install_hint('engine')}): {e}"
+        ) from None
+    types = ["fifo-observed" if p == "fifo" else f"fairq-{check_policy(p)}" for p in names]
+    fs.register(options={"dlpm": {"quantum": args.quantum}})
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     threads = args.threads if args.threads is not None else (1 if device == "cpu" else None)
     if threads is not None:

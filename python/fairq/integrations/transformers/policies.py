@@ -48,12 +48,9 @@ def policy_options(name: str, options: Mapping[str, Any] | None = None) -> dict[
             raise ValueError(f"policy {key!r} has no option {opt!r} (options: {allowed})")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"option {opt!r} must be a number, got {value!r}")
-        if (
-            not math.isfinite(float(value))
-            or float(value) < 0
-            or (opt == "quantum" and float(value) <= 0)
-        ):
-            raise ValueError(f"option {opt!r} must be finite and positive, got {value!r}")
+        # as the schedulers check them: every weight and the quantum finite and > 0
+        if not math.isfinite(float(value)) or float(value) <= 0:
+            raise ValueError(f"option {opt!r} must be a finite number > 0, got {value!r}")
         defaults[opt] = float(value)
     return defaults
 
