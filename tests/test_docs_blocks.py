@@ -12,7 +12,8 @@ may say otherwise:
 - ``<!-- doctest: vllm-config POLICY -->`` (yaml blocks): the options file
   of fairq's vLLM scheduler, validated as the scheduler validates it.
 
-A yaml block without a marker must parse. Any other language needs a marker.
+A yaml block without a marker must parse; a ``text`` block is shown output
+and not run. Any other language needs a marker.
 Every relative link in the README and docs/ leads to a file that exists and,
 with ``#anchor``, to a heading there. The installed-wheel runs of
 ``.ci/test-wheel`` skip the blocks: they ran against the build already.
@@ -36,11 +37,13 @@ FENCE = re.compile(r"^```(\w*)\s*$")
 MARK = re.compile(r"^<!--\s*doctest:\s*(\S+)\s*(.*?)\s*-->\s*$")
 
 
-def _extra_of(module: str) -> str:
-    """The extra of pyproject.toml that brings ``module`` (fairq.extras)."""
-    from fairq.extras import EXTRAS
+def _install_hint(module: str) -> str:
+    """How to get ``module``: the extra of pyproject.toml that brings it
+    (fairq.extras), or, for an engine that is not an extra, the README."""
+    from fairq.extras import EXTRAS, install_hint
 
-    return next((e for e, mods in EXTRAS.items() if module in mods), module)
+    extra = next((e for e, mods in EXTRAS.items() if module in mods), None)
+    return install_hint(extra) if extra else "not an extra: see the README"
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,7 @@ def test_the_docs_have_blocks_and_every_marker_is_known() -> None:
         if b.mark == "skip":
             assert b.arg, f"{b.id}: a skipped block says why"
         if b.mark is None:
-            assert b.lang in ("python", "bash", "yaml"), (
+            assert b.lang in ("python", "bash", "yaml", "text"), (
                 f"{b.id}: a ```{b.lang} block needs a doctest marker"
             )
 
@@ -176,10 +179,12 @@ def test_block_runs(block: Block, tmp_path: Path) -> None:
         pytest.skip("the docs' blocks ran against the build already")
     if block.mark == "skip":
         pytest.skip(f"not run: {block.arg}")
+    if block.lang == "text":
+        pytest.skip("shown output, not code")
     if block.mark == "needs":
         for mod in block.arg.split():
             if importlib.util.find_spec(mod) is None:
-                pytest.skip(f"needs {mod} (pip install '.[{_extra_of(mod)}]')")
+                pytest.skip(f"needs {mod} ({_install_hint(mod)})")
     if block.lang == "yaml":
         yaml = pytest.importorskip("yaml", reason="needs pyyaml (pip install '.[yaml]')")
         data = yaml.safe_load(block.code)
