@@ -257,3 +257,22 @@ def test_bench_summary_window_and_jain() -> None:
     assert row["service_total"] == {"flood": 6.0, "well": 2.0}
     assert row["flood_done_before_well"] == 1.0
     assert row["well_behaved"]["itl_p50_s"] == pytest.approx(0.5)
+    # the server did not report cached tokens: no cost measure
+    assert row["cost_window"] is None and row["jain_cost_window"] != row["jain_cost_window"]
+
+
+def test_bench_summary_jain_in_dlpm_cost() -> None:
+    """DLPM's cost: w_e (1) per computed prompt token at the first token, w_q
+    (2) per output token. The flood's requests hit the cache and cost less
+    each, so equal output tokens are unequal cost, and the reverse."""
+    from fairq.vllm.serverbench import summarize
+
+    flood = _result("flood", 0.0, [2.5, 3.0], 2)
+    flood.prompt_tokens, flood.cached_tokens = 100, 96  # 4 computed + 2 x 2 output = 8
+    well = _result("well", 2.0, [2.5, 3.0], 2)
+    well.prompt_tokens, well.cached_tokens = 100, 0  # 100 computed + 4 = 104
+    row = summarize([flood, well], {}, {})
+    assert row["service_window"] == {"flood": 2.0, "well": 2.0}
+    assert row["jain_window"] == pytest.approx(1.0)
+    assert row["cost_window"] == {"flood": 8.0, "well": 104.0}
+    assert row["jain_cost_window"] == pytest.approx(112**2 / (2 * (8**2 + 104**2)))

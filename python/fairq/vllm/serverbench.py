@@ -15,6 +15,12 @@ report real wall-clock numbers:
 * Jain's index of the tenants' service over the *backlogged window*: from
   the time every tenant has sent its first request to the time the first
   tenant has its last answer;
+* the same in DLPM's cost (``jain_cost_window``), what DLPM's fairness is
+  measured in: ``w_e`` per prompt token vLLM computed (the prompt minus
+  the ``cached_tokens`` the server reports with
+  ``--enable-prompt-tokens-details``, which the bench turns on), counted
+  at the request's first token, plus ``w_q`` per output token as it
+  streams (DLPM's weights, the engine defaults);
 * output tokens/s over the run, vLLM's prefix-cache hit rate (its own
   ``/metrics``), TTFT, inter-token latency and end-to-end latency p50/p99
   of the well-behaved tenants (all but ``flood``) and of the flood;
@@ -78,6 +84,21 @@ def _service_events(r: HttpResult) -> list[tuple[float, float]]:
     return [(t, per) for t in r.chunk_times]
 
 
+def _cost_events(r: HttpResult) -> list[tuple[float, float]] | None:
+    """(time, DLPM cost) of one request: its computed prompt tokens at the
+    first token, its output tokens as they stream; None when the server did
+    not say what was cached."""
+    from fairq.integrations.transformers.policies import policy_options
+
+    if not r.ok or not r.chunk_times or r.first_token is None:
+        return []
+    if r.cached_tokens is None:
+        return None
+    w = policy_options("dlpm")
+    extend = max(r.prompt_tokens - r.cached_tokens, 0)
+    return [(r.first_token, w["w_e"] * extend)] + [(t, w["w_q"] * n) for t, n in _service_events(r)]
+
+
 def summarize(results: list[HttpResult], before: Metrics, after: Metrics) -> dict[str, Any]:
     """The row of one run (see the module doc)."""
     tenants = sorted({r.request.tenant for r in results})
@@ -87,11 +108,19 @@ def summarize(results: list[HttpResult], before: Metrics, after: Metrics) -> dic
     b = min(last_end.values())
     window: dict[str, float] = dict.fromkeys(tenants, 0.0)
     total: dict[str, float] = dict.fromkeys(tenants, 0.0)
+    cost_window: dict[str, float] | None = dict.fromkeys(tenants, 0.0)
     for r in results:
         for t, n in _service_events(r):
             total[r.request.tenant] += n
             if a <= t <= b:
                 window[r.request.tenant] += n
+        cost = _cost_events(r)
+        if cost is None:
+            cost_window = None
+        elif cost_window is not None:
+            for t, c in cost:
+                if a <= t <= b:
+                    cost_window[r.request.tenant] += c
     makespan = max(r.end for r in results) - min(r.sent for r in results)
     out_tokens = sum(r.completion_tokens for r in results if r.ok)
 
@@ -134,6 +163,12 @@ def summarize(results: list[HttpResult], before: Metrics, after: Metrics) -> dic
         "window_s": max(b - a, 0.0),
         "jain_window": jain_index(list(window.values())) if b > a else float("nan"),
         "service_window": window,
+        "jain_cost_window": (
+            jain_index(list(cost_window.values()))
+            if cost_window is not None and b > a
+            else float("nan")
+        ),
+        "cost_window": cost_window,
         "service_total": total,
         "well_behaved": lat(well),
         "flood": lat(flood) if flood else None,
@@ -171,6 +206,8 @@ def _server(args: argparse.Namespace, model: str, policy: str, log: str) -> Vllm
     if fairq == "dlpm":
         options = {"quantum": args.quantum}
     extra = args.server_args.split() if args.server_args else []
+    if "--enable-prompt-tokens-details" not in extra:
+        extra.append("--enable-prompt-tokens-details")  # each request's cached tokens
     return VllmServer(
         model,
         fairq,
@@ -249,9 +286,10 @@ def table(rows: list[dict[str, Any]]) -> str:
     """Markdown table of the policy rows: output tok/s is the median over
     runs with the range in brackets; the other columns are the median run's."""
     head = (
-        "| policy | runs | output tok/s | prefix hit | Jain (window) | well p50 / p99 e2e s "
-        "| well TTFT p50 s | well ITL p50 ms | flood p50 e2e s | fairq % of step |\n"
-        "|---|---|---|---|---|---|---|---|---|---|"
+        "| policy | runs | output tok/s | prefix hit | Jain (window) | Jain (cost) "
+        "| well p50 / p99 e2e s | well TTFT p50 s | well ITL p50 ms | flood p50 e2e s "
+        "| fairq % of step |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for r in rows:
@@ -260,6 +298,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {r['policy']} | {r['runs']} | {_f(r['output_tok_s_median'], 0)} "
             f"[{_f(r['output_tok_s_min'], 0)}-{_f(r['output_tok_s_max'], 0)}] "
             f"| {_f(r['prefix_hit_rate'], 3)} | {_f(r['jain_window'], 3)} "
+            f"| {_f(r['jain_cost_window'], 3)} "
             f"| {_f(w['latency_p50_s'])} / {_f(w['latency_p99_s'])} | {_f(w['ttft_p50_s'])} "
             f"| {_f(1e3 * w['itl_p50_s'] if w['itl_p50_s'] == w['itl_p50_s'] else None, 1)} "
             f"| {_f(fl.get('latency_p50_s'))} "
@@ -278,6 +317,7 @@ def _median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
     row["output_tok_s_max"] = ordered[-1]["output_tok_s"]
     row["output_tok_s_all"] = [r["output_tok_s"] for r in runs]
     row["jain_window_all"] = [r["jain_window"] for r in runs]
+    row["jain_cost_window_all"] = [r["jain_cost_window"] for r in runs]
     row["prefix_hit_rate_all"] = [r["prefix_hit_rate"] for r in runs]
     row["output_tok_s_median"] = statistics.median(r["output_tok_s"] for r in runs)
     return row
@@ -421,7 +461,8 @@ def run_rows(args: argparse.Namespace, workload: list[Any]) -> tuple[int, list[d
             row = server_run(args, model, policy, requests, f"{tmp}/{policy}-{i}.log")
             print(
                 f"  {policy} run {i + 1}: {row['output_tok_s']:.0f} output tok/s, "
-                f"hit {row['prefix_hit_rate']:.3f}, Jain {row['jain_window']:.3f}, "
+                f"hit {row['prefix_hit_rate']:.3f}, Jain {row['jain_window']:.3f} "
+                f"(cost {row['jain_cost_window']:.3f}), "
                 f"failed {row['failed']}",
                 flush=True,
             )

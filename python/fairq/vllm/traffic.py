@@ -78,6 +78,10 @@ class HttpResult:
     chunk_times: list[float] = field(default_factory=list)
     completion_tokens: int = 0
     prompt_tokens: int = 0
+    #: prompt tokens vLLM served from its prefix cache when it first
+    #: scheduled the request (``usage.prompt_tokens_details.cached_tokens``;
+    #: None unless the server runs with ``--enable-prompt-tokens-details``)
+    cached_tokens: int | None = None
     finish_reason: str | None = None
     #: the client closed the stream on purpose (``cancel_after``)
     cancelled: bool = False
@@ -123,6 +127,14 @@ def _body(model: str, r: HttpRequest) -> dict[str, Any]:
     return body
 
 
+def _read_usage(res: HttpResult, usage: dict[str, Any]) -> None:
+    res.completion_tokens = int(usage.get("completion_tokens", 0))
+    res.prompt_tokens = int(usage.get("prompt_tokens", 0))
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    if cached is not None:
+        res.cached_tokens = int(cached)
+
+
 async def _one(client: Any, base: str, model: str, r: HttpRequest, t0: float) -> HttpResult:
     res = HttpResult(r)
     delay = t0 + r.arrival - time.perf_counter()
@@ -142,8 +154,7 @@ async def _one(client: Any, base: str, model: str, r: HttpRequest, t0: float) ->
                 return res
             data = resp.json()
             usage = data.get("usage") or {}
-            res.completion_tokens = int(usage.get("completion_tokens", 0))
-            res.prompt_tokens = int(usage.get("prompt_tokens", 0))
+            _read_usage(res, usage)
             res.finish_reason = data["choices"][0].get("finish_reason")
             return res
         async with client.stream(
@@ -177,8 +188,7 @@ async def _one(client: Any, base: str, model: str, r: HttpRequest, t0: float) ->
                         res.finish_reason = choice["finish_reason"]
                 usage = chunk.get("usage")
                 if usage:
-                    res.completion_tokens = int(usage.get("completion_tokens", 0))
-                    res.prompt_tokens = int(usage.get("prompt_tokens", 0))
+                    _read_usage(res, usage)
                 if r.cancel_after is not None and len(res.chunk_times) >= r.cancel_after:
                     res.cancelled = True
                     break
