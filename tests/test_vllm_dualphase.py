@@ -198,12 +198,15 @@ def test_options_file_and_queue_policies(dual_env: Any) -> None:
 # -- the rules on vLLM's scheduler -----------------------------------------------
 
 
-def test_output_keeps_per_step_service_under_think_flood(dual_env: Any) -> None:
+@pytest.mark.parametrize("cls", ["FairqScheduler", "FairqAsyncScheduler"])
+def test_output_keeps_per_step_service_under_think_flood(dual_env: Any, cls: str) -> None:
     """4 requests end thinking at once; 40 keep thinking. Every step, every
     running output-phase request is served, and think gets at most
     floor(output_budget * multiplier) of the running slots."""
     s = build(
-        {"output_budget": 4, "think_batch_multiplier": 2.0, "min_think_reservation": 0}, dual_env
+        {"output_budget": 4, "think_batch_multiplier": 2.0, "min_think_reservation": 0},
+        dual_env,
+        cls=cls,
     )
     d = Driver(s)
     for i in range(4):
@@ -400,6 +403,42 @@ def test_fair_within_a_phase(dual_env: Any) -> None:
     # vtc: the polite tenant (less service) gets at least half the slots
     assert share["vtc"] >= 0.5 > share["fcfs"] + 0.1, (share, results)
     assert share["dlpm"] >= 0.5, (share, results)
+
+
+@pytest.mark.parametrize("policy", ["vtc", "dlpm"])
+def test_fair_order_within_a_phase_keeps_the_stated_rule(dual_env: Any, policy: str) -> None:
+    """ARCHITECTURE's rule, checked every step on the output phase: a tenant
+    f that got n_f slots while tenant g left a request without one had
+    service_f / w_f + (n_f - 1) * c_f <= service_g / w_g + n_g * c_g
+    (c = w_out / w, one output token's charge), with weights."""
+    dual_env(
+        policy,
+        tenant_weights={"a": 2},
+        dual_phase={"end_think_token_id": END, "output_budget": 3, "min_think_reservation": 0},
+    )
+    s = harness.build_scheduler(
+        fsched.FairqScheduler, block_size=BLOCK, num_blocks=1024, max_num_seqs=64
+    )
+    d = Driver(s)
+    for t, n in (("a", 6), ("b", 6), ("c", 3)):
+        for i in range(n):
+            d.add(f"{t}{i}", 0, 30 + 7 * i, tenant=t)
+    w = {"a": 2.0, "b": 1.0, "c": 1.0}
+    checked = 0
+    while s.has_requests():
+        key = {t: s.fairq.service(t) / w[t] for t in w}
+        d.step()
+        ran, skipped = d.log[-1]
+        n = {t: sum(1 for r, p in ran.items() if p == "output" and r[0] == t) for t in w}
+        left = {r[0] for r, p in skipped.items() if p == "output"}
+        for f in w:
+            for g in left:
+                if n[f] and f != g:
+                    c_f, c_g = 2.0 / w[f], 2.0 / w[g]
+                    assert key[f] + (n[f] - 1) * c_f <= key[g] + n[g] * c_g + 1e-9
+                    checked += 1
+    assert checked > 50
+    assert all(d.finished[r] == 1 for r in d.max_tokens)
 
 
 def test_metrics_on_the_schedulers_path(dual_env: Any) -> None:
