@@ -336,6 +336,22 @@ def test_phase_survives_preemption_and_resumption(dual_env: Any) -> None:
     assert all(d.finished[r] == 1 for r in d.max_tokens)
 
 
+def test_a_reused_request_id_starts_afresh(dual_env: Any) -> None:
+    """A finished output-phase request's id used again by a new request:
+    the new one starts in think (its own prompt decides), not in output."""
+    s = build({"output_budget": 4}, dual_env)
+    d = Driver(s)
+    d.add("x", 0, 5)
+    d.run()
+    assert d.finished == {"x": 1}
+    d.add("x", 3, 8)
+    d.step()
+    assert s.fairq_dualphase.queue.phase_of("x") == "think"
+    d.run()
+    assert d.finished == {"x": 2}
+    assert s.fairq_dualphase.queue.metrics()["phase_transitions_total"] == 2
+
+
 @pytest.mark.parametrize("cls", ["FairqScheduler", "FairqAsyncScheduler"])
 def test_transition_between_steps_end_and_next_token_in_one_step(dual_env: Any, cls: str) -> None:
     """A request that emits end-of-think (synchronous scheduler: with the

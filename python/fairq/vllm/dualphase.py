@@ -232,8 +232,10 @@ class DualPhasePolicy:
         self.fair = fair
         self.source = source
         self.queue = DualPhaseQueue(options.think_batch_multiplier, options.min_think_reservation)
-        #: every live request's phase (running or not), by request id
+        #: every live request's phase (running or not), by request id, and
+        #: the request object it belongs to
         self.phase: dict[str, str] = {}
+        self._req: dict[str, Any] = {}
         #: ended thinking while outside ``queue`` (async scheduling):
         #: moved with the core's ``on_phase_event`` when it runs again
         self._ended_outside: set[str] = set()
@@ -258,11 +260,14 @@ class DualPhasePolicy:
         return "think"
 
     def phase_of(self, request: Any) -> str:
+        """The phase of ``request`` (found from its prompt the first time;
+        a new request reusing a finished one's id starts afresh)."""
         rid = request.request_id
-        p = self.phase.get(rid)
-        if p is None:
-            p = self.phase[rid] = self._initial_phase(request)
-        return p
+        if self._req.get(rid) is not request:
+            self._req[rid] = request
+            self.phase[rid] = self._initial_phase(request)
+            self._ended_outside.discard(rid)
+        return self.phase[rid]
 
     def _sync(self, scheduler: Any) -> None:
         """``queue`` holds exactly ``scheduler.running``; phases of the
@@ -278,17 +283,19 @@ class DualPhasePolicy:
             rid = r.request_id
             if rid in q:
                 continue
+            phase = self.phase_of(r)  # first: resets a reused id's flags
             if rid in self._ended_outside:
                 self._ended_outside.discard(rid)
                 q.add(rid, r, "think")
                 q.on_phase_event(rid)
                 self.phase[rid] = "output"
             else:
-                q.add(rid, r, self.phase_of(r))
+                q.add(rid, r, phase)
         requests = scheduler.requests
         if len(self.phase) > len(requests):
             for rid in [k for k in self.phase if k not in requests]:
                 del self.phase[rid]
+                self._req.pop(rid, None)
                 self._ended_outside.discard(rid)
 
     # -- the step ---------------------------------------------------------
@@ -393,10 +400,9 @@ class DualPhasePolicy:
     def output_snapshot(self, scheduler_output: Any, requests: Mapping[str, Any]) -> list[Any]:
         out = []
         for rid in scheduler_output.num_scheduled_tokens:
-            if self.phase.get(rid) == "think":
-                r = requests.get(rid)
-                if r is not None:
-                    out.append((rid, r, r.num_output_tokens))
+            r = requests.get(rid)
+            if r is not None and self.phase_of(r) == "think":
+                out.append((rid, r, r.num_output_tokens))
         return out
 
     def after_update(self, snapshot: list[Any]) -> None:
