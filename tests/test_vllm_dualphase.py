@@ -271,12 +271,17 @@ def test_think_not_starved_beyond_the_reservation(dual_env: Any) -> None:
     assert served_steps[1] > served_steps[0] + 50, served_steps  # 540 vs 440 steps
 
 
-def test_preemption_takes_think_first_and_loses_nothing(dual_env: Any) -> None:
+@pytest.mark.parametrize("cls", ["FairqScheduler", "FairqAsyncScheduler"])
+def test_preemption_takes_think_first_and_loses_nothing(dual_env: Any, cls: str) -> None:
     """KV memory runs out: victims are think-phase requests while any is
     running; each request finishes exactly once with all its tokens, and a
     preempted request resumes in the phase it had."""
     s = build(
-        {"output_budget": 4, "min_think_reservation": 0}, dual_env, num_blocks=40, max_num_seqs=16
+        {"output_budget": 4, "min_think_reservation": 0},
+        dual_env,
+        num_blocks=40,
+        max_num_seqs=16,
+        cls=cls,
     )
     d = Driver(s)
     for i in range(4):
