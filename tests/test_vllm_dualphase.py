@@ -480,3 +480,14 @@ def test_metrics_on_the_schedulers_path(dual_env: Any) -> None:
     assert by["output"] > 0 and by["think"] > 0
     assert "fairq_vllm_dualphase_preemptions" in fams
     assert "fairq_vllm_dualphase_waiting" in fams
+    # the path to the server's /metrics: vLLM's SchedulerStats from make_stats()
+    from fairq.vllm.stats import decode_families, take_payload
+
+    s._fairq_packer.interval_s = 0.0  # (it ships at most once a second)
+    stats = s.make_stats()
+    payload = take_payload(stats)
+    assert payload is not None
+    shipped = {f.name: f for f in decode_families(payload, {"engine": "0"})}
+    depth = shipped["fairq_dualphase_queue_depth"]
+    assert {smp.labels["name"] for smp in depth.samples} == {"vllm-dualphase"}
+    assert "fairq_vllm_dualphase_scheduled_tokens" in shipped
