@@ -184,7 +184,7 @@ def test_end_id_from_vllms_reasoning_parser() -> None:
         assert ends([7, 5, 7, 6]) and not ends([7, 5, 7]) and not ends([6, 5, 7])
 
 
-def test_options_file_and_queue_policies(dual_env: Any) -> None:
+def test_dual_phase_under_every_policy(dual_env: Any) -> None:
     """dual_phase works under the queue policies and the fair ones."""
     for policy in ("fcfs", "wfq", "vtc", "dlpm"):
         s = build({"output_budget": 2}, dual_env, policy=policy)
