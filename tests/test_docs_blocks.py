@@ -189,9 +189,12 @@ def test_block_runs(block: Block, tmp_path: Path) -> None:
         yaml = pytest.importorskip("yaml", reason="needs pyyaml (pip install '.[yaml]')")
         data = yaml.safe_load(block.code)
         if block.mark == "vllm-config":
+            from fairq.vllm.dualphase import DualPhaseOptions
             from fairq.vllm.tenants import FairOptions
 
             FairOptions.from_mapping(block.arg, data)
+            if "dual_phase" in data:
+                DualPhaseOptions.from_mapping(data["dual_phase"])
         return
     if block.lang == "python":
         cmd = [sys.executable, "-c", block.code]

@@ -110,9 +110,10 @@ def check_queue_env_options(policy: SchedulingPolicy, options: dict[str, Any]) -
     (:data:`fairq.vllm.QUEUE_OPTIONS`) and, for ``wfq``, ``tenant`` and the
     saved state's ``state_file`` / ``state_interval_s``."""
     from fairq.vllm import QUEUE_OPTIONS
+    from fairq.vllm.dualphase import OPTION as DUAL_PHASE
     from fairq.vllm.tenants import STATE_KEYS
 
-    allowed = QUEUE_OPTIONS[policy]
+    allowed = (*QUEUE_OPTIONS[policy], DUAL_PHASE)
     if policy is SchedulingPolicy.WFQ:
         allowed = (*allowed, "tenant", *STATE_KEYS)
     for key in options:
@@ -166,6 +167,7 @@ def attach_fair_policy(scheduler: Any, policy: str) -> Any:
 
     raw = load_options()
     raw.pop("policy", None)
+    raw.pop("dual_phase", None)  # fairq.vllm.dualphase's, read by the scheduler class
     options = FairOptions.from_mapping(policy, raw)
     vllm_policy = getattr(getattr(scheduler, "policy", None), "value", "fcfs")
     state = FairState(options, int(scheduler.block_size), tiers=vllm_policy == "priority")
@@ -274,6 +276,21 @@ def _persistence(
     return p
 
 
+def _dual_phase(scheduler: Any) -> Any:
+    """The :class:`fairq.vllm.dualphase.DualPhasePolicy` of ``scheduler``
+    when the options (``FAIRQ_VLLM_CONFIG`` file, ``FAIRQ_VLLM_OPTIONS``)
+    hold ``dual_phase``; else None. A bad option raises here, naming it."""
+    from fairq.vllm.tenants import load_options
+
+    raw = load_options().get("dual_phase")
+    if raw is None or raw is False:
+        return None
+    from fairq.vllm.dualphase import build_dual_phase
+
+    fair = scheduler.fairq if hasattr(scheduler.fairq, "tenant_of") else None
+    return build_dual_phase(scheduler, raw, fair=fair)
+
+
 def _adopt_vllm_logging() -> None:
     """Send fairq's log records (``fairq.*``: the state file, the version
     check) through vLLM's handlers, at vLLM's level, so they show in the
@@ -311,6 +328,9 @@ def _build(name: str) -> type:
         #: the saved fairness state (:class:`fairq.vllm.persist.Persistence`)
         #: when the option ``state_file`` is set, else None
         fairq_persist: Any = None
+        #: the dual-phase policy (:class:`fairq.vllm.dualphase.DualPhasePolicy`)
+        #: when the option ``dual_phase`` is set, else None
+        fairq_dualphase: Any = None
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             from fairq.vllm import install
@@ -333,7 +353,7 @@ def _build(name: str) -> type:
                 options = resolve_options()
                 check_queue_env_options(self.fairq_policy, options)
                 state_file, interval_s = state_options(options)
-                for key in STATE_KEYS:
+                for key in (*STATE_KEYS, "dual_phase"):
                     options.pop(key, None)
                 if self.fairq_policy is SchedulingPolicy.WFQ and "flow_key" not in options:
                     # one WFQ flow per tenant, resolved as for the fair policies
@@ -349,6 +369,7 @@ def _build(name: str) -> type:
                     self.fairq_persist = _persistence(
                         self, self.fairq, "wfq", state_file, interval_s
                     )
+            self.fairq_dualphase = _dual_phase(self)
             self._fairq_observe()
 
         def _fairq_observe(self) -> None:
@@ -360,6 +381,8 @@ def _build(name: str) -> type:
             self.fairq_clock = StepClock()
             if self.fairq is not None:
                 time_fairq(self.fairq, self.fairq_clock)
+            if self.fairq_dualphase is not None:
+                time_fairq(self.fairq_dualphase, self.fairq_clock)
             options = getattr(self.fairq, "options", None)
             resolver = getattr(options, "tenant", None) or TenantResolver()
             self.fairq_tally = TenantTally(resolver)
@@ -370,7 +393,12 @@ def _build(name: str) -> type:
             if clock is None:  # an instance made without __init__
                 return super().schedule(*args, **kwargs)
             started = clock.schedule_started()
+            dual = self.fairq_dualphase
+            if dual is not None:
+                dual.before_schedule(self)
             output = super().schedule(*args, **kwargs)
+            if dual is not None:
+                dual.after_schedule(self, output)
             if self.fairq is not None:
                 self.fairq.after_schedule(self, output)
                 if self.fairq_persist is not None:
@@ -387,22 +415,40 @@ def _build(name: str) -> type:
 
         def _fairq_objects(self) -> list[tuple[str, Any]]:
             state = self.fairq
+            dual = self.fairq_dualphase
+            extra = [] if dual is None else [("vllm-dualphase", dual.queue)]
             if state is not None and hasattr(state, "schedulers"):
                 pol = self.fairq_policy.value
-                return [(f"vllm-{pol}-tier{t}", s) for t, s in sorted(state.schedulers().items())]
-            return [(f"vllm-{a.strip('_')}", getattr(self, a)) for a in ("waiting",)]
+                return [
+                    (f"vllm-{pol}-tier{t}", s) for t, s in sorted(state.schedulers().items())
+                ] + extra
+            return [(f"vllm-{a.strip('_')}", getattr(self, a)) for a in ("waiting",)] + extra
 
         def _fairq_families(self) -> list[Any]:
-            return self.fairq_tally.families(self.fairq_policy.value, self.fairq_clock)
+            out = self.fairq_tally.families(self.fairq_policy.value, self.fairq_clock)
+            if self.fairq_dualphase is not None:
+                out += self.fairq_dualphase.families("vllm-dualphase", self)
+            return out
 
         def update_from_output(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
-            if self.fairq is None:
+            dual = self.fairq_dualphase
+            if self.fairq is None and dual is None:
                 return super().update_from_output(scheduler_output, *args, **kwargs)
-            snapshot = self.fairq.output_snapshot(scheduler_output, self.requests)
+            snapshot = (
+                None
+                if self.fairq is None
+                else self.fairq.output_snapshot(scheduler_output, self.requests)
+            )
+            dual_snap = (
+                None if dual is None else dual.output_snapshot(scheduler_output, self.requests)
+            )
             out = super().update_from_output(scheduler_output, *args, **kwargs)
-            self.fairq.after_update(snapshot)
-            if self.fairq_persist is not None:
-                self.fairq_persist.tick()
+            if self.fairq is not None:
+                self.fairq.after_update(snapshot)
+                if self.fairq_persist is not None:
+                    self.fairq_persist.tick()
+            if dual is not None:
+                dual.after_update(dual_snap)
             return out
 
         def finish_requests(self, request_ids: Any, *args: Any, **kwargs: Any) -> Any:

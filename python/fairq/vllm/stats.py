@@ -117,6 +117,7 @@ _TIMED_STATE = (
     "prepend",
     "remove",
     "after_schedule",
+    "before_schedule",
     "output_snapshot",
     "after_update",
     "after_finish",

@@ -182,7 +182,13 @@ class FairOptions:
             raise ValueError(
                 f"policy must be one of {', '.join(FAIR_POLICIES)} here, got {policy!r}"
             )
-        known = set(POLICIES[policy][1]) | {"tenant_weights", "tenant", "policy", *STATE_KEYS}
+        known = set(POLICIES[policy][1]) | {
+            "tenant_weights",
+            "tenant",
+            "policy",
+            "dual_phase",  # fairq.vllm.dualphase's, read by the scheduler class
+            *STATE_KEYS,
+        }
         for key in raw:
             if key not in known:
                 raise ValueError(
