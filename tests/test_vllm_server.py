@@ -190,7 +190,14 @@ def test_hostile_traffic_keeps_serving(server: VllmServer, model: str) -> None:
         hold = results[f"hold{i}"]
         assert hold.cancelled or hold.ok, (hold.status, hold.error)
     gone = [results[f"gone{i}"] for i in range(16)]
-    assert all(r.cancelled for r in gone), [(r.status, r.error, r.latency) for r in gone]
+    # each client gave up while its request waited (or, on a machine fast
+    # enough, was answered in full first): nothing else
+    odd_out = [
+        (r.request.request_id, r.status, r.error, r.latency)
+        for r in gone
+        if not (r.cancelled or r.ok)
+    ]
+    assert not odd_out, odd_out
     # the server goes on serving, and what was abandoned leaves everywhere
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
