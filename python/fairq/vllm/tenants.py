@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +57,11 @@ class TenantResolver:
     A source that yields nothing (absent, empty, not a string) falls through
     to the next; none: ``default``. Never raises for a request.
     """
+
+    #: the keys of the options' ``tenant`` mapping (constructor keywords)
+    OPTIONS = ("order", "extra_args_key", "separator", "default", "strip_prefixes")
+    #: those of them that are lists
+    LIST_OPTIONS = ("order", "strip_prefixes")
 
     def __init__(
         self,
@@ -167,28 +172,36 @@ class FairOptions:
     policy: str
     policy_options: dict[str, float] = field(default_factory=dict)
     tenant_weights: dict[str, float] = field(default_factory=dict)
-    tenant: TenantResolver = field(default_factory=TenantResolver)
+    tenant: Callable[[Any], str] = field(default_factory=TenantResolver)
     #: the saved fairness state's file (:mod:`fairq.vllm.persist`), or None
     state_file: str | None = None
     #: seconds between saves of the state
     state_interval_s: float = 10.0
 
     @classmethod
-    def from_mapping(cls, policy: str, raw: Mapping[str, Any]) -> FairOptions:
-        """Build from plain data (the parsed file / JSON), naming any bad field."""
+    def from_mapping(
+        cls,
+        policy: str,
+        raw: Mapping[str, Any],
+        *,
+        policies: tuple[str, ...] = FAIR_POLICIES,
+        resolver: Any = None,
+        engine_keys: tuple[str, ...] = ("dual_phase", *STATE_KEYS),
+    ) -> FairOptions:
+        """Build from plain data (the parsed file / JSON), naming any bad field.
+
+        The engine integrations share this one validator: ``policies`` are the
+        policy names the engine accepts, ``resolver`` the tenant resolver
+        class (default :class:`TenantResolver`, vLLM's; it lists the keys of
+        ``tenant`` it takes in ``OPTIONS``), ``engine_keys`` the further keys
+        the engine reads itself (vLLM: ``dual_phase`` and the saved state's).
+        """
         from fairq.integrations.transformers.policies import POLICIES, policy_options
 
-        if policy not in FAIR_POLICIES:
-            raise ValueError(
-                f"policy must be one of {', '.join(FAIR_POLICIES)} here, got {policy!r}"
-            )
-        known = set(POLICIES[policy][1]) | {
-            "tenant_weights",
-            "tenant",
-            "policy",
-            "dual_phase",  # fairq.vllm.dualphase's, read by the scheduler class
-            *STATE_KEYS,
-        }
+        resolver_cls = TenantResolver if resolver is None else resolver
+        if policy not in policies:
+            raise ValueError(f"policy must be one of {', '.join(policies)} here, got {policy!r}")
+        known = set(POLICIES[policy][1]) | {"tenant_weights", "tenant", "policy", *engine_keys}
         for key in raw:
             if key not in known:
                 raise ValueError(
@@ -211,40 +224,41 @@ class FairOptions:
         tenant_raw = raw.get("tenant") or {}
         if not isinstance(tenant_raw, Mapping):
             raise TypeError(f"tenant must be a mapping of resolver options, got {tenant_raw!r}")
-        allowed = ("order", "extra_args_key", "separator", "default", "strip_prefixes")
+        allowed = resolver_cls.OPTIONS
         for k in tenant_raw:
             if k not in allowed:
                 raise ValueError(f"unknown option tenant.{k} (options: {', '.join(allowed)})")
-        for key in ("order", "strip_prefixes"):
+        for key in resolver_cls.LIST_OPTIONS:
             if key in tenant_raw and not isinstance(tenant_raw[key], (list, tuple)):
                 raise TypeError(f"tenant.{key} must be a list, got {tenant_raw[key]!r}")
-        resolver = TenantResolver(**dict(tenant_raw))
-        state_file, interval = state_options(raw)
-        return cls(policy, opts, weights, resolver, state_file, interval)
+        tenant = resolver_cls(**dict(tenant_raw))
+        state_file, interval = state_options(raw) if "state_file" in engine_keys else (None, 10.0)
+        return cls(policy, opts, weights, tenant, state_file, interval)
 
 
-def _read_file(path: str) -> dict[str, Any]:
+def _read_file(path: str, var: str = CONFIG_ENV_VAR) -> dict[str, Any]:
+    """The mapping in the YAML or JSON file ``path`` (named by ``$var``)."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except OSError as e:
-        raise ValueError(f"{CONFIG_ENV_VAR}={path!r} cannot be read: {e}") from None
+        raise ValueError(f"{var}={path!r} cannot be read: {e}") from None
     if path.endswith((".yaml", ".yml")):
         import yaml
 
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:
-            raise ValueError(f"{CONFIG_ENV_VAR}={path!r} is not valid YAML: {e}") from None
+            raise ValueError(f"{var}={path!r} is not valid YAML: {e}") from None
     else:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{CONFIG_ENV_VAR}={path!r} is not valid JSON: {e}") from None
+            raise ValueError(f"{var}={path!r} is not valid JSON: {e}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ValueError(f"{CONFIG_ENV_VAR}={path!r} must hold a mapping of options, got {data!r}")
+        raise ValueError(f"{var}={path!r} must hold a mapping of options, got {data!r}")
     return data
 
 

@@ -1,0 +1,153 @@
+"""Plug fairq's policies into an installed SGLang (``fairq.sglang.install()``).
+
+SGLang 0.5.23 has no registry for outside scheduling policies: the policy
+object is built in one method, ``Scheduler.init_schedule_policy`` (as
+``SchedulePolicy(name, tree_cache, ...)``), and the prefill adder class is
+chosen by another, ``Scheduler.get_prefill_adder_class``, an explicit
+extension point. :func:`install` wraps both methods of SGLang's
+``Scheduler`` class: after SGLang built its own policy, a scheduler whose
+policy is one of fairq's gets :class:`FairSchedulePolicy` (a subclass of
+SGLang's ``SchedulePolicy``) instead, and adders of a fair-policy subclass
+of SGLang's own adder. Nothing else of SGLang changes, and a scheduler with
+one of SGLang's own policies runs SGLang's code unchanged.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from fairq.sglang.tenants import load_options, make_options, policy_key
+from fairq.vllm.tenants import FairOptions
+
+__all__ = ["install", "uninstall", "is_fair_policy"]
+
+_ORIGINAL = "__fairq_original__"
+_SCHED_MOD = "sglang.srt.managers.scheduler"
+_POLICY_MOD = "sglang.srt.managers.schedule_policy"
+
+
+def is_fair_policy(name: Any) -> bool:
+    """Whether ``name`` is one of fairq's policy names (``fairq-dlpm``, ...)."""
+    try:
+        return (
+            isinstance(name, str)
+            and name.strip().lower().startswith("fairq-")
+            and bool(policy_key(name))
+        )
+    except ValueError:
+        return False
+
+
+def _modules() -> tuple[Any, Any]:
+    try:
+        return importlib.import_module(_SCHED_MOD), importlib.import_module(_POLICY_MOD)
+    except ImportError as e:
+        raise ImportError(
+            f"fairq.sglang.install() needs SGLang (module {_SCHED_MOD} could not be "
+            f"imported: {e}); install sglang==0.5.23 (see .ci/sglang-requirements.txt)"
+        ) from e
+
+
+def build_policy(scheduler: Any, options: FairOptions) -> Any:
+    """fairq's ``SchedulePolicy`` for an SGLang ``scheduler`` (its tree cache and
+    priority settings), and the adder class that goes with it."""
+    from fairq.sglang.fair import fair_adder_class, fair_schedule_policy_class
+
+    pm = importlib.import_module(_POLICY_MOD)
+    cls = fair_schedule_policy_class(pm.SchedulePolicy)
+    return cls(
+        options.policy,
+        scheduler.tree_cache,
+        getattr(scheduler, "enable_hierarchical_cache", False),
+        getattr(scheduler, "enable_priority_scheduling", False),
+        getattr(scheduler, "schedule_low_priority_values_first", False),
+        options=options,
+    ), fair_adder_class
+
+
+def install(policy: str | None = None, **options: Any) -> list[str]:
+    """Make SGLang's schedulers built from now on (in this process) able to run
+    fairq's policies: ``fairq-fcfs``, ``fairq-lpm``, ``fairq-vtc``,
+    ``fairq-dlpm``.
+
+    With ``policy`` given, every scheduler runs it, whatever its
+    ``schedule_policy``; without, a scheduler whose ``schedule_policy`` is a
+    fairq name runs that one (SGLang's CLI offers only its own names, so
+    that is for ``ServerArgs`` built in code) and the others run SGLang's.
+    ``options``: the policy's options (:func:`fairq.sglang.tenants.make_options`:
+    ``quantum``, ``w_e``, ``tenant_weights``, ``tenant``, ...); none given:
+    ``$FAIRQ_SGLANG_CONFIG`` / ``$FAIRQ_SGLANG_OPTIONS``. Options are
+    validated now (each error names its field), before anything is patched.
+
+    Idempotent; call it before the scheduler is built (in the scheduler's
+    process). Returns the dotted names it patched. ``ImportError`` with a
+    clear message if SGLang is not installed.
+    """
+    raw = dict(options) if options else load_options()
+    fixed = make_options(policy, raw) if policy is not None else None
+    if policy is None:
+        for name in ("fcfs", "lpm", "vtc", "dlpm"):  # validate for every name
+            make_options(name, {k: v for k, v in raw.items() if k in _common(name, raw)})
+    sm, pm = _modules()
+    sched_cls = sm.Scheduler
+    init_orig = getattr(sched_cls.init_schedule_policy, _ORIGINAL, sched_cls.init_schedule_policy)
+    adder_orig = getattr(
+        sched_cls.get_prefill_adder_class, _ORIGINAL, sched_cls.get_prefill_adder_class
+    )
+
+    def init_schedule_policy(self: Any) -> None:
+        init_orig(self)
+        if fixed is not None:
+            opts = fixed
+        elif is_fair_policy(getattr(self, "schedule_policy", None)):
+            name = policy_key(self.schedule_policy)
+            opts = make_options(name, {k: raw[k] for k in _common(name, raw)})
+        else:
+            self._fairq_adder_cls = None
+            return
+        self.policy, make_adder = build_policy(self, opts)
+        base = adder_orig(self)
+        cls = make_adder(base, pm.AddReqResult)
+        self._fairq_adder_cls = type(cls.__name__, (cls,), {"fairq": self.policy.fairq})
+
+    def get_prefill_adder_class(self: Any) -> type:
+        cls = getattr(self, "_fairq_adder_cls", None)
+        return cls if cls is not None else adder_orig(self)
+
+    setattr(init_schedule_policy, _ORIGINAL, init_orig)
+    setattr(get_prefill_adder_class, _ORIGINAL, adder_orig)
+    sched_cls.init_schedule_policy = init_schedule_policy
+    sched_cls.get_prefill_adder_class = get_prefill_adder_class
+    return [
+        f"{_SCHED_MOD}.Scheduler.init_schedule_policy",
+        f"{_SCHED_MOD}.Scheduler.get_prefill_adder_class",
+    ]
+
+
+def _common(name: str, raw: dict[str, Any]) -> set[str]:
+    """The keys of ``raw`` that policy ``name`` takes or every policy takes
+    (a policy's own option given for another policy is not an error when
+    the policy is chosen per scheduler)."""
+    from fairq.integrations.transformers.policies import POLICIES
+
+    mine = set(POLICIES[name][1])
+    every = {"tenant_weights", "tenant", "policy"}
+    theirs = {k for p in ("fcfs", "lpm", "vtc", "dlpm") for k in POLICIES[p][1]}
+    return {k for k in raw if k in mine or k in every or k not in theirs}
+
+
+def uninstall() -> list[str]:
+    """Restore SGLang's own methods where :func:`install` replaced them."""
+    try:
+        sm = importlib.import_module(_SCHED_MOD)
+    except ImportError:
+        return []
+    done = []
+    for name in ("init_schedule_policy", "get_prefill_adder_class"):
+        current = getattr(sm.Scheduler, name)
+        original = getattr(current, _ORIGINAL, None)
+        if original is not None:
+            setattr(sm.Scheduler, name, original)
+            done.append(f"{_SCHED_MOD}.Scheduler.{name}")
+    return done

@@ -1,0 +1,172 @@
+"""Which tenant an SGLang request belongs to, and the fair policies' options.
+
+Pure Python (no SGLang import): requests are read through duck typing
+(``sglang.srt.managers.schedule_batch.Req``'s attributes). The options are
+validated by the one validator fairq's engine integrations share
+(:meth:`fairq.vllm.tenants.FairOptions.from_mapping`), each error naming its
+field, when :func:`fairq.sglang.install` is called.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from fairq.vllm.tenants import FairOptions
+
+__all__ = [
+    "CONFIG_ENV_VAR",
+    "OPTIONS_ENV_VAR",
+    "POLICIES",
+    "SOURCES",
+    "TenantResolver",
+    "load_options",
+    "make_options",
+    "policy_key",
+]
+
+#: Environment variable naming a YAML or JSON file of options.
+CONFIG_ENV_VAR = "FAIRQ_SGLANG_CONFIG"
+#: Environment variable holding a JSON object of options (over the file's).
+OPTIONS_ENV_VAR = "FAIRQ_SGLANG_OPTIONS"
+
+#: fairq's policies inside SGLang, by the name SGLang is given
+#: (``fairq-<policy>``).
+POLICIES = ("fcfs", "lpm", "vtc", "dlpm")
+
+#: Where a tenant can come from, in the default resolution order.
+SOURCES = ("custom_labels", "routing_key", "extra_key", "lora", "rid")
+
+
+def policy_key(name: Any) -> str:
+    """``"fairq-dlpm"`` / ``"dlpm"`` (any case, surrounding space) -> ``"dlpm"``;
+    anything else is a ``ValueError`` naming the choices."""
+    if isinstance(name, str):
+        key = name.strip().lower()
+        if key.startswith("fairq-"):
+            key = key[len("fairq-") :]
+        if key in POLICIES:
+            return key
+    choices = ", ".join(f"fairq-{p}" for p in POLICIES)
+    raise ValueError(f"policy must be one of {choices}, got {name!r}")
+
+
+class TenantResolver:
+    """Maps an SGLang ``Req`` to a tenant name, trying ``order`` in turn.
+
+    * ``"custom_labels"``: ``request.custom_labels[label_key]`` (the request
+      body's ``custom_labels``; SGLang 0.5.23 keeps them in the tokenizer
+      manager and does not pass them to the scheduler's ``Req``, so this
+      source yields a tenant only where an engine build copies them there);
+    * ``"routing_key"``: ``request.routing_key`` (the body's ``routing_key``);
+    * ``"extra_key"``: ``request.extra_key`` (the body's ``extra_key``; it
+      also namespaces SGLang's prefix cache, so tenants set this way never
+      share cached prefixes);
+    * ``"lora"``: ``request.lora_id`` (the LoRA adapter the request uses);
+    * ``"rid"``: the text before the first ``separator`` in the request id
+      (the body's ``rid``: ``"alice:42"`` -> ``"alice"``).
+
+    A source that yields nothing (absent, empty, not a string) falls through
+    to the next; none: ``default``. Never raises for a request.
+    """
+
+    #: the keys of the options' ``tenant`` mapping (constructor keywords)
+    OPTIONS = ("order", "label_key", "separator", "default")
+    #: those of them that are lists
+    LIST_OPTIONS = ("order",)
+
+    def __init__(
+        self,
+        order: tuple[str, ...] | list[str] = SOURCES,
+        label_key: str = "tenant",
+        separator: str = ":",
+        default: str = "default",
+    ) -> None:
+        order = tuple(order)
+        for i, src in enumerate(order):
+            if src not in SOURCES:
+                raise ValueError(
+                    f"tenant.order[{i}] must be one of {', '.join(SOURCES)}, got {src!r}"
+                )
+        if len(set(order)) != len(order):
+            raise ValueError(f"tenant.order has a duplicate source: {list(order)}")
+        for name, v in (
+            ("tenant.label_key", label_key),
+            ("tenant.separator", separator),
+            ("tenant.default", default),
+        ):
+            if not isinstance(v, str) or not v:
+                raise ValueError(f"{name} must be a non-empty string, got {v!r}")
+        self.order = order
+        self.label_key = label_key
+        self.separator = separator
+        self.default = default
+
+    def __call__(self, request: Any) -> str:
+        """The tenant of ``request`` (any object with SGLang ``Req``'s attributes)."""
+        for src in self.order:
+            t = self._from(src, request)
+            if isinstance(t, str) and t:
+                return t
+        return self.default
+
+    def _from(self, src: str, request: Any) -> Any:
+        if src == "custom_labels":
+            labels = getattr(request, "custom_labels", None)
+            return labels.get(self.label_key) if isinstance(labels, Mapping) else None
+        if src == "routing_key":
+            return getattr(request, "routing_key", None)
+        if src == "extra_key":
+            return getattr(request, "extra_key", None)
+        if src == "lora":
+            return getattr(request, "lora_id", None)
+        rid = getattr(request, "rid", None)
+        if isinstance(rid, str):
+            head, sep, _ = rid.partition(self.separator)
+            return head if sep else None
+        return None
+
+    def __repr__(self) -> str:
+        return (
+            f"TenantResolver(order={list(self.order)}, label_key={self.label_key!r}, "
+            f"separator={self.separator!r}, default={self.default!r})"
+        )
+
+
+def make_options(policy: Any, raw: Mapping[str, Any] | None = None) -> FairOptions:
+    """Validated options of ``policy`` (``fairq-dlpm`` or ``dlpm``) from plain
+    data; every error names its field. Keys: the policy's own (VTC
+    ``w_in``/``w_out``, DLPM ``quantum``/``w_e``/``w_q``), ``tenant_weights``,
+    ``tenant`` (:class:`TenantResolver`'s keywords), and ``policy`` (ignored
+    here: the caller resolved it)."""
+    key = policy_key(policy)
+    if raw is not None and not isinstance(raw, Mapping):
+        raise TypeError(f"options must be a mapping, got {raw!r}")
+    data = dict(raw or {})
+    return FairOptions.from_mapping(
+        key, data, policies=POLICIES, resolver=TenantResolver, engine_keys=()
+    )
+
+
+def load_options(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The raw options: the file named by ``$FAIRQ_SGLANG_CONFIG`` (YAML or
+    JSON), then ``$FAIRQ_SGLANG_OPTIONS`` (a JSON object) over it."""
+    from fairq.vllm.tenants import _read_file
+
+    env = os.environ if env is None else env
+    out: dict[str, Any] = {}
+    path = env.get(CONFIG_ENV_VAR, "").strip()
+    if path:
+        out.update(_read_file(path, CONFIG_ENV_VAR))
+    text = env.get(OPTIONS_ENV_VAR, "").strip()
+    if text:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{OPTIONS_ENV_VAR} is not valid JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{OPTIONS_ENV_VAR} must be a JSON object of options")
+        out.update(data)
+    return out
