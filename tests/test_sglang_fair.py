@@ -1,0 +1,277 @@
+"""fairq's policies inside SGLang 0.5.23's real scheduling objects.
+
+Runs with the SGLang venv's python (``.ci/sglang-requirements.txt``); skipped
+where SGLang is not importable. Covered: SGLang's own ``SchedulePolicy``
+(its ``lpm`` as the baseline, fairq's subclass), ``PrefillAdder`` (real
+budgets, chunked prefill, locks), ``RadixCache`` over a CPU
+``TokenToKVPoolAllocator``, and ``Req`` (retraction via ``reset_for_retract``),
+driven step by step by :class:`fairq.sglang.harness.Engine` with outputs the
+test makes. Not covered: SGLang's ``Scheduler`` class itself (building it
+needs a model runner), overlap scheduling, mixed chunks, LoRA, hicache.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from array import array
+from typing import Any
+
+import pytest
+
+try:
+    import sglang.srt.managers.schedule_policy  # noqa: F401
+except ImportError as e:  # pragma: no cover - depends on the venv
+    pytest.skip(
+        f"SGLang 0.5.23 is not importable here ({e}); run these tests with the SGLang "
+        "venv's python (pip install -r .ci/sglang-requirements.txt && "
+        "pip install --no-deps sglang==0.5.23)",
+        allow_module_level=True,
+    )
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fairq.sglang.harness import Engine, publish_server_args, tenant_of
+from fairq.sglang.mirror import RadixCacheMirror
+
+POLICIES = ["fairq-fcfs", "fairq-lpm", "fairq-vtc", "fairq-dlpm"]
+
+
+def greedy_workload(e: Engine, seed: int, flood: int = 80, each: int = 16) -> None:
+    """A greedy tenant whose requests share a long cached prefix, and three
+    tenants with prompts of their own, all waiting from the start."""
+    rng = random.Random(seed)
+    system = [rng.randrange(30000) for _ in range(480)]
+    reqs = [("flood", system + [rng.randrange(30000) for _ in range(160)]) for _ in range(flood)]
+    for t in ("a", "b", "c"):
+        reqs += [
+            (t, [rng.randrange(30000) for _ in range(rng.randrange(200, 500))]) for _ in range(each)
+        ]
+    rng.shuffle(reqs)
+    for i, (t, toks) in enumerate(reqs):
+        e.request(toks, max_new_tokens=rng.randrange(2, 12), rid=f"{t}:{i}")
+
+
+def max_gap_while_backlogged(e: Engine) -> float:
+    """Largest |W_f - W_g| growth over an interval in which both tenants had
+    requests waiting at every step (ALGORITHMS.md section 6, Theorem 4.1)."""
+    tl = e.timeline
+    tenants = sorted(tl[0][0])
+    worst = 0.0
+    for f, g in itertools.combinations(tenants, 2):
+        start = None
+        for k, (_, waiting) in enumerate(tl):
+            both = waiting[f] > 0 and waiting[g] > 0
+            if both and start is None:
+                start = k
+            if start is not None and (not both or k == len(tl) - 1):
+                end = k if both else k - 1
+                for a in range(max(start - 1, 0), end + 1):
+                    wf0, wg0 = tl[a][0][f], tl[a][0][g]
+                    for b in range(a, end + 1):
+                        d = abs((tl[b][0][f] - wf0) - (tl[b][0][g] - wg0))
+                        worst = max(worst, d)
+                start = None
+    return worst
+
+
+def contention(e: Engine) -> dict[str, float]:
+    """Service each tenant got while all of them had requests waiting."""
+    tl = e.timeline
+    a = next(i for i, (_, w) in enumerate(tl) if min(w.values()) > 0)
+    b = next((i for i in range(a, len(tl)) if min(tl[i][1].values()) == 0), len(tl))
+    assert b - a > 5, "every tenant should stay backlogged for a while"
+    start = tl[a - 1][0] if a > 0 else dict.fromkeys(tl[0][0], 0.0)
+    return {t: tl[b - 1][0][t] - start[t] for t in start}
+
+
+# -- the prefix-cache mirror ---------------------------------------------------
+
+_ops = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("insert"),
+            st.lists(st.integers(0, 3), min_size=1, max_size=24),
+            st.sampled_from([None, "lora1"]),
+        ),
+        st.tuples(st.just("evict"), st.integers(1, 30), st.none()),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=_ops, page=st.sampled_from([1, 4]))
+def test_mirror_matches_what_sglang_matches(ops: list[Any], page: int) -> None:
+    """After any inserts and evictions on SGLang's RadixCache, the mirror's
+    match of every sequence equals SGLang's own ``match_prefix`` length."""
+    import torch
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+    from sglang.srt.mem_cache.base_prefix_cache import (
+        EvictParams,
+        InsertParams,
+        MatchPrefixParams,
+    )
+    from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
+
+    publish_server_args()
+    alloc = TokenToKVPoolAllocator(4096, torch.float16, "cpu", None, False)
+    cache = RadixCache.create_simulated(mock_allocator=alloc, page_size=page)
+    cache.insert(InsertParams(key=RadixKey(array("q", [7] * 8)), value=alloc.alloc(8)))
+    mirror = RadixCacheMirror.attach(cache)  # picks up what is there already
+    seen: list[tuple[list[int], Any]] = []
+    for op, a, ns in ops:
+        if op == "insert":
+            key = RadixKey(array("q", a), extra_key=ns).page_aligned(page)
+            if len(key):
+                cache.insert(InsertParams(key=key, value=alloc.alloc(len(key))))
+            seen.append((a, ns))
+        else:
+            cache.evict(EvictParams(num_tokens=a))
+        for toks, ns2 in [*seen, ([7] * 9, None)]:
+            want = cache.match_prefix(
+                MatchPrefixParams(key=RadixKey(array("q", toks), extra_key=ns2))
+            ).device_prefix_len
+            assert mirror.match(toks, ns2) == want
+    mirror.detach()
+    assert not hasattr(cache.kv_events, "_fairq_mirror")
+
+
+def _tree_state(cache: Any) -> list[tuple[int, float, int]]:
+    out, stack = [], [cache.root_node]
+    while stack:
+        n = stack.pop()
+        out.append((id(n), n.last_access_time, n.hit_count))
+        stack.extend(n.children.values())
+    return sorted(out)
+
+
+@pytest.mark.parametrize("policy", ["fairq-lpm", "fairq-dlpm"])
+def test_ordering_leaves_sglang_cache_untouched(policy: str) -> None:
+    """fairq's ordering reads its mirror: no node of SGLang's tree is split
+    or created, and no LRU time or hit count moves. (SGLang's own LPM moves
+    them, which shows the check can fail.)"""
+    e = Engine(policy, kv_tokens=1 << 15)
+    greedy_workload(e, seed=5, flood=12, each=4)
+    for _ in range(4):
+        e.step()
+    e.request(list(range(100, 400)), rid="late:1")
+    before = _tree_state(e.cache)
+    e.policy.calc_priority(e.waiting, None)
+    assert _tree_state(e.cache) == before
+    from sglang.srt.managers.schedule_policy import SchedulePolicy
+
+    SchedulePolicy("lpm", e.cache, False, False, True).calc_priority(list(e.waiting), None)
+    assert _tree_state(e.cache) != before
+
+
+# -- every request exactly once; charges are what SGLang computed -----------------
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_request_leaves_exactly_once_and_charges_match(policy: str) -> None:
+    """With chunked prefill, aborts of waiting and running requests and
+    retractions: each request is admitted once (a retracted one once more),
+    leaves fairq exactly once, and each tenant's fairq service equals what
+    SGLang computed: prompt positions the first time (recomputation after a
+    retraction is free) plus weighted outputs."""
+    e = Engine(policy, chunk_size=256, max_prefill_tokens=1024, kv_tokens=1 << 15)
+    greedy_workload(e, seed=7, flood=24, each=8)
+    n = len(e.waiting)
+    aborted_waiting = None
+    retracted: set[str] = set()
+    aborted_running = None
+    for step in range(10_000):
+        if not e.waiting and not e.running and e.chunked is None:
+            break
+        e.step()
+        if step == 1:  # fairq has seen it waiting
+            aborted_waiting = e.waiting[-1]
+            e.abort(aborted_waiting)
+        if step in (3, 9, 15) and e.running:
+            victim = e.running[0]
+            if victim.rid not in retracted:
+                retracted.add(victim.rid)
+                e.retract(victim)
+        if step == 6 and len(e.running) > 1 and aborted_running is None:
+            aborted_running = e.running[-1]
+            e.abort(aborted_running)
+    e.policy.calc_priority(e.waiting, None)  # fairq sees the last finishes
+    st_ = e.fairq
+    assert len(retracted) == 3 and aborted_running is not None and aborted_waiting is not None
+    assert len(st_) == 0 and len(st_.sched) == 0 and st_.sched.num_running == 0
+    assert st_.left == n and not st_.tenant_of
+    assert aborted_waiting.rid not in e.admissions
+    assert {r: c for r, c in e.admissions.items() if c != 1} == dict.fromkeys(retracted, 2)
+    assert len(e.admissions) == n - 1
+    for t in e.prompt_served:
+        # service is extend + 2 * output in all four (VTC's counter charges
+        # the whole prompt, its service what was computed)
+        assert st_.service(t) == pytest.approx(e.prompt_served[t] + 2.0 * e.output_served[t])
+
+
+# -- fairness and locality -------------------------------------------------------------
+
+
+def test_dlpm_within_theorem_bound_and_sglang_lpm_is_not() -> None:
+    """Theorem 4.1 (VTC's bound with Q_u = 0 is DLPM's with a quantum): while
+    two tenants are backlogged, their service (extend + 2 * output) differs by
+    at most 2 * (U + Q), U = l_in + 2 * m. SGLang's LPM breaks it by far."""
+    quantum = 512.0
+    results = {}
+    for policy in ("lpm", "fairq-dlpm"):
+        e = Engine(
+            policy,
+            options={"quantum": quantum} if "dlpm" in policy else None,
+            max_prefill_tokens=2048,
+            chunk_size=1024,
+            kv_tokens=1 << 15,
+        )
+        greedy_workload(e, seed=11)
+        e.run()
+        results[policy] = e
+    e = results["fairq-dlpm"]
+    l_in = max(e.prompt_len.values())
+    u = 1.0 * l_in + 2.0 * 12
+    assert max_gap_while_backlogged(e) <= 2 * (u + quantum)
+    assert max_gap_while_backlogged(results["lpm"]) > 4 * (u + quantum)
+
+
+def test_greedy_tenant_dominates_sglang_lpm_not_fairq_dlpm() -> None:
+    results = {}
+    for policy in ("lpm", "fairq-dlpm"):
+        e = Engine(policy, max_prefill_tokens=2048, chunk_size=1024, kv_tokens=1 << 15)
+        greedy_workload(e, seed=13)
+        e.run()
+        results[policy] = e
+    served = contention(results["lpm"])
+    others = max(v for t, v in served.items() if t != "flood")
+    assert served["flood"] > 4 * others
+    served = contention(results["fairq-dlpm"])
+    assert max(served.values()) <= 1.5 * min(served.values())
+    assert results["fairq-dlpm"].hit_rate >= 0.9 * results["lpm"].hit_rate
+
+
+def test_dlpm_keeps_locality_where_sglang_lpm_falls_back_to_fcfs() -> None:
+    """More than 128 waiting: SGLang's LPM turns into FCFS
+    (WAITING_QUEUE_PREFIX_MATCH_MAX); fairq's DLPM and LPM keep matching."""
+    from sglang.srt.managers.schedule_policy import WAITING_QUEUE_PREFIX_MATCH_MAX
+
+    rates = {}
+    for policy in ("lpm", "fairq-lpm", "fairq-dlpm"):
+        e = Engine(policy, max_prefill_tokens=1024, chunk_size=512, kv_tokens=2048)
+        rng = random.Random(17)
+        groups = [[rng.randrange(30000) for _ in range(400)] for _ in range(16)]
+        for i in range(320):
+            g = rng.randrange(16)
+            e.request(
+                groups[g] + [rng.randrange(30000) for _ in range(24)],
+                max_new_tokens=4,
+                rid=f"t{g % 4}:{i}",
+            )
+        assert len(e.waiting) > WAITING_QUEUE_PREFIX_MATCH_MAX
+        e.run()
+        rates[policy] = e.hit_rate
+    assert rates["fairq-dlpm"] > rates["lpm"] + 0.1, rates
+    assert rates["fairq-lpm"] > rates["lpm"] + 0.1, rates
