@@ -32,7 +32,7 @@ except ImportError as e:  # pragma: no cover - depends on the venv
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairq.sglang.harness import Engine, publish_server_args, tenant_of
+from fairq.sglang.harness import Engine, publish_server_args
 from fairq.sglang.mirror import RadixCacheMirror
 
 POLICIES = ["fairq-fcfs", "fairq-lpm", "fairq-vtc", "fairq-dlpm"]
@@ -275,3 +275,54 @@ def test_dlpm_keeps_locality_where_sglang_lpm_falls_back_to_fcfs() -> None:
         rates[policy] = e.hit_rate
     assert rates["fairq-dlpm"] > rates["lpm"] + 0.1, rates
     assert rates["fairq-lpm"] > rates["lpm"] + 0.1, rates
+
+
+# -- the hook -------------------------------------------------------------------------
+
+
+def _bare_scheduler(cls: type, policy: str) -> Any:
+    """An SGLang ``Scheduler`` with only what ``init_schedule_policy`` reads
+    (building a whole one needs a model runner)."""
+    from sglang.srt.mem_cache.radix_cache import RadixCache
+
+    s = object.__new__(cls)
+    s.schedule_policy = policy
+    s.tree_cache = RadixCache.create_simulated()
+    s.enable_hierarchical_cache = False
+    s.enable_priority_scheduling = False
+    s.schedule_low_priority_values_first = False
+    return s
+
+
+def test_install_selects_fairq_policies_in_sglangs_scheduler() -> None:
+    sm = pytest.importorskip("sglang.srt.managers.scheduler", reason="SGLang's Scheduler module")
+    from sglang.srt.managers.schedule_policy import PrefillAdder, SchedulePolicy
+
+    import fairq.sglang
+
+    publish_server_args()
+    orig = sm.Scheduler.init_schedule_policy
+    with pytest.raises(ValueError, match="'quantm'"):
+        fairq.sglang.install("fairq-dlpm", quantm=3)
+    assert sm.Scheduler.init_schedule_policy is orig  # nothing patched on error
+    try:
+        fairq.sglang.install(quantum=300, tenant={"order": ["routing_key"]})
+        s = _bare_scheduler(sm.Scheduler, "fairq-dlpm")
+        s.init_schedule_policy()
+        assert type(s.policy).__name__ == "FairSchedulePolicy"
+        assert isinstance(s.policy, SchedulePolicy)
+        assert s.schedule_policy == "fairq-dlpm"
+        assert s.policy.fairq.options.policy_options["quantum"] == 300.0
+        assert issubclass(s.get_prefill_adder_class(), PrefillAdder)
+        assert s.get_prefill_adder_class().fairq is s.policy.fairq
+        plain = _bare_scheduler(sm.Scheduler, "lpm")  # SGLang's own, unchanged
+        plain.init_schedule_policy()
+        assert type(plain.policy) is SchedulePolicy
+        assert plain.get_prefill_adder_class() is PrefillAdder
+        fairq.sglang.install("fairq-vtc")  # one policy for every scheduler
+        forced = _bare_scheduler(sm.Scheduler, "lpm")
+        forced.init_schedule_policy()
+        assert forced.policy.fairq.options.policy == "vtc"
+    finally:
+        fairq.sglang.uninstall()
+    assert sm.Scheduler.init_schedule_policy is orig

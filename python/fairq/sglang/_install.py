@@ -97,15 +97,23 @@ def install(policy: str | None = None, **options: Any) -> list[str]:
     )
 
     def init_schedule_policy(self: Any) -> None:
-        init_orig(self)
+        name = getattr(self, "schedule_policy", None)
         if fixed is not None:
             opts = fixed
-        elif is_fair_policy(getattr(self, "schedule_policy", None)):
-            name = policy_key(self.schedule_policy)
-            opts = make_options(name, {k: raw[k] for k in _common(name, raw)})
+        elif is_fair_policy(name):
+            key = policy_key(name)
+            opts = make_options(key, {k: raw[k] for k in _common(key, raw)})
         else:
             self._fairq_adder_cls = None
+            init_orig(self)
             return
+        # SGLang's own setup (delayers, trackers) with a name it knows; its
+        # policy object is then replaced by fairq's
+        self.schedule_policy = "fcfs"
+        try:
+            init_orig(self)
+        finally:
+            self.schedule_policy = name
         self.policy, make_adder = build_policy(self, opts)
         base = adder_orig(self)
         cls = make_adder(base, pm.AddReqResult)
