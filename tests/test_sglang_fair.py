@@ -12,8 +12,6 @@ needs a model runner), overlap scheduling, mixed chunks, LoRA, hicache.
 
 from __future__ import annotations
 
-import itertools
-import random
 from array import array
 from typing import Any
 
@@ -32,58 +30,17 @@ except ImportError as e:  # pragma: no cover - depends on the venv
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairq.sglang.harness import Engine, publish_server_args
+from fairq.sglang.harness import (
+    Engine,
+    contention,
+    greedy_workload,
+    grouped_workload,
+    max_gap_while_backlogged,
+    publish_server_args,
+)
 from fairq.sglang.mirror import RadixCacheMirror
 
 POLICIES = ["fairq-fcfs", "fairq-lpm", "fairq-vtc", "fairq-dlpm"]
-
-
-def greedy_workload(e: Engine, seed: int, flood: int = 80, each: int = 16) -> None:
-    """A greedy tenant whose requests share a long cached prefix, and three
-    tenants with prompts of their own, all waiting from the start."""
-    rng = random.Random(seed)
-    system = [rng.randrange(30000) for _ in range(480)]
-    reqs = [("flood", system + [rng.randrange(30000) for _ in range(160)]) for _ in range(flood)]
-    for t in ("a", "b", "c"):
-        reqs += [
-            (t, [rng.randrange(30000) for _ in range(rng.randrange(200, 500))]) for _ in range(each)
-        ]
-    rng.shuffle(reqs)
-    for i, (t, toks) in enumerate(reqs):
-        e.request(toks, max_new_tokens=rng.randrange(2, 12), rid=f"{t}:{i}")
-
-
-def max_gap_while_backlogged(e: Engine) -> float:
-    """Largest |W_f - W_g| growth over an interval in which both tenants had
-    requests waiting at every step (ALGORITHMS.md section 6, Theorem 4.1)."""
-    tl = e.timeline
-    tenants = sorted(tl[0][0])
-    worst = 0.0
-    for f, g in itertools.combinations(tenants, 2):
-        start = None
-        for k, (_, waiting) in enumerate(tl):
-            both = waiting[f] > 0 and waiting[g] > 0
-            if both and start is None:
-                start = k
-            if start is not None and (not both or k == len(tl) - 1):
-                end = k if both else k - 1
-                for a in range(max(start - 1, 0), end + 1):
-                    wf0, wg0 = tl[a][0][f], tl[a][0][g]
-                    for b in range(a, end + 1):
-                        d = abs((tl[b][0][f] - wf0) - (tl[b][0][g] - wg0))
-                        worst = max(worst, d)
-                start = None
-    return worst
-
-
-def contention(e: Engine) -> dict[str, float]:
-    """Service each tenant got while all of them had requests waiting."""
-    tl = e.timeline
-    a = next(i for i, (_, w) in enumerate(tl) if min(w.values()) > 0)
-    b = next((i for i in range(a, len(tl)) if min(tl[i][1].values()) == 0), len(tl))
-    assert b - a > 5, "every tenant should stay backlogged for a while"
-    start = tl[a - 1][0] if a > 0 else dict.fromkeys(tl[0][0], 0.0)
-    return {t: tl[b - 1][0][t] - start[t] for t in start}
 
 
 # -- the prefix-cache mirror ---------------------------------------------------
@@ -261,15 +218,7 @@ def test_dlpm_keeps_locality_where_sglang_lpm_falls_back_to_fcfs() -> None:
     rates = {}
     for policy in ("lpm", "fairq-lpm", "fairq-dlpm"):
         e = Engine(policy, max_prefill_tokens=1024, chunk_size=512, kv_tokens=2048)
-        rng = random.Random(17)
-        groups = [[rng.randrange(30000) for _ in range(400)] for _ in range(16)]
-        for i in range(320):
-            g = rng.randrange(16)
-            e.request(
-                groups[g] + [rng.randrange(30000) for _ in range(24)],
-                max_new_tokens=4,
-                rid=f"t{g % 4}:{i}",
-            )
+        grouped_workload(e, seed=17)
         assert len(e.waiting) > WAITING_QUEUE_PREFIX_MATCH_MAX
         e.run()
         rates[policy] = e.hit_rate

@@ -22,11 +22,20 @@ prefill, LoRA slots, hierarchical cache, grammar and disaggregation paths.
 from __future__ import annotations
 
 import itertools
+import random
 from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Engine", "StepResult", "publish_server_args"]
+__all__ = [
+    "Engine",
+    "StepResult",
+    "contention",
+    "greedy_workload",
+    "grouped_workload",
+    "max_gap_while_backlogged",
+    "publish_server_args",
+]
 
 _published = False
 
@@ -307,3 +316,68 @@ class Engine:
         if lock is not None:
             self.cache.unlock(lock)
             req.lock = None
+
+
+# -- workloads and measures of the tests and the bench --------------------------
+
+
+def greedy_workload(e: Engine, seed: int, flood: int = 80, each: int = 16) -> None:
+    """A greedy tenant whose requests share a long cached prefix, and three
+    tenants with prompts of their own, all waiting from the start."""
+    rng = random.Random(seed)
+    system = [rng.randrange(30000) for _ in range(480)]
+    reqs = [("flood", system + [rng.randrange(30000) for _ in range(160)]) for _ in range(flood)]
+    for t in ("a", "b", "c"):
+        reqs += [
+            (t, [rng.randrange(30000) for _ in range(rng.randrange(200, 500))]) for _ in range(each)
+        ]
+    rng.shuffle(reqs)
+    for i, (t, toks) in enumerate(reqs):
+        e.request(toks, max_new_tokens=rng.randrange(2, 12), rid=f"{t}:{i}")
+
+
+def max_gap_while_backlogged(e: Engine) -> float:
+    """Largest |W_f - W_g| growth over an interval in which both tenants had
+    requests waiting at every step (ALGORITHMS.md section 6, Theorem 4.1)."""
+    tl = e.timeline
+    tenants = sorted(tl[0][0])
+    worst = 0.0
+    for f, g in itertools.combinations(tenants, 2):
+        start = None
+        for k, (_, waiting) in enumerate(tl):
+            both = waiting[f] > 0 and waiting[g] > 0
+            if both and start is None:
+                start = k
+            if start is not None and (not both or k == len(tl) - 1):
+                end = k if both else k - 1
+                for a in range(max(start - 1, 0), end + 1):
+                    wf0, wg0 = tl[a][0][f], tl[a][0][g]
+                    for b in range(a, end + 1):
+                        d = abs((tl[b][0][f] - wf0) - (tl[b][0][g] - wg0))
+                        worst = max(worst, d)
+                start = None
+    return worst
+
+
+def contention(e: Engine) -> dict[str, float]:
+    """Service each tenant got while all of them had requests waiting."""
+    tl = e.timeline
+    a = next(i for i, (_, w) in enumerate(tl) if min(w.values()) > 0)
+    b = next((i for i in range(a, len(tl)) if min(tl[i][1].values()) == 0), len(tl))
+    assert b - a > 5, "every tenant should stay backlogged for a while"
+    start = tl[a - 1][0] if a > 0 else dict.fromkeys(tl[0][0], 0.0)
+    return {t: tl[b - 1][0][t] - start[t] for t in start}
+
+
+def grouped_workload(e: Engine, seed: int, groups: int = 16, n: int = 320) -> None:
+    """``n`` requests waiting at once, each one of ``groups`` 400-token
+    prefixes + 24 tokens of its own, four tenants."""
+    rng = random.Random(seed)
+    prefixes = [[rng.randrange(30000) for _ in range(400)] for _ in range(groups)]
+    for i in range(n):
+        g = rng.randrange(groups)
+        e.request(
+            prefixes[g] + [rng.randrange(30000) for _ in range(24)],
+            max_new_tokens=4,
+            rid=f"t{g % 4}:{i}",
+        )
