@@ -131,7 +131,7 @@ class FairState:
     def order(self, waiting_queue: list[Any]) -> None:
         """Admit the policy's next requests in fairq and put them, in order,
         at the head of ``waiting_queue`` (in place); the rest keep their order."""
-        present = self.sync(waiting_queue)
+        self.sync(waiting_queue)
         if not self.waiting:
             return
         sched = self.sched
@@ -152,7 +152,6 @@ class FairState:
             chosen = set(self.admitted)
             rest = [r for r in waiting_queue if r.rid not in chosen]
             waiting_queue[:] = head + rest
-        del present
 
     # -- the adder's calls -----------------------------------------------
     def may_take(self, req: Any) -> bool:
@@ -163,7 +162,13 @@ class FairState:
         return False
 
     def any_admitted(self) -> bool:
+        """Whether admitted requests are left for SGLang's adder to take."""
         return bool(self.admitted)
+
+    def had_room(self) -> None:
+        """SGLang's adder had room for more than fairq admitted: admit twice
+        as many next step."""
+        self._refused = True
 
     def taken(self, req: Any) -> None:
         """SGLang's adder admitted ``req`` (or its next chunk): charge the
@@ -283,6 +288,7 @@ def fair_adder_class(base: type, add_result: Any) -> type:
             res = super().budget_state()
             state = self.fairq
             if res == cont and state is not None and not state.any_admitted():
+                state.had_room()
                 return other  # the walk ends: nothing fairq admitted is left
             return res
 
