@@ -275,3 +275,27 @@ def test_install_selects_fairq_policies_in_sglangs_scheduler() -> None:
     finally:
         fairq.sglang.uninstall()
     assert sm.Scheduler.init_schedule_policy is orig
+
+
+def test_tenants_and_namespaces_from_real_requests() -> None:
+    """Tenants from SGLang ``Req`` fields (SGLang appends the LoRA id to
+    ``extra_key``), and requests in different cache namespaces never match
+    each other's prefix."""
+    e = Engine("fairq-lpm", options={"tenant": {"order": ["routing_key", "extra_key", "rid"]}})
+    shared = list(range(1000, 1300))
+    reqs = [
+        e.request(shared, routing_key="alice", rid="x:1"),
+        e.request(shared, extra_key="ns", lora_id="L1", rid="x:2"),
+        e.request(shared, rid="carol:3"),
+        e.request(shared + [1], cache_salt="salt", rid="dave:4"),
+    ]
+    e.run()
+    e.request(shared + [2], rid="late:5")  # same namespace as carol: a hit
+    e.request(shared + [3], extra_key="other", rid="late:6")  # its own: a miss
+    e.run()
+    tenants = {r.rid: e.fairq.options.tenant(r) for r in reqs}
+    assert tenants == {"x:1": "alice", "x:2": "nsL1", "carol:3": "carol", "dave:4": "dave"}
+    assert e.first_prefix["late:5"] >= 256 and e.first_prefix["late:6"] == 0
+    assert e.fairq.mirror is not None
+    assert e.fairq.mirror.match(shared, "nsL1") == e.fairq.mirror.match(shared) > 0
+    assert e.fairq.mirror.match(shared, "zzz") == 0
