@@ -179,6 +179,11 @@ def test_tenant_tally_counts_each_request_once() -> None:
     assert tally.prompt_tokens == {"alice": 100, "bob": 50}
     assert tally.hit_tokens == {"alice": 64, "bob": 0}
     tally.after_schedule(Sched(), object())  # malformed output: ignored, never raises
+    # bounded: beyond max_tenants, new tenants are counted under OTHER
+    small = TenantTally(TenantResolver(), max_tenants=1)
+    small.after_schedule(Sched(), Out())
+    assert small.requests == {"alice": 1, TenantTally.OTHER: 1}
+    assert small.prompt_tokens == {"alice": 100, TenantTally.OTHER: 50}
     fams = {f.name: f for f in tally.families("vtc", StepClock())}
     assert {s.labels["tenant"]: s.value for s in fams["fairq_vllm_prefix_hit_tokens"].samples} == {
         "alice": 64,

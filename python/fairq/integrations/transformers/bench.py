@@ -428,6 +428,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the misbehaving client sends this many times more requests",
     )
     parser.add_argument("--prefix-len", type=count(0), default=64, help="shared prefix per client")
+    parser.add_argument(
+        "--docs-per-client",
+        type=count(1),
+        default=1,
+        help="prefixes (documents) per client of the flood workload; a client's "
+        "requests cycle through them (default 1: one system prompt each)",
+    )
     parser.add_argument("--suffix-len", type=count(1), default=16)
     parser.add_argument("--max-new-tokens", type=count(1), default=16)
     parser.add_argument(
@@ -484,6 +491,7 @@ def _workload(args: argparse.Namespace) -> list[EngineRequest]:
             vocab_size=vocab,
             well_behaved_gap=args.gap,
             seed=args.seed,
+            docs_per_client=args.docs_per_client,
         )
     if args.workload.startswith("sim:"):
         from fairq.sim.workloads import make_workload
