@@ -248,7 +248,7 @@ def test_fit_nonnegative_and_plain() -> None:
 
 def test_sim_workload_conversion() -> None:
     pytest.importorskip("fairq.sim.workloads", reason="the simulator is not merged")
-    from fairq.integrations.transformers.workload import from_sim_workload
+    from fairq.enginebench.workload import from_sim_workload
     from fairq.sim.workloads import make_workload
 
     sim = make_workload("tot", scale=0.01, duration=10.0, seed=0)

@@ -247,7 +247,7 @@ def _result(tenant: str, sent: float, chunks: list[float], n: int) -> HttpResult
 
 
 def test_bench_summary_window_and_jain() -> None:
-    from fairq.vllm.serverbench import summarize
+    from fairq.enginebench.vllm_server import summarize
 
     # the flood is served alone until t=2, then both share equally
     results = [
@@ -270,7 +270,7 @@ def test_bench_summary_jain_in_dlpm_cost() -> None:
     """DLPM's cost: w_e (1) per computed prompt token at the first token, w_q
     (2) per output token. The flood's requests hit the cache and cost less
     each, so equal output tokens are unequal cost, and the reverse."""
-    from fairq.vllm.serverbench import summarize
+    from fairq.enginebench.vllm_server import summarize
 
     flood = _result("flood", 0.0, [2.5, 3.0], 2)
     flood.prompt_tokens, flood.cached_tokens = 100, 96  # 4 computed + 2 x 2 output = 8
