@@ -209,6 +209,30 @@ def test_write_model(tmp_path: Any) -> None:
         write_model(tmp_path / "x", "huge")
 
 
+def test_write_model_with_think_tokens(tmp_path: Any) -> None:
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer
+
+    from fairq.vllm.server import MODEL_SIZES, think_token_ids, write_model
+
+    start, end = think_token_ids("tiny")
+    assert (start, end) == (4094, 4095)
+    path = write_model(tmp_path / "m", "tiny", think_tokens=True)
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert cfg["vocab_size"] == MODEL_SIZES["tiny"]["vocab_size"]  # same shape
+    tok = Tokenizer.from_file(f"{path}/tokenizer.json")
+    assert tok.get_vocab_size() == cfg["vocab_size"]
+    assert tok.encode("t5 <think> t6 </think> t7").ids == [5, start, 6, end, 7]
+    # ordinary words: decoded in the text, where a reasoning parser finds them
+    assert tok.decode([5, start, 6, end, 7]) == "t5 <think> t6 </think> t7"
+    # the plain tokenizer is unchanged: those ids are words there
+    plain = Tokenizer.from_file(write_model(tmp_path / "p", "tiny") + "/tokenizer.json")
+    assert plain.decode([start, end]) == "t4094 t4095"
+    assert plain.token_to_id("</think>") is None
+    with pytest.raises(ValueError, match="size must be one of"):
+        think_token_ids("huge")
+
+
 def test_metric_sum_and_label_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
     import io
     import urllib.request

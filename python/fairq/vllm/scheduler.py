@@ -299,7 +299,16 @@ def _dual_phase(scheduler: Any) -> Any:
     from fairq.vllm.dualphase import build_dual_phase
 
     fair = scheduler.fairq if hasattr(scheduler.fairq, "tenant_of") else None
-    return build_dual_phase(scheduler, raw, fair=fair)
+    policy = build_dual_phase(scheduler, raw, fair=fair)
+    import logging
+
+    logging.getLogger("fairq.vllm").info(
+        "fairq dual_phase: end-of-think token ids %s from %s; output_budget %d",
+        sorted(policy.end_ids),
+        policy.source,
+        policy.output_budget,
+    )
+    return policy
 
 
 def _adopt_vllm_logging() -> None:
