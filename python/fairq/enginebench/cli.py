@@ -69,8 +69,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workload",
         default="flood",
-        help="flood (built-in: one client floods, per-client shared prefixes) or "
-        "sim:NAME for the simulator's qa/tot/judge/chat workloads",
+        help="flood (built-in: one client floods, per-client shared prefixes), "
+        "sim:NAME for the simulator's qa/tot/judge/chat workloads, or reasoning "
+        "(--engine vllm: long think, short output, one tenant flooding with long "
+        "reasoning; its own engine limits, fairq.enginebench.reasoning; policies "
+        "vllm-fcfs, dual, dual+dlpm, dual+vtc, dlpm, vtc)",
     )
     parser.add_argument(
         "--scale",
@@ -116,6 +119,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-requests-per-batch", type=count(1), default=4)
     parser.add_argument("--quantum", type=positive, default=128.0, help="DLPM quantum (> 0)")
     parser.add_argument("--seed", type=count(0), default=0)
+    parser.add_argument(
+        "--seeds",
+        type=count(1),
+        default=3,
+        help="reasoning workload: run seeds --seed .. --seed + N - 1 and report the spread",
+    )
     parser.add_argument(
         "--json",
         default=None,
@@ -177,7 +186,10 @@ def _workload(args: argparse.Namespace) -> list[EngineRequest]:
                 arg="--workload",
             )
         return wl_requests
-    raise UsageError(f"must be flood or sim:NAME, got {args.workload!r}", arg="--workload")
+    raise UsageError(
+        f"must be flood or sim:NAME (or reasoning with --engine vllm), got {args.workload!r}",
+        arg="--workload",
+    )
 
 
 def _policy_list(args: argparse.Namespace, known: tuple[str, ...], note: str) -> list[str]:
@@ -199,6 +211,19 @@ def _policy_list(args: argparse.Namespace, known: tuple[str, ...], note: str) ->
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``fairq engine-bench``: every argument, the workload
     and the engine's dependencies are checked before any work."""
+    if args.workload == "reasoning":
+        from fairq.cliargs import UsageError
+        from fairq.enginebench import reasoning
+
+        if args.engine != "vllm":
+            raise UsageError(
+                "the reasoning workload runs on vLLM's scheduler: use --engine vllm",
+                arg="--workload",
+            )
+        if args.policies is None:
+            args.policies = reasoning.DEFAULT_POLICIES
+        names = _policy_list(args, ("fifo", *reasoning.POLICIES), reasoning.POLICY_NOTE)
+        return reasoning.run(args, ["vllm-fcfs" if p == "fifo" else p for p in names])
     if args.policies is None:
         args.policies = DEFAULT_POLICIES[args.engine]
     if args.engine == "vllm":
