@@ -50,7 +50,14 @@ def _word(t: int) -> str:
 
 
 def _request(
-    rid: str, tenant: str, seed: int, n: int, *, ends: bool = True, arrival: float = 0.0
+    rid: str,
+    tenant: str,
+    seed: int,
+    n: int,
+    *,
+    ends: bool = True,
+    arrival: float = 0.0,
+    stream: bool = False,
 ) -> HttpRequest:
     """A chat request whose prompt opens the reasoning (``... <think>``)."""
     prompt = [3 + (seed * 37 + 11 * i) % 4000 for i in range(20 + seed % 7)] + [START]
@@ -61,6 +68,7 @@ def _request(
         n,
         arrival=arrival,
         endpoint="chat",
+        stream=stream,
         extra={
             "messages": [{"role": "user", "content": " ".join(_word(t) for t in prompt)}],
             "temperature": 1.0,
@@ -103,9 +111,12 @@ def test_reasoning_traffic_completes_with_phases_split_and_counted(
     # one tenant floods long reasoning at t=0; two others send short
     # reasoning with answers, spread over the flood
     reqs = [_request(f"f{i}", "flood", 100 + i, FLOOD_TOKENS, ends=False) for i in range(10)]
+    # (bob streams: vLLM's streaming reasoning parser splits his answers)
     for t in ("alice", "bob"):
         reqs += [
-            _request(f"{t}{i}", t, 200 + 10 * len(t) + i, OUT_TOKENS, arrival=0.1 * i)
+            _request(
+                f"{t}{i}", t, 200 + 10 * len(t) + i, OUT_TOKENS, arrival=0.1 * i, stream=t == "bob"
+            )
             for i in range(8)
         ]
     results = send_all(s.url, model, reqs)
@@ -122,14 +133,14 @@ def test_reasoning_traffic_completes_with_phases_split_and_counted(
     got = {dict(k)["tenant"]: v for k, v in m["fairq_vllm_requests_total"].items()}
     assert got == {"flood": 10, "alice": 8, "bob": 8, "settle": 1}
 
-    # vLLM's parser split each answer at its first </think>
+    # vLLM's parser split each answer at its first </think> (streamed too)
     ends = {r.request.request_id: _end_index(r) for r in results}
     for r in results:
         ids = r.token_ids or []
         e = ends[r.request.request_id]
         if e is None:
             assert (r.reasoning or "").split() == [_word(t) for t in ids], r
-            assert r.content is None, r
+            assert not r.content, r  # None (streamed: at most empty deltas)
         else:
             assert (r.reasoning or "").split() == [_word(t) for t in ids[:e]], r
             assert (r.content or "").split() == [_word(t) for t in ids[e + 1 :]], r
