@@ -4,6 +4,7 @@ table (``fairq simulate --paper``)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -18,7 +19,16 @@ from fairq.sched import make_scheduler
 from fairq.sim import SimConfig, StepModel, make_workload, simulate, summarize
 from fairq.sim.engine import base_policy
 from fairq.sim.model import attn_pairs
-from fairq.sim.paper import CLAIMS, _upto, claims_table, latency_key, plan, quanta, run_plan
+from fairq.sim.paper import (
+    CLAIMS,
+    _upto,
+    claims_table,
+    latency_key,
+    markdown,
+    plan,
+    quanta,
+    run_plan,
+)
 
 A10G = StepModel.preset("a10g-3b")
 
@@ -227,6 +237,12 @@ def test_claims_table_on_a_small_plan() -> None:
         if row["verdict"] not in ("reproduced", "holds"):
             claim = next(c for c in CLAIMS if c.text == row["claim"])
             assert not claim.why_not or "Why:" in row["detail"]
+    md = markdown(rows, results, "# claims")
+    table = [line for line in md.splitlines() if line.startswith("|")]
+    # a cell's own "|" (Theorem 5.1's 2 |W| ...) is escaped: every row has 7 bars
+    claims_rows = table[: 2 + len(rows)]
+    assert all(len(re.findall(r"(?<!\\)\|", line)) == 7 for line in claims_rows)
+    assert "2 \\|W\\|" in md
     for row in rows[-2:]:  # Theorems 4.1 and 5.1
         assert row["verdict"] == "holds" and "of the bound" in row["fairq"]
     for r in results:  # Theorem 4.1 / 5.1 per run, as the table computes them
