@@ -4,6 +4,7 @@
 #
 #   docs/results/regenerate.sh            # sim + bench (+ engine when torch is installed)
 #   docs/results/regenerate.sh sim        # the simulator comparison and sweeps (~1 min on 2 cores)
+#   docs/results/regenerate.sh paper      # fairq simulate --paper: the paper's claims (~2.5 min)
 #   docs/results/regenerate.sh bench      # fairq bench, every suite (~10 min on 2 cores)
 #   docs/results/regenerate.sh engine     # fairq engine-bench on CPU (needs fairq[engine], ~1 min)
 #   docs/results/regenerate.sh vllm       # fairq engine-bench --engine vllm (needs vLLM 0.33, ~3 min)
@@ -19,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 parts=("$@")
 if [ ${#parts[@]} -eq 0 ]; then
-  parts=(sim bench)
+  parts=(sim paper bench)
   if python -c 'import torch, transformers' 2>/dev/null; then parts+=(engine); fi
 fi
 for part in "${parts[@]}"; do
@@ -32,6 +33,9 @@ for part in "${parts[@]}"; do
         --json sweep_quantum.json --plot sweep_quantum.png | tee sweep_quantum.md
       fairq simulate --workload chat --workers 2 --no-progress \
         --json chat.json --plot chat.png | tee chat.md
+      ;;
+    paper)
+      fairq simulate --paper --no-progress --json paper.json | tee paper.md
       ;;
     bench)
       fairq bench --json bench.json | tee bench.md
