@@ -272,6 +272,15 @@ def test_ray_bench_names_both_extras(
             ["engine-bench", "--engine", "vllm", "--workload", "sim:tot"],
             "argument --workload: sim:tot has dependent requests",
         ),
+        (
+            ["engine-bench", "--workload", "reasoning"],
+            "argument --workload: the reasoning workload runs on vLLM's scheduler",
+        ),
+        (
+            ["engine-bench", "--engine", "vllm", "--workload", "reasoning", "--policies", "dual,x"],
+            "argument --policies: 'x' is not one of fifo, vllm-fcfs, dual, dual+dlpm",
+        ),
+        (["engine-bench", "--seeds", "0"], "argument --seeds: must be an integer >= 1, got 0"),
         (["demo", "--policies", "nope"], "argument --policies: 'nope' is not one of"),
         (["demo", "--json", "/nonexistent/d.json"], "argument --json: directory /nonexistent"),
     ],

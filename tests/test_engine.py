@@ -19,9 +19,10 @@ transformers = pytest.importorskip(
 )
 
 import fairq  # noqa: E402
-from fairq.integrations.transformers import bench  # noqa: E402
+from fairq.enginebench import transformers as bench  # noqa: E402
+from fairq.enginebench.workload import multi_client_workload  # noqa: E402
+from fairq.integrations.transformers import model as tf_model  # noqa: E402
 from fairq.integrations.transformers import scheduler as fs  # noqa: E402
-from fairq.integrations.transformers.workload import multi_client_workload  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
@@ -168,7 +169,7 @@ def fake_policies(monkeypatch: pytest.MonkeyPatch) -> None:
 # ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def model() -> Any:
-    return bench.build_model("tiny", seed=0)
+    return tf_model.build_model("tiny", seed=0)
 
 
 def _workload() -> list[Any]:
@@ -329,7 +330,7 @@ def test_unknown_policy_is_an_error() -> None:
         fs.scheduler_class("dlpm", options={"quantom": 3})
     # transformers silently falls back to FIFO for unknown names: the bench refuses them
     with pytest.raises(ValueError, match="not registered"):
-        bench.check_scheduler_type("fairq-nope")
+        tf_model.check_scheduler_type("fairq-nope")
 
 
 def test_scheduler_type_names() -> None:
@@ -341,7 +342,7 @@ def test_scheduler_type_names() -> None:
 
 def test_page_size_field_name() -> None:
     names = {f.name for f in dataclasses.fields(transformers.ContinuousBatchingConfig)}
-    assert bench.page_size_field() in names
+    assert tf_model.page_size_field() in names
 
 
 @pytest.mark.skipif(
@@ -401,7 +402,7 @@ def test_cancel_mapping_and_weights(model: Any) -> None:
     resolver = ClientResolver(mapping={"special-1": "vip"})
     fs.register(["vtc"], client_of=resolver, weights={"vip": 2.0})
     cfg = ContinuousBatchingConfig(
-        **{bench.page_size_field(): 16},
+        **{tf_model.page_size_field(): 16},
         num_blocks=64,
         max_batch_tokens=64,
         max_requests_per_batch=2,
@@ -447,7 +448,7 @@ def test_charges_follow_the_engine_prefix_match_not_the_mirror(
 
     fs.register(options={"dlpm": {"quantum": 1000.0}})
     cfg = ContinuousBatchingConfig(
-        **{bench.page_size_field(): 16},
+        **{tf_model.page_size_field(): 16},
         num_blocks=64,
         max_batch_tokens=64,
         max_requests_per_batch=2,
@@ -524,7 +525,7 @@ def test_request_id_reused_after_finish(model: Any) -> None:
 
     fs.register()
     cfg = ContinuousBatchingConfig(
-        **{bench.page_size_field(): 16},
+        **{tf_model.page_size_field(): 16},
         num_blocks=64,
         max_batch_tokens=64,
         max_requests_per_batch=2,

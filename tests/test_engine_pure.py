@@ -201,6 +201,27 @@ def test_workload_shape() -> None:
     assert [r.arrival for r in wl] == sorted(r.arrival for r in wl)
 
 
+def test_workload_documents_cycle_per_client() -> None:
+    wl = multi_client_workload(
+        n_clients=3, requests_per_client=4, flood_factor=2, prefix_len=6, docs_per_client=3, seed=1
+    )
+    by_client: dict[str, list[list[int]]] = {}
+    for r in wl:
+        by_client.setdefault(r.client, []).append(r.prompt[:6])
+    docs = {c: [p[i] for i in range(3)] for c, p in by_client.items()}
+    for c, prefixes in by_client.items():
+        assert len({tuple(d) for d in docs[c]}) == 3  # three distinct documents
+        assert prefixes == [docs[c][i % 3] for i in range(len(prefixes))]  # in turn
+    all_docs = [tuple(d) for ds in docs.values() for d in ds]
+    assert len(set(all_docs)) == len(all_docs)  # no document shared across clients
+    one_doc = multi_client_workload(n_clients=3, requests_per_client=4, prefix_len=6, seed=1)
+    assert one_doc == multi_client_workload(
+        n_clients=3, requests_per_client=4, prefix_len=6, seed=1, docs_per_client=1
+    )
+    with pytest.raises(ValueError, match="docs_per_client must be an integer >= 1, got 0"):
+        multi_client_workload(docs_per_client=0)
+
+
 def test_workload_rejects_bad_sizes() -> None:
     with pytest.raises(ValueError, match="n_clients must be an integer >= 2, got 1"):
         multi_client_workload(n_clients=1)
@@ -227,7 +248,7 @@ def test_fit_nonnegative_and_plain() -> None:
 
 def test_sim_workload_conversion() -> None:
     pytest.importorskip("fairq.sim.workloads", reason="the simulator is not merged")
-    from fairq.integrations.transformers.workload import from_sim_workload
+    from fairq.enginebench.workload import from_sim_workload
     from fairq.sim.workloads import make_workload
 
     sim = make_workload("tot", scale=0.01, duration=10.0, seed=0)

@@ -25,8 +25,8 @@ requests = pytest.importorskip("requests", reason="the HTTP test needs requests 
 
 from ray import serve  # noqa: E402
 
-from fairq.integrations.ray import bench  # noqa: E402
-from fairq.integrations.ray.bench import BenchRequest  # noqa: E402
+from fairq.enginebench import ray as bench  # noqa: E402
+from fairq.enginebench.ray import BenchRequest  # noqa: E402
 from fairq.integrations.ray.router import FairqD2LPMRouter  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.engine]

@@ -392,6 +392,13 @@ def make_pair(policy: str, tree: RadixTree, quantum: float) -> tuple[Sched, RefS
         return FCFS(tree), RefSched("fcfs", match)
     if policy == "lpm":
         return LPM(tree), RefSched("lpm", match)
+    if policy == "lpm-sglang":  # SGLang's rule, with a threshold small traces cross
+        return (
+            LPM(tree, stop_at_unfit=True, fcfs_above=3),
+            RefSched("lpm", match, stop_at_unfit=True, fcfs_above=3),
+        )
+    if policy == "lpm-fcfs":  # the fallback alone: skips what does not fit
+        return LPM(tree, fcfs_above=2), RefSched("lpm", match, fcfs_above=2)
     if policy == "vtc":
         return VTC(tree, w_in=1.0, w_out=2.0), RefSched("vtc", match, w_in=1.0, w_out=2.0)
     return DLPM(tree, quantum=quantum), RefSched("dlpm", match, quantum=quantum)
@@ -479,7 +486,7 @@ def run_trace(policy: str, page: int, quantum: float, ops: list[tuple[Any, ...]]
         assert s.refills == ref.refills
 
 
-@pytest.mark.parametrize("policy", ["fcfs", "lpm", "vtc", "dlpm"])
+@pytest.mark.parametrize("policy", ["fcfs", "lpm", "lpm-sglang", "lpm-fcfs", "vtc", "dlpm"])
 @settings(max_examples=80)
 @given(
     page=st.sampled_from([1, 2]),

@@ -26,7 +26,7 @@ vllm = require_tested_vllm()
 from fairq.vllm import harness  # noqa: E402, I001
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 
-from fairq.integrations.transformers.workload import EngineRequest, multi_client_workload  # noqa: E402
+from fairq.enginebench.workload import EngineRequest, multi_client_workload  # noqa: E402
 from fairq.sim.model import StepModel  # noqa: E402
 from fairq.vllm import scheduler as fsched  # noqa: E402
 

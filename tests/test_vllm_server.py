@@ -254,7 +254,7 @@ def _contention_workload() -> list[HttpRequest]:
 
 
 def _contention_run(model: str, policy: str | None, tmp: Path) -> dict[str, Any]:
-    from fairq.vllm.serverbench import summarize
+    from fairq.enginebench.vllm_server import summarize
 
     args = ["--num-gpu-blocks-override", "16"]
     with _server(model, policy, tmp / f"{policy}.log", args=args, max_model_len=1024) as s:

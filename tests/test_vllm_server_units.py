@@ -179,6 +179,11 @@ def test_tenant_tally_counts_each_request_once() -> None:
     assert tally.prompt_tokens == {"alice": 100, "bob": 50}
     assert tally.hit_tokens == {"alice": 64, "bob": 0}
     tally.after_schedule(Sched(), object())  # malformed output: ignored, never raises
+    # bounded: beyond max_tenants, new tenants are counted under OTHER
+    small = TenantTally(TenantResolver(), max_tenants=1)
+    small.after_schedule(Sched(), Out())
+    assert small.requests == {"alice": 1, TenantTally.OTHER: 1}
+    assert small.prompt_tokens == {"alice": 100, TenantTally.OTHER: 50}
     fams = {f.name: f for f in tally.families("vtc", StepClock())}
     assert {s.labels["tenant"]: s.value for s in fams["fairq_vllm_prefix_hit_tokens"].samples} == {
         "alice": 64,
@@ -202,6 +207,30 @@ def test_write_model(tmp_path: Any) -> None:
     assert "chat_template" in json.loads((tmp_path / "m" / "tokenizer_config.json").read_text())
     with pytest.raises(ValueError, match="size must be one of"):
         write_model(tmp_path / "x", "huge")
+
+
+def test_write_model_with_think_tokens(tmp_path: Any) -> None:
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer
+
+    from fairq.vllm.server import MODEL_SIZES, think_token_ids, write_model
+
+    start, end = think_token_ids("tiny")
+    assert (start, end) == (4094, 4095)
+    path = write_model(tmp_path / "m", "tiny", think_tokens=True)
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert cfg["vocab_size"] == MODEL_SIZES["tiny"]["vocab_size"]  # same shape
+    tok = Tokenizer.from_file(f"{path}/tokenizer.json")
+    assert tok.get_vocab_size() == cfg["vocab_size"]
+    assert tok.encode("t5 <think> t6 </think> t7").ids == [5, start, 6, end, 7]
+    # ordinary words: decoded in the text, where a reasoning parser finds them
+    assert tok.decode([5, start, 6, end, 7]) == "t5 <think> t6 </think> t7"
+    # the plain tokenizer is unchanged: those ids are words there
+    plain = Tokenizer.from_file(write_model(tmp_path / "p", "tiny") + "/tokenizer.json")
+    assert plain.decode([start, end]) == "t4094 t4095"
+    assert plain.token_to_id("</think>") is None
+    with pytest.raises(ValueError, match="size must be one of"):
+        think_token_ids("huge")
 
 
 def test_metric_sum_and_label_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -242,7 +271,7 @@ def _result(tenant: str, sent: float, chunks: list[float], n: int) -> HttpResult
 
 
 def test_bench_summary_window_and_jain() -> None:
-    from fairq.vllm.serverbench import summarize
+    from fairq.enginebench.vllm_server import summarize
 
     # the flood is served alone until t=2, then both share equally
     results = [
@@ -265,7 +294,7 @@ def test_bench_summary_jain_in_dlpm_cost() -> None:
     """DLPM's cost: w_e (1) per computed prompt token at the first token, w_q
     (2) per output token. The flood's requests hit the cache and cost less
     each, so equal output tokens are unequal cost, and the reverse."""
-    from fairq.vllm.serverbench import summarize
+    from fairq.enginebench.vllm_server import summarize
 
     flood = _result("flood", 0.0, [2.5, 3.0], 2)
     flood.prompt_tokens, flood.cached_tokens = 100, 96  # 4 computed + 2 x 2 output = 8

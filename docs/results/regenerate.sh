@@ -4,9 +4,11 @@
 #
 #   docs/results/regenerate.sh            # sim + bench (+ engine when torch is installed)
 #   docs/results/regenerate.sh sim        # the simulator comparison and sweeps (~1 min on 2 cores)
+#   docs/results/regenerate.sh paper      # fairq simulate --paper: the paper's claims (~2.5 min)
 #   docs/results/regenerate.sh bench      # fairq bench, every suite (~10 min on 2 cores)
 #   docs/results/regenerate.sh engine     # fairq engine-bench on CPU (needs fairq[engine], ~1 min)
 #   docs/results/regenerate.sh vllm       # fairq engine-bench --engine vllm (needs vLLM 0.33, ~3 min)
+#   docs/results/regenerate.sh reasoning  # fairq engine-bench --engine vllm --workload reasoning (needs vLLM 0.33, ~2 min)
 #   docs/results/regenerate.sh vllm-server  # real vLLM servers over HTTP (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~25 min)
 #   docs/results/regenerate.sh wheel      # .ci/build-wheel: the auditwheel report, sizes (~3 min)
 #   docs/results/regenerate.sh splice     # only re-copy the tables into the docs
@@ -18,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 parts=("$@")
 if [ ${#parts[@]} -eq 0 ]; then
-  parts=(sim bench)
+  parts=(sim paper bench)
   if python -c 'import torch, transformers' 2>/dev/null; then parts+=(engine); fi
 fi
 for part in "${parts[@]}"; do
@@ -32,6 +34,9 @@ for part in "${parts[@]}"; do
       fairq simulate --workload chat --workers 2 --no-progress \
         --json chat.json --plot chat.png | tee chat.md
       ;;
+    paper)
+      fairq simulate --paper --no-progress --json paper.json | tee paper.md
+      ;;
     bench)
       fairq bench --json bench.json | tee bench.md
       ;;
@@ -44,6 +49,11 @@ for part in "${parts[@]}"; do
         --requests-per-client 24 --prefix-len 512 --suffix-len 32 --max-new-tokens 16 \
         --num-blocks 80 --max-batch-tokens 512 --max-requests-per-batch 16 \
         --quantum 1024 --gap 0.02 --waiting 10000 --json vllm.json | tee vllm-tables.md
+      ;;
+    reasoning)
+      fairq engine-bench --engine vllm --workload reasoning --seeds 5 \
+        --policies vllm-fcfs,dual,dual+dlpm,dual+vtc,dlpm,vtc \
+        --json reasoning.json | tee reasoning-tables.md
       ;;
     vllm-server)
       fairq engine-bench --engine vllm-server --model small --policies vllm,fcfs,vtc,lpm,dlpm \

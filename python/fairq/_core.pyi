@@ -456,7 +456,21 @@ class FCFS:
 class LPM:
     """Longest prefix match first."""
 
-    def __new__(cls, tree: RadixTree, *, max_prompt_tokens: int | None = None) -> Self: ...
+    def __new__(
+        cls,
+        tree: RadixTree,
+        *,
+        max_prompt_tokens: int | None = None,
+        stop_at_unfit: bool = False,
+        fcfs_above: int | None = None,
+    ) -> Self: ...
+    @property
+    def stop_at_unfit(self) -> bool:
+        """Whether the walk stops at the first request that does not fit
+        (SGLang) instead of skipping it (the paper)."""
+    @property
+    def fcfs_above(self) -> int | None:
+        """Waiting requests above which the walk is in arrival order (None: never)."""
     def add(
         self,
         request_id: RequestIdLike,

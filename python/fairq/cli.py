@@ -39,15 +39,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "millions of random operations per structure: conservation and memory over time",
     ),
     "engine-bench": (
-        "fairq.integrations.transformers.bench",
-        "replay a multi-client workload on transformers' continuous batching engine",
+        "fairq.enginebench.cli",
+        "replay a multi-tenant workload on a real engine: transformers, vLLM's scheduler, "
+        "a vLLM server",
     ),
     "demo": (
         "fairq.vllm.demo",
         "stock vLLM vs fairq's DLPM in a real (tiny, CPU) vLLM server under a flood",
     ),
     "ray-bench": (
-        "fairq.integrations.ray.bench",
+        "fairq.enginebench.ray",
         "D2LPM vs Ray Serve's routers on a local Ray cluster with engine replicas",
     ),
 }

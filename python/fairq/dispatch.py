@@ -17,8 +17,16 @@ The policies (all implemented in Rust, ``rust/dispatch/``):
   prefix before it spreads to the least-loaded others.
 - :class:`RoundRobin`, :class:`LeastLoaded`, :class:`ClientRoundRobin`
   (per-client round-robin, the dispatcher VTC is paired with) and
-  :class:`PrefixAffinity` (best prefix match with a load-imbalance escape, the
-  SGLang-router / Preble style).
+  :class:`PrefixAffinity` (best prefix match unless the match ratio is below
+  ``match_threshold``, with an optional load-imbalance escape).
+
+:func:`make_dispatcher` names two configurations of :class:`PrefixAffinity`
+for what they are: ``"affinity"`` (alias ``"sglang-router"``) is the SGLang
+router's cache-aware rule (leave affinity for the least-loaded worker when
+some worker has more than 32 requests in flight and 1.5x another's load);
+``"preble"`` is Preble as the DLPM paper describes it (Section 6.1: the
+worker with the longest prefix match whenever the match ratio reaches the
+threshold, else explore the least-loaded worker; no load escape).
 
 Example::
 
@@ -48,10 +56,25 @@ __all__ = [
     "RoundRobin",
     "make_dispatcher",
     "DISPATCHERS",
+    "LABELS",
+    "NO_ESCAPE",
 ]
 
 #: Names accepted by :func:`make_dispatcher` (and ``fairq simulate --dispatch``).
-DISPATCHERS: tuple[str, ...] = ("rr", "ll", "client-rr", "affinity", "d2lpm")
+DISPATCHERS: tuple[str, ...] = ("rr", "ll", "client-rr", "affinity", "preble", "d2lpm")
+
+#: Each name's label in results (``affinity`` is the SGLang router's rule).
+LABELS: dict[str, str] = {
+    "rr": "RR",
+    "ll": "LeastLoaded",
+    "client-rr": "ClientRR",
+    "affinity": "SGLangRouter",
+    "preble": "Preble",
+    "d2lpm": "D2LPM",
+}
+
+#: ``abs_threshold`` that turns the load escape off: no load gap exceeds it.
+NO_ESCAPE = float(2**63)
 
 
 def make_dispatcher(
@@ -67,6 +90,11 @@ def make_dispatcher(
 ) -> Dispatcher:
     """Build a dispatcher by short name (see :data:`DISPATCHERS`).
 
+    ``abs_threshold`` / ``rel_threshold`` / ``match_threshold`` configure
+    ``"affinity"`` (the SGLang router's defaults: 32, 1.5, 0.5);
+    ``"preble"`` takes ``match_threshold`` only (its load escape is off:
+    ``abs_threshold`` = :data:`NO_ESCAPE`).
+
     >>> make_dispatcher("d2lpm", 4, worker_quantum=1000).policy
     'D2LPM'
     """
@@ -79,7 +107,14 @@ def make_dispatcher(
         return LeastLoaded(num_workers)
     if key in ("client-rr", "clientroundrobin", "client_rr"):
         return ClientRoundRobin(num_workers)
-    if key in ("affinity", "prefixaffinity", "preble"):
+    if key == "preble":
+        return PrefixAffinity(
+            num_workers,
+            abs_threshold=NO_ESCAPE,
+            rel_threshold=rel_threshold,
+            match_threshold=match_threshold,
+        )
+    if key in ("affinity", "prefixaffinity", "sglang-router"):
         return PrefixAffinity(
             num_workers,
             abs_threshold=abs_threshold,

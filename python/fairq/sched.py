@@ -235,6 +235,15 @@ POLICY_OPTIONS: dict[str, tuple[str, ...]] = {
     "dlpm": ("quantum", "w_e", "w_q"),
 }
 
+#: Named engine variants of a policy: name -> (policy, its engine settings), which
+#: :func:`make_scheduler` also builds. ``lpm-sglang``: LPM as SGLang 0.5 runs
+#: it (its ``PrefillAdder`` stops at the first request that does not fit;
+#: above 128 waiting, its ``SchedulePolicy`` falls back to FCFS), beside the
+#: paper's idealised ``lpm``.
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "lpm-sglang": ("lpm", {"stop_at_unfit": True, "fcfs_above": 128}),
+}
+
 
 def policy_name(name: str) -> str:
     """``name`` as a key of :data:`POLICIES` (case and surrounding space ignored).
@@ -253,18 +262,25 @@ def policy_name(name: str) -> str:
 
 
 def make_scheduler(name: str, tree: RadixTree | None = None, **options: Any) -> Scheduler:
-    """The local scheduler ``name`` (``fcfs``, ``lpm``, ``vtc``, ``dlpm``) over ``tree``.
+    """The local scheduler ``name`` (``fcfs``, ``lpm``, ``vtc``, ``dlpm``, or a
+    :data:`VARIANTS` name such as ``lpm-sglang``) over ``tree``.
 
     The one factory the simulator and the engine integrations build their
     schedulers with. ``options`` are the policy's own keyword arguments
-    (:data:`POLICY_OPTIONS`: DLPM needs ``quantum``); their values are checked
-    by the scheduler itself.
+    (:data:`POLICY_OPTIONS`: DLPM needs ``quantum``); their values are
+    checked by the scheduler itself. A variant adds its engine settings
+    (constructor keywords outside :data:`POLICY_OPTIONS`, as
+    ``max_prompt_tokens`` is).
 
     Raises:
         TypeError, ValueError: unknown policy (see :func:`policy_name`), an
             option the policy does not take (named with the ones it takes), or
             a bad option value.
     """
+    variant = VARIANTS.get(name.strip().lower()) if isinstance(name, str) else None
+    engine: dict[str, Any] = {}
+    if variant is not None:
+        name, engine = variant
     key = policy_name(name)
     allowed = POLICY_OPTIONS[key]
     for opt in options:
@@ -273,7 +289,7 @@ def make_scheduler(name: str, tree: RadixTree | None = None, **options: Any) -> 
                 f"policy {key!r} has no option {opt!r} (options: {', '.join(allowed) or 'none'})"
             )
     cls: Any = POLICIES[key]
-    return cls(tree, **options)
+    return cls(tree, **engine, **options)
 
 
 def admit(
@@ -309,6 +325,7 @@ __all__ = [
     "LPM",
     "POLICIES",
     "POLICY_OPTIONS",
+    "VARIANTS",
     "VTC",
     "Admission",
     "LocalScheduler",

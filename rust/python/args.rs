@@ -190,6 +190,15 @@ pub fn max_prompt_tokens(v: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
     }
 }
 
+/// `fcfs_above`: `None` or an int (see [`int_arg`]).
+pub fn fcfs_above(v: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+    if v.is_none() {
+        Ok(None)
+    } else {
+        int_arg("fcfs_above", v).map(Some)
+    }
+}
+
 /// `arrival`: `None` or a number (see [`float_arg`]).
 pub fn arrival_opt(v: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
     if v.is_none() {

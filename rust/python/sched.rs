@@ -12,7 +12,7 @@ use crate::python::request_id;
 use crate::python::tokens::extract_tokens;
 use crate::python::value::{from_value, to_value};
 use crate::radix::RadixTree;
-use crate::sched::{Admission, LocalScheduler, Policy};
+use crate::sched::{Admission, LocalScheduler, LpmRule, Policy};
 
 /// One admitted request, as returned by `schedule`.
 #[pyclass(name = "Admission", module = "fairq._core", frozen)]
@@ -434,21 +434,52 @@ not fit the budget left is skipped, not a stop. Matches are kept current
 incrementally: a request is parked on the tree node where its match ends and
 re-matched only when an insert or evict changes that node. Maximises cache
 reuse; not fair: a client with a hot prefix can starve the others
-(ALGORITHMS.md section 6). Shared contract: see help(fairq.FCFS).",
+(ALGORITHMS.md section 6).
+
+The defaults are the paper's idealised LPM. As SGLang 0.5 runs it:
+stop_at_unfit=True (the walk stops at the first request whose extend tokens
+do not fit what is left of the budget) and fcfs_above=128 (with more than
+128 requests waiting, walk in arrival order instead). Engine settings, not
+fairness state (state_dict does not hold them); fcfs_above: None or an int
+>= 0 (ValueError naming it). Shared contract: see help(fairq.FCFS).",
     {
         #[new]
-        #[pyo3(signature = (tree, *, max_prompt_tokens = None))]
+        #[pyo3(signature = (tree, *, max_prompt_tokens = None, stop_at_unfit = false, fcfs_above = None))]
         fn new(
             tree: Py<PyRadixTree>,
             #[pyo3(from_py_with = args::max_prompt_tokens)] max_prompt_tokens: Option<i64>,
+            stop_at_unfit: bool,
+            #[pyo3(from_py_with = args::fcfs_above)] fcfs_above: Option<i64>,
         ) -> PyResult<Self> {
+            let fcfs_above = fcfs_above
+                .map(|n| args::non_negative("fcfs_above", n))
+                .transpose()?;
+            let mut core = new_core(Policy::Lpm, max_prompt_tokens)?;
+            core.set_lpm_rule(LpmRule {
+                stop_at_unfit,
+                fcfs_above,
+            })?;
             Ok(Self {
-                core: new_core(Policy::Lpm, max_prompt_tokens)?,
+                core,
                 tree: Some(tree),
             })
         }
     },
-    {}
+    {
+        /// Whether the walk stops at the first request that does not fit
+        /// (SGLang) instead of skipping it (the paper).
+        #[getter]
+        fn stop_at_unfit(&self) -> bool {
+            self.core.lpm_rule().stop_at_unfit
+        }
+
+        /// Waiting requests above which the walk is in arrival order
+        /// (None: never).
+        #[getter]
+        fn fcfs_above(&self) -> Option<usize> {
+            self.core.lpm_rule().fcfs_above
+        }
+    }
 );
 
 sched_class!(

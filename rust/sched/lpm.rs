@@ -5,6 +5,14 @@
 //! nothing but the facade's `service` (input weight 1, output weight 2).
 //! When every waiting request exceeds the whole budget, the facade's
 //! oversize rule (`sched/mod.rs`) admits the first in LPM order alone.
+//!
+//! [`LpmRule`] turns this idealised walk into the one an engine runs:
+//! SGLang's (0.5) `PrefillAdder` stops at the first request that does not
+//! fit, and its `SchedulePolicy` falls back to arrival order when more than
+//! 128 requests wait ([`LpmRule::SGLANG`]).
+
+use std::collections::BTreeMap;
+use std::ops::Bound::{Excluded, Unbounded};
 
 use super::book::Book;
 use super::policy::AdmissionOrder;
@@ -12,19 +20,61 @@ use super::prefix::{LpmKey, PrefixIndex};
 use super::Admission;
 use crate::radix::RadixTree;
 
+/// How an LPM walk treats a request that does not fit, and when it gives up
+/// the prefix order (an engine setting, not fairness state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LpmRule {
+    /// Stop the walk at the first request whose extend tokens do not fit
+    /// what is left of the budget (SGLang's `PrefillAdder`), instead of
+    /// skipping it (the paper's `CanAdd`, the default).
+    pub stop_at_unfit: bool,
+    /// With more than this many requests waiting, walk in arrival order
+    /// instead of longest-match order (SGLang: 128); `None` (the default):
+    /// always longest match.
+    pub fcfs_above: Option<usize>,
+}
+
+impl LpmRule {
+    /// SGLang 0.5's LPM: stop at the first request that does not fit; FCFS
+    /// above 128 waiting.
+    pub const SGLANG: LpmRule = LpmRule {
+        stop_at_unfit: true,
+        fcfs_above: Some(128),
+    };
+}
+
 #[derive(Debug, Default)]
 pub(super) struct Lpm {
     index: PrefixIndex,
+    rule: LpmRule,
+    /// Waiting requests by arrival (seq -> slot), kept only with
+    /// `rule.fcfs_above` set.
+    by_arrival: BTreeMap<u64, u32>,
+}
+
+impl Lpm {
+    pub fn new(rule: LpmRule) -> Self {
+        Lpm {
+            rule,
+            ..Lpm::default()
+        }
+    }
 }
 
 impl AdmissionOrder for Lpm {
     fn enqueue<T>(&mut self, book: &Book<T>, tree: Option<&RadixTree>, r: u32) {
         let tree = tree.expect("LPM is given a tree (checked by the facade)");
         self.index.insert(book, tree, r);
+        if self.rule.fcfs_above.is_some() {
+            self.by_arrival.insert(book.req(r).seq, r);
+        }
     }
 
     fn dequeue<T>(&mut self, book: &Book<T>, r: u32) {
         self.index.remove(book, r);
+        if self.rule.fcfs_above.is_some() {
+            self.by_arrival.remove(&book.req(r).seq);
+        }
     }
 
     fn schedule<T>(
@@ -37,18 +87,39 @@ impl AdmissionOrder for Lpm {
     ) -> Vec<Admission<T>> {
         let mut out = Vec::new();
         let mut left = budget;
+        let fcfs = self
+            .rule
+            .fcfs_above
+            .is_some_and(|n| self.by_arrival.len() > n);
         let mut pos: Option<LpmKey> = None;
+        let mut seq_pos: Option<u64> = None;
         while out.len() < max_requests {
             if !self.index.min_extend().is_some_and(|e| e <= left) {
                 break; // nothing left fits
             }
-            let Some((k, r)) = self.index.next_after(pos) else {
-                break;
+            let r = if fcfs {
+                let next = match seq_pos {
+                    None => self.by_arrival.iter().next(),
+                    Some(s) => self.by_arrival.range((Excluded(s), Unbounded)).next(),
+                };
+                let Some((&s, &r)) = next else {
+                    break;
+                };
+                seq_pos = Some(s);
+                r
+            } else {
+                let Some((k, r)) = self.index.next_after(pos) else {
+                    break;
+                };
+                pos = Some(k);
+                r
             };
-            pos = Some(k);
             let cached = self.index.match_len(r);
             let extend = book.req(r).input_len - cached;
             if extend > left {
+                if self.rule.stop_at_unfit {
+                    break;
+                }
                 continue;
             }
             left -= extend;
@@ -67,5 +138,11 @@ impl AdmissionOrder for Lpm {
 
     fn check_invariants<T>(&self, book: &Book<T>, tree: Option<&RadixTree>) {
         self.index.check_invariants(book, tree);
+        if self.rule.fcfs_above.is_some() {
+            assert_eq!(self.by_arrival.len(), book.waiting, "arrival index size");
+            for (&seq, &r) in &self.by_arrival {
+                assert_eq!(book.req(r).seq, seq, "arrival index key");
+            }
+        }
     }
 }

@@ -70,6 +70,7 @@ use crate::ordf64::OrdF64;
 use crate::radix::{Namespace, RadixTree};
 
 pub use crate::request_id::RequestId;
+pub use lpm::LpmRule;
 pub use state::{FORMAT as STATE_FORMAT, VERSION as STATE_VERSION};
 
 use book::{Book, Req, Slot};
@@ -150,6 +151,8 @@ pub struct LocalScheduler<T> {
     /// `add` rejects prompts longer than this (see
     /// [`Self::set_max_prompt_tokens`]).
     max_prompt_tokens: Option<usize>,
+    /// LPM's walk (see [`Self::set_lpm_rule`]).
+    lpm_rule: LpmRule,
 }
 
 impl<T> LocalScheduler<T> {
@@ -159,11 +162,38 @@ impl<T> LocalScheduler<T> {
         Ok(LocalScheduler {
             policy,
             book: Book::new(policy.service_weights()),
-            order: Order::new(policy),
+            order: Order::new(policy, LpmRule::default()),
             tree_id: None,
             forget_at: FORGET_MIN,
             max_prompt_tokens: None,
+            lpm_rule: LpmRule::default(),
         })
+    }
+
+    /// How an LPM scheduler walks its order ([`LpmRule`]: the paper's
+    /// idealised walk by default, [`LpmRule::SGLANG`] as SGLang runs it).
+    /// An engine setting, not fairness state: `state` / `load_state` neither
+    /// save nor change it. Errors (nothing changes): the policy is not LPM,
+    /// or requests are waiting (set it before the first `add`).
+    pub fn set_lpm_rule(&mut self, rule: LpmRule) -> Result<()> {
+        if self.policy != Policy::Lpm {
+            return Err(Error::value(format!(
+                "stop_at_unfit / fcfs_above apply to LPM only, not {:?}",
+                self.policy
+            )));
+        }
+        if self.book.waiting > 0 {
+            return Err(Error::value(format!(
+                "the LPM rule is set before requests wait ({} waiting)",
+                self.book.waiting
+            )));
+        }
+        self.lpm_rule = rule;
+        self.order = Order::new(self.policy, rule);
+        Ok(())
+    }
+    pub fn lpm_rule(&self) -> LpmRule {
+        self.lpm_rule
     }
 
     /// Reject at [`Self::add`] every prompt of more than `limit` tokens

@@ -12,7 +12,7 @@
 use super::book::Book;
 use super::dlpm::Dlpm;
 use super::fcfs::Fcfs;
-use super::lpm::Lpm;
+use super::lpm::{Lpm, LpmRule};
 use super::prefix::PrefixIndex;
 use super::state::SavedClient;
 use super::vtc::Vtc;
@@ -144,10 +144,11 @@ pub(super) enum Order {
 }
 
 impl Order {
-    pub fn new(policy: Policy) -> Self {
+    /// The order of `policy`; `lpm_rule` is LPM's (the others ignore it).
+    pub fn new(policy: Policy, lpm_rule: LpmRule) -> Self {
         match policy {
             Policy::Fcfs => Order::Fcfs(Fcfs::default()),
-            Policy::Lpm => Order::Lpm(Lpm::default()),
+            Policy::Lpm => Order::Lpm(Lpm::new(lpm_rule)),
             Policy::Vtc { w_in, w_out } => Order::Vtc(Vtc::new(w_in, w_out)),
             Policy::Dlpm { quantum, w_e, w_q } => Order::Dlpm(Dlpm::new(quantum, w_e, w_q)),
         }

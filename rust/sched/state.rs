@@ -339,7 +339,7 @@ impl<T> LocalScheduler<T> {
         // Valid: apply (nothing below fails).
         self.policy = policy;
         self.book.reset_clients(policy.service_weights());
-        self.order = Order::new(policy);
+        self.order = Order::new(policy, self.lpm_rule);
         for saved in &clients {
             self.book.restore_client(Client {
                 name: saved.name.clone(),

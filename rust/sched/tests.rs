@@ -806,3 +806,86 @@ fn schedule_within_credit_stops_where_a_refill_would_be_needed() {
     assert_eq!(d.refills(), 2);
     d.check_invariants(Some(&t));
 }
+
+/// The tree holds [1, 2, 3, 4]; r0 = [9; 6] (match 0, extend 6), r1 = 12
+/// tokens from [1..] (match 4, extend 8), r2 = [1, 2, 5] (match 2, extend 1).
+fn lpm_rule_case(rule: LpmRule) -> (RadixTree, LocalScheduler<()>) {
+    let mut t = RadixTree::new(None, 1).unwrap();
+    let ns = Namespace::Default;
+    t.insert(&ns, &[1, 2, 3, 4]);
+    let mut s = LocalScheduler::new(Policy::Lpm).unwrap();
+    s.set_lpm_rule(rule).unwrap();
+    s.add(Some(&mut t), int(0), "a", vec![9; 6], (), ns.clone())
+        .unwrap();
+    s.add(
+        Some(&mut t),
+        int(1),
+        "b",
+        (1..=12).collect(),
+        (),
+        ns.clone(),
+    )
+    .unwrap();
+    s.add(Some(&mut t), int(2), "c", vec![1, 2, 5], (), ns)
+        .unwrap();
+    (t, s)
+}
+
+#[test]
+fn lpm_rule_stop_at_unfit_and_fcfs_fallback() {
+    // the paper's walk: r1 (8) does not fit 7 and is skipped; r2, r0 fit
+    let (t, mut s) = lpm_rule_case(LpmRule::default());
+    assert_eq!(
+        ids(&s.schedule(Some(&t), 7, None).unwrap()),
+        [int(2), int(0)]
+    );
+    // SGLang's walk stops at r1; nothing admitted, so the oversize rule
+    // admits r1 alone (prefilled in chunks)
+    let rule = LpmRule {
+        stop_at_unfit: true,
+        fcfs_above: None,
+    };
+    let (t, mut s) = lpm_rule_case(rule);
+    assert_eq!(ids(&s.schedule(Some(&t), 7, None).unwrap()), [int(1)]);
+    // 3 waiting > 2: arrival order; r0 (6) fits, r1 skipped, r2 (1) fits
+    let rule = LpmRule {
+        stop_at_unfit: false,
+        fcfs_above: Some(2),
+    };
+    let (t, mut s) = lpm_rule_case(rule);
+    assert_eq!(
+        ids(&s.schedule(Some(&t), 7, None).unwrap()),
+        [int(0), int(2)]
+    );
+    s.check_invariants(Some(&t));
+    // 3 waiting, not > 3: longest match first again
+    let rule = LpmRule {
+        stop_at_unfit: false,
+        fcfs_above: Some(3),
+    };
+    let (t, mut s) = lpm_rule_case(rule);
+    assert_eq!(
+        ids(&s.schedule(Some(&t), 7, None).unwrap()),
+        [int(2), int(0)]
+    );
+    // SGLang's rule in arrival order: r0 fits, r1 does not: stop
+    let (t, mut s) = lpm_rule_case(LpmRule {
+        stop_at_unfit: true,
+        fcfs_above: Some(2),
+    });
+    assert_eq!(ids(&s.schedule(Some(&t), 7, None).unwrap()), [int(0)]);
+    s.check_invariants(Some(&t));
+    assert_eq!(s.lpm_rule().fcfs_above, Some(2));
+}
+
+#[test]
+fn lpm_rule_errors_leave_the_scheduler_unchanged() {
+    let mut d: LocalScheduler<()> = LocalScheduler::new(Policy::Fcfs).unwrap();
+    assert!(d.set_lpm_rule(LpmRule::SGLANG).is_err());
+    assert_eq!(d.lpm_rule(), LpmRule::default());
+    let (_t, mut s) = lpm_rule_case(LpmRule::default());
+    let err = s.set_lpm_rule(LpmRule::SGLANG).unwrap_err();
+    assert!(err.to_string().contains("waiting"), "{err}");
+    assert_eq!(s.lpm_rule(), LpmRule::default());
+    assert_eq!(s.len(), 3);
+}

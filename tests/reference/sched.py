@@ -6,7 +6,10 @@ sections 5 and 6 literally (DLPM: Algorithm 1's repeated walk; a refill check
 that fires does single refills one at a time until a waiting client has
 ``q > 0``), plus the oversize rule as fairq.sched states it (a call that
 admits nothing is repeated once for one request with ``oversize_budget`` of
-room). ``match`` is any ``(tokens, namespace) -> int``.
+room). ``match`` is any ``(tokens, namespace) -> int``. LPM's engine rule:
+``stop_at_unfit`` ends the walk at the first request that does not fit;
+with more than ``fcfs_above`` waiting when a walk starts, it walks in arrival
+order.
 """
 
 from __future__ import annotations
@@ -50,8 +53,12 @@ class RefSched:
         quantum: float = 1.0,
         w_e: float = 1.0,
         w_q: float = 2.0,
+        stop_at_unfit: bool = False,
+        fcfs_above: int | None = None,
     ) -> None:
         self.policy = policy
+        self.stop_at_unfit = stop_at_unfit
+        self.fcfs_above = fcfs_above
         self.match = match or (lambda t, ns: 0)
         if policy == "vtc":
             self.wi, self.wo = w_in, w_out
@@ -164,9 +171,13 @@ class RefSched:
             # LPM / DLPM: walk in LPM order; DLPM repeats the walk (Algorithm 1's
             # outer loop) until a whole walk admits nothing and refills nothing.
             matched = {r.rid: self.match(r.tokens, r.ns) for r in self.waiting.values()}
+            fcfs = self.fcfs_above is not None and len(self.waiting) > self.fcfs_above
             while len(out) < maxr:
                 progress = False
-                order = sorted(self.waiting.values(), key=lambda r: (-matched[r.rid], r.seq))
+                if fcfs:
+                    order = sorted(self.waiting.values(), key=lambda r: r.seq)
+                else:
+                    order = sorted(self.waiting.values(), key=lambda r: (-matched[r.rid], r.seq))
                 for r in order:
                     if len(out) >= maxr:
                         break
@@ -187,6 +198,8 @@ class RefSched:
                             continue
                     ext = len(r.tokens) - matched[r.rid]
                     if ext > rem:
+                        if self.stop_at_unfit:
+                            break
                         continue
                     rem -= ext
                     if self.policy == "dlpm":

@@ -3,7 +3,8 @@
 Without arguments it runs the embedded default (:data:`DEFAULT_SUITE`: long
 -context QA with an S1 client, Tree-of-Thoughts with an S2 client,
 LLM-as-a-judge with an S1 client; 1 worker x FCFS/LPM/VTC/DLPM and 4 workers x
-RR+LPM/ClientRR+VTC/PrefixAffinity+LPM/D2LPM+DLPM) and prints the table.
+RR+LPM/ClientRR+VTC/SGLangRouter+LPM/D2LPM+DLPM) and prints the table;
+``--paper`` checks the paper's claims instead (:mod:`fairq.sim.paper`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from fairq.cliargs import (
     positive,
     read_trace,
 )
+from fairq.sim.engine import LOCAL_POLICIES
+from fairq.sim.model import PRESETS
 from fairq.sim.runner import (
     DEFAULT_PRESET,
     DEFAULT_SUITE,
@@ -133,14 +136,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--policy",
         action="append",
-        choices=["fcfs", "lpm", "vtc", "dlpm"],
-        help="local policy to include (repeatable; default: all)",
+        choices=list(LOCAL_POLICIES),
+        help="local policy to include (repeatable; default: fcfs, lpm, vtc, dlpm; "
+        "lpm-sglang: LPM as SGLang 0.5 runs it)",
     )
     p.add_argument(
         "--dispatch",
         action="append",
-        choices=["rr", "client-rr", "affinity", "d2lpm"],
-        help="dispatcher to include with several workers (repeatable; default: all)",
+        choices=["rr", "client-rr", "affinity", "preble", "d2lpm"],
+        help="dispatcher to include with several workers (repeatable; default: the "
+        "suite's pairs; affinity: the SGLang router's cache-aware rule, preble: Preble "
+        "as the paper describes it)",
     )
     p.add_argument(
         "--workers",
@@ -153,7 +159,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--preset",
         default=DEFAULT_PRESET,
-        choices=["a10g-3b", "a100-8b"],
+        choices=list(PRESETS),
         help=f"hardware model preset (default {DEFAULT_PRESET})",
     )
     p.add_argument(
@@ -174,6 +180,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--scale", type=positive, help="override the workloads' length scale (> 0)")
     p.add_argument("--duration", type=positive, help="override the arrival window (seconds, > 0)")
+    p.add_argument(
+        "--paper",
+        action="store_true",
+        help="check the DLPM paper's claims instead (fairq.sim.paper: faithful baselines, "
+        "full-length workloads, roofline presets; --workers picks Figure 7's worker counts, "
+        "default 1 2 4 8): prints the claims table and every run (docs/results/paper.md), "
+        "~2-3 min on 2 cores",
+    )
     p.add_argument(
         "--sweep",
         choices=["quantum"],
@@ -345,7 +359,56 @@ def plot_choice(choice: str | None, runs: list[Run]) -> tuple[str, int]:
     return name, int(w)
 
 
+def run_paper(args: argparse.Namespace) -> int:
+    """``--paper``: the claims table (:mod:`fairq.sim.paper`)."""
+    from fairq.sim.paper import claims_table, markdown, plan, run_plan
+
+    shaping = {
+        "--sweep": args.sweep,
+        "--trace": args.trace,
+        "--workload": args.workload,
+        "--policy": args.policy,
+        "--dispatch": args.dispatch,
+        "--scale": args.scale,
+        "--duration": args.duration,
+        "--plot": args.plot,
+        "--model": args.model,
+        "--metrics-port": args.metrics_port,
+    }
+    for flag, value in shaping.items():
+        if value is not None:
+            raise UsageError(f"--paper runs its own plan; drop {flag}", arg=flag)
+    defaults = {"--preset": (args.preset, DEFAULT_PRESET), "--quantum": (args.quantum, 2000.0)}
+    defaults["--worker-quantum"] = (args.worker_quantum, 20000.0)
+    for flag, (value, default) in defaults.items():
+        if value != default:
+            raise UsageError(
+                f"--paper sets its own presets and quanta (module fairq.sim.paper); drop {flag}",
+                arg=flag,
+            )
+    workers = sorted(set(args.workers or [1, 2, 4, 8]))
+    t0 = time.perf_counter()
+    results = run_plan(plan(workers), seed=args.seed, progress=not args.no_progress)
+    wall = time.perf_counter() - t0
+    rows = claims_table(results)
+    command = "fairq simulate " + " ".join(sys.argv[2:])
+    header = (
+        "# The DLPM paper's claims in fairq's simulator\n\n"
+        f"`{command}`: {len(results)} simulations, {wall:.0f} s wall, seed {args.seed}; "
+        f"Figure 7 on {', '.join(map(str, workers))} workers. How the model is made "
+        'faithful and what each verdict means: docs/RESULTS.md, "The paper, replicated".'
+    )
+    print(markdown(rows, results, header), end="")
+    if args.json:
+        payload = {"command": command, "seed": args.seed, "wall_s": wall, "claims": rows}
+        payload["results"] = results
+        write_json(args, _clean(payload))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.paper:
+        return run_paper(args)
     base, runs, overrides = _plan(args)
     observe = None
     if args.metrics_port is not None:

@@ -39,11 +39,31 @@ from typing import Any
 
 import numpy as np
 
-from fairq.sched import POLICIES, POLICY_OPTIONS, admit, make_scheduler, policy_name
-from fairq.sim.model import StepModel
+from fairq.dispatch import LABELS
+from fairq.sched import POLICIES, POLICY_OPTIONS, VARIANTS, admit, make_scheduler, policy_name
+from fairq.sim.model import StepModel, attn_pairs
 from fairq.sim.workloads import SimRequest, Workload
 
-LOCAL_POLICIES = tuple(POLICIES)
+#: Local policies the simulator runs: fairq's four and the named engine
+#: variants (``lpm-sglang``: LPM as SGLang runs it).
+LOCAL_POLICIES = (*POLICIES, *VARIANTS)
+
+#: How a local policy reads in results.
+LOCAL_LABELS = {"lpm-sglang": "LPM-SGLang"}
+
+
+def base_policy(name: str) -> str:
+    """The fairq policy behind a :data:`LOCAL_POLICIES` name (``lpm-sglang``
+    -> ``lpm``); ValueError naming the known ones for anything else."""
+    key = name.strip().lower() if isinstance(name, str) else name
+    if key in VARIANTS:
+        return VARIANTS[key][0]
+    try:
+        return policy_name(name)
+    except ValueError:
+        raise ValueError(
+            f"policy must be one of {', '.join(LOCAL_POLICIES)}; got {name!r}"
+        ) from None
 
 
 class _Run:
@@ -84,17 +104,10 @@ class SimConfig:
     max_time: float = 36_000.0  # simulated seconds before giving up
 
     def label(self) -> str:
-        local = self.policy.upper()
+        local = LOCAL_LABELS.get(self.policy, self.policy.upper())
         if self.workers == 1 or not self.dispatcher:
             return local
-        names = {
-            "rr": "RR",
-            "ll": "LeastLoaded",
-            "client-rr": "ClientRR",
-            "affinity": "PrefixAffinity",
-            "d2lpm": "D2LPM",
-        }
-        return f"{names.get(self.dispatcher, self.dispatcher)}+{local}"
+        return f"{LABELS.get(self.dispatcher, self.dispatcher)}+{local}"
 
 
 class Worker:
@@ -109,7 +122,7 @@ class Worker:
         self.model = cfg.model
         self.cap = int(cfg.model.kv_capacity)
         self.tree = fairq.RadixTree()
-        policy = policy_name(cfg.policy)
+        policy = base_policy(cfg.policy)
         # the simulator's knobs by option name (VTC's w_in/w_out play w_e/w_q's roles)
         knobs = {
             "quantum": cfg.user_quantum,
@@ -119,7 +132,7 @@ class Worker:
             "w_out": cfg.w_q,
         }
         self.sched = make_scheduler(
-            policy, self.tree, **{opt: knobs[opt] for opt in POLICY_OPTIONS[policy]}
+            cfg.policy, self.tree, **{opt: knobs[opt] for opt in POLICY_OPTIONS[policy]}
         )
         self.lazy_charge = policy in ("vtc", "dlpm")
         self.runs: dict[int, _Run] = {}
@@ -236,6 +249,8 @@ class Worker:
         budget = self.model.prefill_budget
         chunks: list[tuple[_Run, int]] = []
         ptoks = 0
+        pairs = 0
+        with_attn = self.model.c_attn > 0
         for run in self.prefill_q:
             if budget <= 0:
                 break
@@ -243,6 +258,8 @@ class Worker:
             chunks.append((run, take))
             budget -= take
             ptoks += take
+            if with_attn:
+                pairs += attn_pairs(run.cached + run.extend - run.remaining, take)
         n_dec = len(self.decoding)
         if not chunks and n_dec == 0:
             self.busy = False
@@ -251,7 +268,7 @@ class Worker:
         # A request whose prompt is fully cached still runs one (cheap) step.
         self.plan = (chunks, n_dec)
         self.busy = True
-        return self.model.step_time(ptoks, n_dec, self.ctx_tokens)
+        return self.model.step_time(ptoks, n_dec, self.ctx_tokens, pairs)
 
     def end_step(self, now: float) -> None:
         """Apply the planned step's effects at time ``now``."""

@@ -19,6 +19,10 @@ table (:data:`fairq.sim.cli.COLUMNS`):
   that are both backlogged (a request waiting for admission) over any common
   window (client view); ``max_gap_cost`` the same in the system's cost, the
   quantity the fairness bounds speak of.
+- ``busiest_worker_share``: the share of requests dispatched to the busiest
+  worker (1 / workers: even; 1: one worker got them all).
+- ``max_input_len``, ``max_output_len``, ``kv_capacity``: what the fairness
+  bounds' ``U = w_e * L_input + w_q * M`` is made of.
 - ``service_over_time``: per-client service per time bin (for plots).
 """
 
@@ -153,6 +157,10 @@ def summarize(sim: Simulator) -> dict[str, Any]:
         for i, c in enumerate(sim.clients)
     }
     steps = sim.steps
+    per_worker = np.bincount(
+        np.fromiter(sim.worker_of.values(), dtype=np.int64, count=len(sim.worker_of)),
+        minlength=sim.cfg.workers,
+    )
     return {
         "scheduler": sim.cfg.label(),
         "workload": wl.name,
@@ -178,6 +186,12 @@ def summarize(sim: Simulator) -> dict[str, Any]:
         "ttft_p99_s": percentile(ttft, 99),
         "program_p50_s": percentile(prog_lat, 50),
         "program_p99_s": percentile(prog_lat, 99),
+        "busiest_worker_share": float(per_worker.max() / per_worker.sum())
+        if per_worker.sum()
+        else 0.0,
+        "max_input_len": max((r.input_len for r in reqs), default=0),
+        "max_output_len": max((r.output_len for r in reqs), default=0),
+        "kv_capacity": int(sim.cfg.model.kv_capacity),
         "per_client": per_client,
         "misbehaving": list(wl.misbehaving),
         "steps": steps,

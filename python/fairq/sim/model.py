@@ -1,13 +1,25 @@
 """The engine step-time model and the worker's capacity limits.
 
-One continuous-batching step (one forward pass) takes::
+One continuous-batching step (one forward pass) takes, in the linear model
+(the default, ``roofline = 0``)::
 
-    t = c0 + c_prefill * prefill_tokens + c_decode * batch_size + c_kv * kv_tokens_read
+    t = c0 + c_weights + c_prefill * prefill_tokens + c_decode * batch_size
+           + c_kv * kv_tokens_read + c_attn * attn_pairs
+
+and in the roofline model (``roofline = 1``: memory traffic and compute
+overlap, the step takes the larger of the two)::
+
+    t = c0 + max(c_weights + c_kv * kv_tokens_read,
+                 c_prefill * prefill_tokens + c_decode * batch_size + c_attn * attn_pairs)
 
 where ``prefill_tokens`` are the prompt tokens computed in the step (chunked
 prefill, at most ``prefill_budget``), ``batch_size`` the requests decoding one
-token, and ``kv_tokens_read`` the context (prompt + generated) tokens of those
-requests, whose KV entries attention reads.
+token, ``kv_tokens_read`` the context (prompt + generated) tokens of those
+requests, whose KV entries attention reads, and ``attn_pairs`` the (query,
+key) pairs prefill attention computes: a chunk of ``n`` tokens starting at
+position ``s`` of its prompt adds ``n * s + n * (n + 1) / 2`` (causal), so a
+long prompt costs more than linearly. ``c_weights`` is the weight read of one
+step (in the linear presets it is folded into ``c0`` and ``c_weights = 0``).
 
 Defaults: a roofline estimate for Llama-3.1-8B (bf16) on one A100-80GB, the
 paper's Section 6.2 testbed (not a measurement; a later issue calibrates the
@@ -34,23 +46,40 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-#: The step-time constants, in the order of the formula above.
+_INT_FIELDS = ("kv_capacity", "prefill_budget", "max_running", "roofline")
+
+#: The step-time constants of the linear fit, in the order of the formula above.
 STEP_COSTS = ("c0", "c_prefill", "c_decode", "c_kv")
 
 
-def step_time(costs: Any, prefill_tokens: float, batch_size: float, kv_tokens_read: float) -> float:
-    """Seconds one engine step takes under the linear model above.
+def step_time(
+    costs: Any,
+    prefill_tokens: float,
+    batch_size: float,
+    kv_tokens_read: float,
+    attn_pairs: float = 0.0,
+) -> float:
+    """Seconds one engine step takes under the model above.
 
     ``costs``: anything with the :data:`STEP_COSTS` attributes (a
     :class:`StepModel`, or a fitted
-    :class:`fairq.integrations.transformers.StepTimeModel`).
+    :class:`fairq.integrations.transformers.StepTimeModel`); ``c_weights``,
+    ``c_attn`` and ``roofline`` are read when present (else 0).
     """
-    return (
-        costs.c0
-        + costs.c_prefill * prefill_tokens
-        + costs.c_decode * batch_size
-        + costs.c_kv * kv_tokens_read
-    )
+    c_weights = getattr(costs, "c_weights", 0.0)
+    c_attn = getattr(costs, "c_attn", 0.0)
+    compute = costs.c_prefill * prefill_tokens + costs.c_decode * batch_size + c_attn * attn_pairs
+    memory = c_weights + costs.c_kv * kv_tokens_read
+    if getattr(costs, "roofline", 0):
+        return costs.c0 + max(memory, compute)
+    return costs.c0 + memory + compute
+
+
+def attn_pairs(start: int, n: int) -> int:
+    """Causal (query, key) pairs of a prefill chunk of ``n`` tokens that starts
+    at position ``start`` of its prompt (the ``start`` tokens before it are
+    cached or computed by earlier chunks)."""
+    return n * start + n * (n + 1) // 2
 
 
 @dataclass(frozen=True)
@@ -64,6 +93,12 @@ class StepModel:
     kv_capacity: int = 400_000
     prefill_budget: int = 8192
     max_running: int = 256
+    #: weight read per step (seconds; 0: folded into ``c0``)
+    c_weights: float = 0.0
+    #: prefill attention per causal (query, key) pair (seconds)
+    c_attn: float = 0.0
+    #: 1: step = c0 + max(memory, compute); 0: their sum
+    roofline: int = 0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -73,10 +108,14 @@ class StepModel:
         for name in ("kv_capacity", "prefill_budget", "max_running"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"StepModel.{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.roofline not in (0, 1):
+            raise ValueError(f"StepModel.roofline must be 0 or 1, got {self.roofline!r}")
 
-    def step_time(self, prefill_tokens: int, batch_size: int, kv_tokens_read: int) -> float:
+    def step_time(
+        self, prefill_tokens: int, batch_size: int, kv_tokens_read: int, attn_pairs: int = 0
+    ) -> float:
         """Seconds one step takes (:func:`step_time`)."""
-        return step_time(self, prefill_tokens, batch_size, kv_tokens_read)
+        return step_time(self, prefill_tokens, batch_size, kv_tokens_read, attn_pairs)
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -107,14 +146,12 @@ class StepModel:
                 num = float(val)
             except ValueError:
                 raise ValueError(f"--model {key}: {val!r} is not a number") from None
-            kwargs[key] = (
-                int(num) if key in ("kv_capacity", "prefill_budget", "max_running") else num
-            )
+            kwargs[key] = int(num) if key in _INT_FIELDS else num
         merged = {**(base or cls()).as_dict(), **kwargs}
         return cls(**merged)  # type: ignore[arg-type]
 
 
-#: Hardware presets. ``a100-8b`` is the default above. ``a10g-3b``: Llama-3.2-3B
+#: Hardware presets. ``a100-8b`` is the default above (linear). ``a10g-3b``: Llama-3.2-3B
 #: (bf16, 6.4 GB of weights) on one A10G (24 GB, 600 GB/s, ~70 TFLOP/s bf16),
 #: the testbed of the paper's Figures 1, 8, 9 and 10: c0 = 10.7 ms weight read
 #: + ~1.3 ms overhead; 6.4 GFLOP per token at ~42 TFLOP/s (60 %) = 150 us; KV
@@ -130,5 +167,29 @@ PRESETS: dict[str, dict[str, float]] = {
         "kv_capacity": 120_000,
         "prefill_budget": 4096,
         "max_running": 256,
+    },
+    # The paper's testbeds in the roofline model (step = overhead + the larger
+    # of memory traffic and compute; attention's quadratic prefill term). A10G:
+    # 6.4 GB of weights at 600 GB/s = 10.7 ms, overhead 1.3 ms; attention per
+    # causal pair 4 x 28 layers x 3072 = 344 kFLOP at ~42 TFLOP/s = 8.2 ns.
+    "a10g-3b-roofline": {
+        "c0": 0.0013,
+        "c_weights": 0.0107,
+        "c_prefill": 150e-6,
+        "c_decode": 150e-6,
+        "c_kv": 190e-9,
+        "c_attn": 8.2e-9,
+        "roofline": 1,
+        "kv_capacity": 120_000,
+        "prefill_budget": 4096,
+        "max_running": 256,
+    },
+    # A100-80GB: 16 GB of weights at 2.0 TB/s = 8 ms, overhead 2 ms; attention
+    # per causal pair 4 x 32 layers x 4096 = 524 kFLOP at ~190 TFLOP/s = 2.8 ns.
+    "a100-8b-roofline": {
+        "c0": 0.002,
+        "c_weights": 0.008,
+        "c_attn": 2.8e-9,
+        "roofline": 1,
     },
 }

@@ -3,7 +3,9 @@
 :data:`DEFAULT_SUITE` holds the paper's workloads with one misbehaving client
 each. Every workload runs on 1 worker under each local policy (FCFS, LPM,
 VTC, DLPM) and on 4 workers under each dispatcher + local policy pair of the
-paper's Section 6 (RR+LPM, ClientRR+VTC, PrefixAffinity+LPM, D2LPM+DLPM).
+paper's Section 6 (RR+LPM, ClientRR+VTC, SGLangRouter+LPM: the SGLang router's
+cache-aware rule, D2LPM+DLPM). ``fairq simulate --paper``
+(:mod:`fairq.sim.paper`) runs the faithful baselines instead.
 Arrival rates are per worker (the paper scales the rate with the GPUs), and
 are set so that the workers are overloaded: a scheduler only matters when
 requests queue.
@@ -17,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from fairq.sim.engine import SimConfig, Simulator
+from fairq.sim.engine import LOCAL_POLICIES, SimConfig, Simulator
 from fairq.sim.metrics import service_over_time, summarize
 from fairq.sim.model import StepModel
 from fairq.sim.workloads import Workload, make_workload
@@ -30,9 +32,13 @@ class WorkloadSpec:
     name: str
     misbehave: str | None
     kwargs: dict[str, Any] = field(default_factory=dict)
+    #: the workload column's text (default: ``name-misbehave``)
+    label: str | None = None
 
     @property
     def key(self) -> str:
+        if self.label is not None:
+            return self.label
         return f"{self.name}-{self.misbehave}" if self.misbehave else self.name
 
     def build(self, workers: int, seed: int, overrides: dict[str, Any] | None = None) -> Workload:
@@ -60,6 +66,9 @@ EXTRA: dict[str, WorkloadSpec] = {
 
 LOCAL_ONE = ("fcfs", "lpm", "vtc", "dlpm")
 PAIRS = (("rr", "lpm"), ("client-rr", "vtc"), ("affinity", "lpm"), ("d2lpm", "dlpm"))
+#: Pairs a ``--policy`` / ``--dispatch`` filter also selects from: the paper's
+#: baselines as the systems run them (Preble; RR with SGLang's LPM).
+FAITHFUL_PAIRS = (("preble", "lpm-sglang"), ("rr", "lpm-sglang"))
 
 DEFAULT_PRESET = "a10g-3b"
 
@@ -94,7 +103,12 @@ def plan_runs(
     dispatchers: list[str] | None = None,
     trace: Workload | None = None,
 ) -> list[Run]:
-    """Every (workload, workers, policy) combination of the comparison."""
+    """Every (workload, workers, policy) combination of the comparison.
+
+    One worker: ``policies`` (default :data:`LOCAL_ONE`), in
+    :data:`~fairq.sim.engine.LOCAL_POLICIES` order. Several: the pairs of
+    :data:`PAIRS` (with a filter, :data:`FAITHFUL_PAIRS` too) that pass the
+    filters given."""
     runs: list[Run] = []
     sources: list[tuple[WorkloadSpec | None, Workload | None]] = (
         [(None, trace)] if trace is not None else [(s, None) for s in specs or []]
@@ -102,12 +116,13 @@ def plan_runs(
     for spec, tr in sources:
         for w in workers:
             if w == 1:
-                for p in LOCAL_ONE:
-                    if policies and p not in policies:
+                for p in LOCAL_POLICIES:
+                    if p not in (policies or LOCAL_ONE):
                         continue
                     runs.append(Run(spec, replace(base, workers=1, policy=p, dispatcher=None), tr))
             else:
-                for d, p in PAIRS:
+                pairs = PAIRS + (FAITHFUL_PAIRS if policies or dispatchers else ())
+                for d, p in pairs:
                     if (policies and p not in policies) or (dispatchers and d not in dispatchers):
                         continue
                     runs.append(Run(spec, replace(base, workers=w, policy=p, dispatcher=d), tr))

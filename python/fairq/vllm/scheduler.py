@@ -189,10 +189,19 @@ def attach_fair_policy(scheduler: Any, policy: str) -> Any:
 class TenantTally:
     """Per tenant, under every fairq policy: requests, prompt tokens and
     vLLM's prefix-cache hits when each request is first scheduled (its
-    ``num_computed_tokens`` then is the hit), resolved with ``resolver``."""
+    ``num_computed_tokens`` then is the hit), resolved with ``resolver``.
 
-    def __init__(self, resolver: Any) -> None:
+    Bounded: the first ``max_tenants`` tenants seen are counted by name, every
+    later one under :attr:`OTHER` (so memory and the exported series stay
+    bounded however many tenants a server sees, and every counter still only
+    grows, as Prometheus requires)."""
+
+    #: The tenant label that counts the tenants beyond ``max_tenants``.
+    OTHER = "(other)"
+
+    def __init__(self, resolver: Any, max_tenants: int = 1000) -> None:
         self.resolver = resolver
+        self.max_tenants = max_tenants
         self.requests: dict[str, int] = {}
         self.prompt_tokens: dict[str, int] = {}
         self.hit_tokens: dict[str, int] = {}
@@ -217,6 +226,8 @@ class TenantTally:
                 if request is None:
                     continue
                 t = self.resolver(request)
+                if t not in self.requests and len(self.requests) >= self.max_tenants:
+                    t = self.OTHER
                 self.requests[t] = self.requests.get(t, 0) + 1
                 self.prompt_tokens[t] = self.prompt_tokens.get(t, 0) + int(
                     request.num_prompt_tokens
@@ -238,7 +249,7 @@ class TenantTally:
             ("prefix_hit_tokens", "Of those, vLLM's prefix-cache hits", self.hit_tokens),
         ):
             fam = CounterMetricFamily(f"fairq_vllm_{key}", doc, labels=["name", "tenant"])
-            for t, v in list(values.items())[:1000]:
+            for t, v in values.items():
                 fam.add_metric([name, t], v)
             out.append(fam)
         for key, doc, v in (
@@ -288,7 +299,16 @@ def _dual_phase(scheduler: Any) -> Any:
     from fairq.vllm.dualphase import build_dual_phase
 
     fair = scheduler.fairq if hasattr(scheduler.fairq, "tenant_of") else None
-    return build_dual_phase(scheduler, raw, fair=fair)
+    policy = build_dual_phase(scheduler, raw, fair=fair)
+    import logging
+
+    logging.getLogger("fairq.vllm").info(
+        "fairq dual_phase: end-of-think token ids %s from %s; output_budget %d",
+        sorted(policy.end_ids),
+        policy.source,
+        policy.output_budget,
+    )
+    return policy
 
 
 def _adopt_vllm_logging() -> None:

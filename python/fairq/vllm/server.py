@@ -40,11 +40,13 @@ __all__ = [
     "MODEL_SIZES",
     "SERVER_PYTHON_ENV",
     "SCHEDULER_CLS",
+    "THINK_WORDS",
     "ServerError",
     "VllmServer",
     "free_port",
     "server_python",
     "server_vllm_version",
+    "think_token_ids",
     "write_model",
 ]
 
@@ -104,17 +106,41 @@ FIRST_WORD = 3
 
 _CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
 
+#: The reasoning markers :func:`write_model` puts in the vocabulary with
+#: ``think_tokens=True`` (the ``<think>...</think>`` format of vLLM's
+#: ``deepseek_r1`` reasoning parser, among others).
+THINK_WORDS = ("<think>", "</think>")
+
+
+def think_token_ids(size: str = "tiny") -> tuple[int, int]:
+    """``(start, end)``: the ids of ``<think>`` and ``</think>`` in a model
+    of ``size`` written with ``think_tokens=True``: the vocabulary's last
+    two ids (the words ``t<vocab_size - 2>`` and ``t<vocab_size - 1>`` of
+    the plain tokenizer)."""
+    if size not in MODEL_SIZES:
+        raise ValueError(f"size must be one of {', '.join(MODEL_SIZES)}, got {size!r}")
+    v = MODEL_SIZES[size]["vocab_size"]
+    return v - 2, v - 1
+
 
 class ServerError(RuntimeError):
     """The vLLM server could not start, or stopped (message: its log's tail)."""
 
 
-def write_model(path: str | os.PathLike[str], size: str = "tiny") -> str:
+def write_model(
+    path: str | os.PathLike[str], size: str = "tiny", *, think_tokens: bool = False
+) -> str:
     """Write a random-weight Llama model of ``size`` (:data:`MODEL_SIZES`)
     into folder ``path``: ``config.json``, a word-level ``tokenizer.json``
     (``<unk>``, ``<s>``, ``</s>``, then ``t3``, ``t4``, ...) and
     ``tokenizer_config.json`` with a chat template that joins the messages'
-    contents. Returns ``path`` as a string. Needs ``tokenizers``."""
+    contents. Returns ``path`` as a string. Needs ``tokenizers``.
+
+    ``think_tokens``: the vocabulary's last two ids become the ordinary
+    words ``<think>`` and ``</think>`` (:func:`think_token_ids`; not
+    special tokens, so they stay in the decoded text, where vLLM's
+    ``deepseek_r1`` reasoning parser finds them) instead of two ``t<id>``
+    words. Off by default: the vocabulary is then the plain one above."""
     if size not in MODEL_SIZES:
         raise ValueError(f"size must be one of {', '.join(MODEL_SIZES)}, got {size!r}")
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -124,6 +150,10 @@ def write_model(path: str | os.PathLike[str], size: str = "tiny") -> str:
     out.mkdir(parents=True, exist_ok=True)
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
     vocab.update({f"t{i}": i for i in range(FIRST_WORD, shape["vocab_size"])})
+    if think_tokens:
+        for word, i in zip(THINK_WORDS, think_token_ids(size), strict=True):
+            del vocab[f"t{i}"]
+            vocab[word] = i
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.decoder = decoders.WordPiece(prefix="##")  # words joined by spaces

@@ -86,6 +86,16 @@ class HttpResult:
     #: the client closed the stream on purpose (``cancel_after``)
     cancelled: bool = False
     error: str | None = None
+    #: the answer's text (``choices[0].text``, or the chat message's
+    #: ``content``: what follows the reasoning when the server runs a
+    #: reasoning parser) and the chat message's ``reasoning`` (vLLM's
+    #: ``--reasoning-parser``); streamed: the chunks' ``delta`` s joined.
+    #: None when none came
+    content: str | None = None
+    reasoning: str | None = None
+    #: the output token ids (``choices[0].token_ids``, streamed: joined),
+    #: sent by vLLM when the request asks ``return_token_ids``
+    token_ids: list[int] | None = None
 
     @property
     def ok(self) -> bool:
@@ -155,7 +165,13 @@ async def _one(client: Any, base: str, model: str, r: HttpRequest, t0: float) ->
             data = resp.json()
             usage = data.get("usage") or {}
             _read_usage(res, usage)
-            res.finish_reason = data["choices"][0].get("finish_reason")
+            choice = data["choices"][0]
+            res.finish_reason = choice.get("finish_reason")
+            message = choice.get("message") or {}
+            res.content = choice.get("text", message.get("content"))
+            res.reasoning = message.get("reasoning")
+            if choice.get("token_ids") is not None:
+                res.token_ids = [int(t) for t in choice["token_ids"]]
             return res
         async with client.stream(
             "POST", base + path, json=_body(model, r), headers=headers, **kw
@@ -177,9 +193,16 @@ async def _one(client: Any, base: str, model: str, r: HttpRequest, t0: float) ->
                     res.error = json.dumps(chunk["error"])[:500]
                     break
                 for choice in chunk.get("choices") or ():
+                    delta = choice.get("delta") or {}
                     text = choice.get("text")
                     if text is None:
-                        text = (choice.get("delta") or {}).get("content")
+                        text = delta.get("content")
+                    if text is not None:
+                        res.content = (res.content or "") + text
+                    if delta.get("reasoning") is not None:
+                        res.reasoning = (res.reasoning or "") + delta["reasoning"]
+                    if choice.get("token_ids") is not None:
+                        res.token_ids = [*(res.token_ids or []), *map(int, choice["token_ids"])]
                     if text:
                         if res.first_token is None:
                             res.first_token = now

@@ -3,7 +3,7 @@
 ``EngineReplica`` is the body of a Serve deployment (wrap it with
 ``serve.deployment``): transformers' continuous batching on a Llama-style
 model with random weights built from a local config (nothing is downloaded;
-:func:`fairq.integrations.transformers.bench.build_model`), scheduled by a
+:func:`fairq.integrations.transformers.model.build_model`), scheduled by a
 fairq policy (``fairq-dlpm`` by default), so D2LPM's router and DLPM's local
 scheduler run together as ALGORITHMS.md section 7 describes. The tests and
 ``fairq ray-bench`` use it on CPU; in production the replicas are
@@ -67,7 +67,7 @@ class EngineReplica:
         policy: fairq local policy (``"dlpm"``, ``"vtc"``, ``"lpm"``, ``"fcfs"``)
             or ``"fifo"`` (transformers' own).
         model_size: ``"tiny"``, ``"small"`` or ``"1b"``
-            (:data:`fairq.integrations.transformers.bench.MODEL_SIZES`).
+            (:data:`fairq.integrations.transformers.model.MODEL_SIZES`).
         device: ``"cpu"`` or ``"cuda"``.
         page_size, num_blocks, max_batch_tokens, max_requests_per_batch: the
             continuous-batching cache and batch limits.
@@ -93,18 +93,18 @@ class EngineReplica:
         import torch
         from transformers import ContinuousBatchingConfig, GenerationConfig
 
-        from fairq.integrations.transformers import bench
+        from fairq.integrations.transformers import model as tf_model
         from fairq.integrations.transformers import scheduler as fs
 
         torch.set_num_threads(torch_threads)
         self.policy = policy
         self.max_tokens_limit = max_tokens_limit
         self.request_timeout_s = request_timeout_s
-        self.model = bench.build_model(model_size, seed=seed, device=device)
+        self.model = tf_model.build_model(model_size, seed=seed, device=device)
         self.vocab_size = int(self.model.config.vocab_size)
-        sched = bench.check_scheduler_type(fs.scheduler_type(policy))
+        sched = tf_model.check_scheduler_type(fs.scheduler_type(policy))
         cb_options: dict[str, Any] = {
-            bench.page_size_field(): page_size,
+            tf_model.page_size_field(): page_size,
             "num_blocks": num_blocks,
             "max_batch_tokens": max_batch_tokens,
             "max_requests_per_batch": max_requests_per_batch,

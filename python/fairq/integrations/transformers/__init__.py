@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from fairq.enginebench.workload import EngineRequest, multi_client_workload
 from fairq.integrations.transformers.clients import ClientResolver
 from fairq.integrations.transformers.fit import (
     StepSample,
@@ -29,7 +30,6 @@ from fairq.integrations.transformers.fit import (
     fit_step_time,
 )
 from fairq.integrations.transformers.policies import POLICIES, check_policy, policy_options
-from fairq.integrations.transformers.workload import EngineRequest, multi_client_workload
 from fairq.sim.metrics import jain_index, percentile
 
 _ENGINE_NAMES = {

@@ -58,6 +58,7 @@ from transformers.generation.continuous_batching.scheduler import (
 
 from fairq.integrations.transformers.clients import ClientResolver
 from fairq.integrations.transformers.fit import StepSample
+from fairq.integrations.transformers.model import SUPPORTED_TRANSFORMERS
 from fairq.integrations.transformers.policies import (
     POLICIES,
     build_policy,
@@ -66,9 +67,6 @@ from fairq.integrations.transformers.policies import (
 )
 from fairq.metrics import publish
 from fairq.sched import admit
-
-#: transformers releases this module was written and tested against.
-SUPPORTED_TRANSFORMERS = ">=5.17,<5.24"
 
 _REQUIRED = ("_process_candidates", "_cleanup_waiting_queue", "add_waiting_request", "reset")
 _missing = [name for name in _REQUIRED if not hasattr(Scheduler, name)]

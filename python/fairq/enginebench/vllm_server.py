@@ -454,10 +454,11 @@ def run_rows(args: argparse.Namespace, workload: list[Any]) -> tuple[int, list[d
         f"# fairq engine-bench --engine vllm-server: vLLM {version}, model {args.model}, "
         f"{len(requests)} requests, server args: {args.server_args}; logs in {tmp}"
     )
-    rows = []
-    for policy in policies:
-        runs = []
-        for i in range(args.runs):
+    # Rounds: run i of every policy before run i + 1 of any, so a change in
+    # the machine's load during the bench falls on every policy alike.
+    runs: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
+    for i in range(args.runs):
+        for policy in policies:
             row = server_run(args, model, policy, requests, f"{tmp}/{policy}-{i}.log")
             print(
                 f"  {policy} run {i + 1}: {row['output_tok_s']:.0f} output tok/s, "
@@ -466,8 +467,8 @@ def run_rows(args: argparse.Namespace, workload: list[Any]) -> tuple[int, list[d
                 f"failed {row['failed']}",
                 flush=True,
             )
-            runs.append(row)
-        rows.append(_median_row(runs))
+            runs[policy].append(row)
+    rows = [_median_row(runs[p]) for p in policies]
     print(table(rows))
     backlog = []
     for n in args.backlog:

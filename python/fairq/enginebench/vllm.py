@@ -223,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
     """``fairq engine-bench --engine vllm``: policies, workload and vLLM are
     checked before any work (:class:`~fairq.cliargs.UsageError`)."""
     from fairq.cliargs import UsageError
-    from fairq.integrations.transformers.bench import _policy_list, _workload
+    from fairq.enginebench.cli import _policy_list, _workload
 
     names = _policy_list(
         args,

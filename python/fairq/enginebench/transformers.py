@@ -14,100 +14,27 @@ The scheduler named ``fifo`` in the output is transformers' own FIFO scheduler
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from fairq.cli import write_json
+from fairq.enginebench.workload import (
+    EngineRequest,
+)
 from fairq.integrations.transformers.fit import (
     StepSample,
     fit_step_time,
 )
-from fairq.integrations.transformers.policies import POLICIES, check_policy
-from fairq.integrations.transformers.workload import (
-    EngineRequest,
-    from_sim_workload,
-    multi_client_workload,
+from fairq.integrations.transformers.model import (
+    SUPPORTED_TRANSFORMERS,
+    build_model,
+    check_scheduler_type,
+    page_size_field,
 )
+from fairq.integrations.transformers.policies import check_policy
 from fairq.sim.metrics import jain_index, percentile
-
-_TF_RANGE = ">=5.17,<5.24"
-
-MODEL_SIZES: dict[str, dict[str, int]] = {
-    # ~0.1M parameters: CPU tests and smoke runs
-    "tiny": dict(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    ),
-    # ~16M parameters: a CPU benchmark where compute is not negligible
-    "small": dict(
-        vocab_size=4096,
-        hidden_size=512,
-        intermediate_size=1408,
-        num_hidden_layers=4,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-    ),
-    # ~1.1B parameters, Llama-3.2-1B-like shapes: GPU runs
-    "1b": dict(
-        vocab_size=32000,
-        hidden_size=2048,
-        intermediate_size=8192,
-        num_hidden_layers=16,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-    ),
-}
-
-
-def build_model(size: str = "tiny", seed: int = 0, device: str = "cpu", dtype: str = "auto") -> Any:
-    """A ``LlamaForCausalLM`` with random weights from a built-in config (no download)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    if size not in MODEL_SIZES:
-        raise ValueError(f"model size must be one of {sorted(MODEL_SIZES)}, got {size!r}")
-    if dtype == "auto":
-        dtype = "bfloat16" if device.startswith("cuda") else "float32"
-    torch_dtype = {
-        "float32": torch.float32,
-        "bfloat16": torch.bfloat16,
-        "float16": torch.float16,
-    }.get(dtype)
-    if torch_dtype is None:
-        raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {dtype!r}")
-    torch.manual_seed(seed)
-    shape: dict[str, Any] = dict(MODEL_SIZES[size])
-    config = LlamaConfig(max_position_embeddings=4096, **shape)
-    model: Any = LlamaForCausalLM(config)
-    model = model.to(device=device, dtype=torch_dtype).eval()
-    return model
-
-
-def page_size_field() -> str:
-    """Page-size field of ``ContinuousBatchingConfig`` (5.17: block_size, then page_size)."""
-    from transformers import ContinuousBatchingConfig
-
-    names = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}
-    return "page_size" if "page_size" in names else "block_size"
-
-
-def check_scheduler_type(name: str) -> str:
-    """Refuse names transformers would silently replace by FIFO."""
-    from fairq.integrations.transformers.scheduler import SCHEDULER_MAPPING
-
-    if name not in SCHEDULER_MAPPING:
-        raise ValueError(
-            f"scheduler_type {name!r} is not registered in transformers' SCHEDULER_MAPPING "
-            f"(known: {', '.join(sorted(SCHEDULER_MAPPING))}); transformers would fall back to FIFO"
-        )
-    return name
 
 
 @dataclass
@@ -343,205 +270,12 @@ def markdown(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-#: ``--policies`` of each ``--engine`` when not given
-DEFAULT_POLICIES = {
-    "transformers": "fifo,fcfs,lpm,vtc,dlpm",
-    "vllm": "fifo,fcfs,vtc,lpm,dlpm",
-    "vllm-server": "vllm,fcfs,vtc,lpm,dlpm",
-}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``fairq engine-bench``."""
-    from fairq.cliargs import count, non_negative, output_file, positive
-
-    parser.add_argument(
-        "--engine",
-        choices=("transformers", "vllm", "vllm-server"),
-        default="transformers",
-        help="transformers: its continuous-batching engine with a random-weight model "
-        "(needs the engine extra: pip install '.[engine]'); "
-        "vllm: vLLM's real scheduler, step times simulated (fairq.vllm.bench); "
-        "vllm-server: real vLLM OpenAI servers under HTTP traffic (fairq.vllm.serverbench; "
-        "policies: vllm for stock vLLM, fairq's fcfs, vtc, lpm, dlpm...)",
-    )
-    parser.add_argument(
-        "--waiting",
-        type=count(0),
-        default=10_000,
-        help="vllm: also measure fairq's time per schedule() with this many requests "
-        "waiting (0: skip)",
-    )
-    parser.add_argument(
-        "--policies",
-        default=None,
-        help="comma-separated: fifo (the engine's own scheduler) and fairq policies "
-        f"({', '.join(POLICIES)}); vllm-server: vllm (stock vLLM) and fairq's "
-        "(default: " + "; ".join(f"{e}: {p}" for e, p in DEFAULT_POLICIES.items()) + ")",
-    )
-    parser.add_argument(
-        "--model",
-        choices=sorted(MODEL_SIZES),
-        default="tiny",
-        help="random-weight Llama-style model size (1b: use on a GPU)",
-    )
-    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    parser.add_argument(
-        "--dtype",
-        default="auto",
-        choices=("auto", "float32", "bfloat16", "float16"),
-        help="model dtype (auto: bfloat16 on cuda, else float32)",
-    )
-    parser.add_argument(
-        "--threads",
-        type=count(1),
-        default=None,
-        help="torch CPU threads (default 1 on CPU: steadier timings on a shared "
-        "machine; torch's default elsewhere)",
-    )
-    parser.add_argument(
-        "--workload",
-        default="flood",
-        help="flood (built-in: one client floods, per-client shared prefixes) or "
-        "sim:NAME for the simulator's qa/tot/judge/chat workloads",
-    )
-    parser.add_argument(
-        "--scale",
-        type=positive,
-        default=0.02,
-        help="length scale of a sim: workload (default 0.02: CPU-sized)",
-    )
-    parser.add_argument(
-        "--duration",
-        type=positive,
-        default=20.0,
-        help="arrival window of a sim: workload in seconds",
-    )
-    parser.add_argument(
-        "--clients", type=count(2), default=4, help="clients incl. the flooding one (>= 2)"
-    )
-    parser.add_argument("--requests-per-client", type=count(1), default=6)
-    parser.add_argument(
-        "--flood-factor",
-        type=count(1),
-        default=4,
-        help="the misbehaving client sends this many times more requests",
-    )
-    parser.add_argument("--prefix-len", type=count(0), default=64, help="shared prefix per client")
-    parser.add_argument("--suffix-len", type=count(1), default=16)
-    parser.add_argument("--max-new-tokens", type=count(1), default=16)
-    parser.add_argument(
-        "--gap",
-        type=non_negative,
-        default=0.0,
-        help="seconds between a well-behaved client's requests",
-    )
-    parser.add_argument("--page-size", type=count(1), default=16)
-    parser.add_argument("--num-blocks", type=count(1), default=256)
-    parser.add_argument("--max-batch-tokens", type=count(1), default=256)
-    parser.add_argument("--max-requests-per-batch", type=count(1), default=4)
-    parser.add_argument("--quantum", type=positive, default=128.0, help="DLPM quantum (> 0)")
-    parser.add_argument("--seed", type=count(0), default=0)
-    parser.add_argument(
-        "--json",
-        default=None,
-        type=output_file,
-        help="write the results as JSON to this path ('-': the document alone on stdout)",
-    )
-    parser.add_argument("--quick", action="store_true", help="small workload (smoke test)")
-    from fairq.vllm.serverbench import add_arguments as server_arguments
-
-    server_arguments(parser)
-
-
-def _vocab(args: argparse.Namespace) -> int:
-    """The model's vocabulary (the vLLM server's models have their own sizes)."""
-    if args.engine == "vllm-server":
-        from fairq.vllm.server import MODEL_SIZES as SERVER_SIZES
-
-        return SERVER_SIZES[args.model]["vocab_size"]
-    return int(MODEL_SIZES[args.model]["vocab_size"])
-
-
-def _workload(args: argparse.Namespace) -> list[EngineRequest]:
-    """The workload every engine replays, built (and a trace parsed) before
-    any work: a bad ``--workload`` or ``--trace`` is a
-    :class:`~fairq.cliargs.UsageError` naming it."""
-    from fairq.cliargs import UsageError, read_trace
-
-    vocab = _vocab(args)
-    if getattr(args, "trace", None):
-        wl = read_trace(args.trace, args.seed)
-        return from_sim_workload(wl, vocab, args.max_new_tokens)
-    if args.workload == "flood":
-        return multi_client_workload(
-            n_clients=args.clients,
-            requests_per_client=2 if args.quick else args.requests_per_client,
-            flood_factor=args.flood_factor,
-            prefix_len=args.prefix_len,
-            suffix_len=args.suffix_len,
-            max_new_tokens=4 if args.quick else args.max_new_tokens,
-            vocab_size=vocab,
-            well_behaved_gap=args.gap,
-            seed=args.seed,
-        )
-    if args.workload.startswith("sim:"):
-        from fairq.sim.workloads import make_workload
-
-        try:
-            sim = make_workload(
-                args.workload[4:], scale=args.scale, duration=args.duration, seed=args.seed
-            )
-        except ValueError as e:
-            raise UsageError(str(e), arg="--workload") from None
-        wl_requests = from_sim_workload(sim, vocab, max_new_tokens=args.max_new_tokens)
-        if not wl_requests:
-            raise UsageError(
-                f"{args.workload} has no requests at --scale {args.scale:g} "
-                f"--duration {args.duration:g} (raise them)",
-                arg="--workload",
-            )
-        return wl_requests
-    raise UsageError(f"must be flood or sim:NAME, got {args.workload!r}", arg="--workload")
-
-
-def _policy_list(args: argparse.Namespace, known: tuple[str, ...], note: str) -> list[str]:
-    """``--policies`` as a list (case-insensitive), each one of ``known``."""
-    from fairq.cliargs import UsageError
-
-    names = [p.strip().lower() for p in args.policies.split(",") if p.strip()]
-    if not names:
-        raise UsageError("names no policy", arg="--policies")
-    for p in names:
-        if p not in known:
-            raise UsageError(
-                f"{p!r} is not one of {', '.join(known)} for --engine {args.engine} ({note})",
-                arg="--policies",
-            )
-    return names
-
-
-def run(args: argparse.Namespace) -> int:
-    """Entry point of ``fairq engine-bench``: every argument, the workload
-    and the engine's dependencies are checked before any work."""
+def run(args: argparse.Namespace, names: list[str], workload: list[EngineRequest]) -> int:
+    """``fairq engine-bench --engine transformers``: replay ``workload`` under
+    each of ``names`` (``fifo``: transformers' own scheduler; the others
+    fairq's) and print the table (and JSON with ``--json``)."""
     from fairq.cliargs import need
 
-    if args.policies is None:
-        args.policies = DEFAULT_POLICIES[args.engine]
-    if args.engine == "vllm":
-        from fairq.vllm.bench import run as run_vllm
-
-        return run_vllm(args)
-    if args.engine == "vllm-server":
-        from fairq.vllm.serverbench import check_args
-        from fairq.vllm.serverbench import run as run_server
-
-        check_args(args)
-        return run_server(args, _workload(args))
-    names = _policy_list(
-        args, ("fifo", *POLICIES), "fifo: transformers' own scheduler; the others fairq's"
-    )
-    workload = _workload(args)
     need("engine", what="--engine transformers", modules=("torch", "transformers"))
     try:
         import torch
@@ -552,7 +286,7 @@ def run(args: argparse.Namespace) -> int:
         from fairq.extras import install_hint
 
         raise UsageError(
-            f"--engine transformers needs torch and transformers{_TF_RANGE} "
+            f"--engine transformers needs torch and transformers{SUPPORTED_TRANSFORMERS} "
             f"({install_hint('engine')}): {e}"
         ) from None
     types = ["fifo-observed" if p == "fifo" else f"fairq-{check_policy(p)}" for p in names]

@@ -1,8 +1,10 @@
 """A small multi-client workload for the engine benchmark (pure Python).
 
-Every client has its own shared prefix (a "system prompt") followed by a
-per-request suffix; one misbehaving client sends ``flood_factor`` times as
-many requests as the others, all at time 0, so a FIFO engine serves mostly it.
+Every client has its own shared prefixes (a "system prompt", or with
+``docs_per_client`` > 1 several documents its requests cycle through)
+followed by a per-request suffix; one misbehaving client sends
+``flood_factor`` times as many requests as the others, all at time 0, so a
+FIFO engine serves mostly it.
 Request ids follow the ``"client/index"`` convention of ``ClientResolver``.
 """
 
@@ -72,13 +74,19 @@ def multi_client_workload(
     vocab_size: int = 256,
     well_behaved_gap: float = 0.0,
     seed: int = 0,
+    docs_per_client: int = 1,
 ) -> list[EngineRequest]:
     """Generate the workload, sorted by arrival (the flooding client first).
 
     Client ``"flood"`` sends ``requests_per_client * flood_factor`` requests at
     time 0; clients ``"c1".."c{n_clients-1}"`` send ``requests_per_client``
-    each, spaced ``well_behaved_gap`` seconds apart, interleaved. Token ids are
-    drawn from ``[1, vocab_size)`` (0 is left out: many models use it as pad).
+    each, spaced ``well_behaved_gap`` seconds apart, interleaved. Every client
+    has ``docs_per_client`` prefixes of ``prefix_len`` tokens (its documents);
+    its ``i``-th request starts with document ``i % docs_per_client``, so in
+    arrival order a client's consecutive requests share no prefix when
+    ``docs_per_client`` > 1 (what a cache-aware order can regroup and a
+    per-client FIFO cannot). Token ids are drawn from ``[1, vocab_size)`` (0
+    is left out: many models use it as pad).
 
     Raises:
         ValueError: a size below 1 (``n_clients`` below 2, lengths below 1,
@@ -92,6 +100,7 @@ def multi_client_workload(
         "suffix_len": (suffix_len, 1),
         "max_new_tokens": (max_new_tokens, 1),
         "vocab_size": (vocab_size, 2),
+        "docs_per_client": (docs_per_client, 1),
     }
     for field, (value, low) in checks.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -104,14 +113,14 @@ def multi_client_workload(
         return [rng.randrange(1, vocab_size) for _ in range(n)]
 
     clients = ["flood"] + [f"c{i}" for i in range(1, n_clients)]
-    prefixes = {c: tokens(prefix_len) for c in clients}
+    prefixes = {c: [tokens(prefix_len) for _ in range(docs_per_client)] for c in clients}
+
+    def prompt(client: str, i: int) -> list[int]:
+        return prefixes[client][i % docs_per_client] + tokens(suffix_len)
+
     out: list[EngineRequest] = []
     for i in range(requests_per_client * flood_factor):
-        out.append(
-            EngineRequest(
-                f"flood/{i}", "flood", 0.0, prefixes["flood"] + tokens(suffix_len), max_new_tokens
-            )
-        )
+        out.append(EngineRequest(f"flood/{i}", "flood", 0.0, prompt("flood", i), max_new_tokens))
     for i in range(requests_per_client):
         for c in clients[1:]:
             out.append(
@@ -119,7 +128,7 @@ def multi_client_workload(
                     f"{c}/{i}",
                     c,
                     i * well_behaved_gap,
-                    prefixes[c] + tokens(suffix_len),
+                    prompt(c, i),
                     max_new_tokens,
                 )
             )

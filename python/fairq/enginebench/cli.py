@@ -1,0 +1,244 @@
+"""``fairq engine-bench``: its arguments, the workload every engine replays,
+and the dispatch to the engine's module (:mod:`fairq.enginebench.transformers`,
+:mod:`fairq.enginebench.vllm`, :mod:`fairq.enginebench.vllm_server`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from fairq.enginebench.workload import EngineRequest, from_sim_workload, multi_client_workload
+from fairq.integrations.transformers.model import MODEL_SIZES
+from fairq.integrations.transformers.policies import POLICIES
+
+#: ``--policies`` of each ``--engine`` when not given
+DEFAULT_POLICIES = {
+    "transformers": "fifo,fcfs,lpm,vtc,dlpm",
+    "vllm": "fifo,fcfs,vtc,lpm,dlpm",
+    "vllm-server": "vllm,fcfs,vtc,lpm,dlpm",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``fairq engine-bench``."""
+    from fairq.cliargs import count, non_negative, output_file, positive
+
+    parser.add_argument(
+        "--engine",
+        choices=("transformers", "vllm", "vllm-server"),
+        default="transformers",
+        help="transformers: its continuous-batching engine with a random-weight model "
+        "(needs the engine extra: pip install '.[engine]'); "
+        "vllm: vLLM's real scheduler, step times simulated (fairq.enginebench.vllm); "
+        "vllm-server: real vLLM OpenAI servers under HTTP traffic (fairq.enginebench.vllm_server; "
+        "policies: vllm for stock vLLM, fairq's fcfs, vtc, lpm, dlpm...)",
+    )
+    parser.add_argument(
+        "--waiting",
+        type=count(0),
+        default=10_000,
+        help="vllm: also measure fairq's time per schedule() with this many requests "
+        "waiting (0: skip)",
+    )
+    parser.add_argument(
+        "--policies",
+        default=None,
+        help="comma-separated: fifo (the engine's own scheduler) and fairq policies "
+        f"({', '.join(POLICIES)}); vllm-server: vllm (stock vLLM) and fairq's "
+        "(default: " + "; ".join(f"{e}: {p}" for e, p in DEFAULT_POLICIES.items()) + ")",
+    )
+    parser.add_argument(
+        "--model",
+        choices=sorted(MODEL_SIZES),
+        default="tiny",
+        help="random-weight Llama-style model size (1b: use on a GPU)",
+    )
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        help="model dtype (auto: bfloat16 on cuda, else float32)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=count(1),
+        default=None,
+        help="torch CPU threads (default 1 on CPU: steadier timings on a shared "
+        "machine; torch's default elsewhere)",
+    )
+    parser.add_argument(
+        "--workload",
+        default="flood",
+        help="flood (built-in: one client floods, per-client shared prefixes), "
+        "sim:NAME for the simulator's qa/tot/judge/chat workloads, or reasoning "
+        "(--engine vllm: long think, short output, one tenant flooding with long "
+        "reasoning; its own engine limits, fairq.enginebench.reasoning; policies "
+        "vllm-fcfs, dual, dual+dlpm, dual+vtc, dlpm, vtc)",
+    )
+    parser.add_argument(
+        "--scale",
+        type=positive,
+        default=0.02,
+        help="length scale of a sim: workload (default 0.02: CPU-sized)",
+    )
+    parser.add_argument(
+        "--duration",
+        type=positive,
+        default=20.0,
+        help="arrival window of a sim: workload in seconds",
+    )
+    parser.add_argument(
+        "--clients", type=count(2), default=4, help="clients incl. the flooding one (>= 2)"
+    )
+    parser.add_argument("--requests-per-client", type=count(1), default=6)
+    parser.add_argument(
+        "--flood-factor",
+        type=count(1),
+        default=4,
+        help="the misbehaving client sends this many times more requests",
+    )
+    parser.add_argument("--prefix-len", type=count(0), default=64, help="shared prefix per client")
+    parser.add_argument(
+        "--docs-per-client",
+        type=count(1),
+        default=1,
+        help="prefixes (documents) per client of the flood workload; a client's "
+        "requests cycle through them (default 1: one system prompt each)",
+    )
+    parser.add_argument("--suffix-len", type=count(1), default=16)
+    parser.add_argument("--max-new-tokens", type=count(1), default=16)
+    parser.add_argument(
+        "--gap",
+        type=non_negative,
+        default=0.0,
+        help="seconds between a well-behaved client's requests",
+    )
+    parser.add_argument("--page-size", type=count(1), default=16)
+    parser.add_argument("--num-blocks", type=count(1), default=256)
+    parser.add_argument("--max-batch-tokens", type=count(1), default=256)
+    parser.add_argument("--max-requests-per-batch", type=count(1), default=4)
+    parser.add_argument("--quantum", type=positive, default=128.0, help="DLPM quantum (> 0)")
+    parser.add_argument("--seed", type=count(0), default=0)
+    parser.add_argument(
+        "--seeds",
+        type=count(1),
+        default=3,
+        help="reasoning workload: run seeds --seed .. --seed + N - 1 and report the spread",
+    )
+    parser.add_argument(
+        "--json",
+        default=None,
+        type=output_file,
+        help="write the results as JSON to this path ('-': the document alone on stdout)",
+    )
+    parser.add_argument("--quick", action="store_true", help="small workload (smoke test)")
+    from fairq.enginebench.vllm_server import add_arguments as server_arguments
+
+    server_arguments(parser)
+
+
+def _vocab(args: argparse.Namespace) -> int:
+    """The model's vocabulary (the vLLM server's models have their own sizes)."""
+    if args.engine == "vllm-server":
+        from fairq.vllm.server import MODEL_SIZES as SERVER_SIZES
+
+        return SERVER_SIZES[args.model]["vocab_size"]
+    return int(MODEL_SIZES[args.model]["vocab_size"])
+
+
+def _workload(args: argparse.Namespace) -> list[EngineRequest]:
+    """The workload every engine replays, built (and a trace parsed) before
+    any work: a bad ``--workload`` or ``--trace`` is a
+    :class:`~fairq.cliargs.UsageError` naming it."""
+    from fairq.cliargs import UsageError, read_trace
+
+    vocab = _vocab(args)
+    if getattr(args, "trace", None):
+        wl = read_trace(args.trace, args.seed)
+        return from_sim_workload(wl, vocab, args.max_new_tokens)
+    if args.workload == "flood":
+        return multi_client_workload(
+            n_clients=args.clients,
+            requests_per_client=2 if args.quick else args.requests_per_client,
+            flood_factor=args.flood_factor,
+            prefix_len=args.prefix_len,
+            suffix_len=args.suffix_len,
+            max_new_tokens=4 if args.quick else args.max_new_tokens,
+            vocab_size=vocab,
+            well_behaved_gap=args.gap,
+            seed=args.seed,
+            docs_per_client=args.docs_per_client,
+        )
+    if args.workload.startswith("sim:"):
+        from fairq.sim.workloads import make_workload
+
+        try:
+            sim = make_workload(
+                args.workload[4:], scale=args.scale, duration=args.duration, seed=args.seed
+            )
+        except ValueError as e:
+            raise UsageError(str(e), arg="--workload") from None
+        wl_requests = from_sim_workload(sim, vocab, max_new_tokens=args.max_new_tokens)
+        if not wl_requests:
+            raise UsageError(
+                f"{args.workload} has no requests at --scale {args.scale:g} "
+                f"--duration {args.duration:g} (raise them)",
+                arg="--workload",
+            )
+        return wl_requests
+    raise UsageError(
+        f"must be flood or sim:NAME (or reasoning with --engine vllm), got {args.workload!r}",
+        arg="--workload",
+    )
+
+
+def _policy_list(args: argparse.Namespace, known: tuple[str, ...], note: str) -> list[str]:
+    """``--policies`` as a list (case-insensitive), each one of ``known``."""
+    from fairq.cliargs import UsageError
+
+    names = [p.strip().lower() for p in args.policies.split(",") if p.strip()]
+    if not names:
+        raise UsageError("names no policy", arg="--policies")
+    for p in names:
+        if p not in known:
+            raise UsageError(
+                f"{p!r} is not one of {', '.join(known)} for --engine {args.engine} ({note})",
+                arg="--policies",
+            )
+    return names
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``fairq engine-bench``: every argument, the workload
+    and the engine's dependencies are checked before any work."""
+    if args.workload == "reasoning":
+        from fairq.cliargs import UsageError
+        from fairq.enginebench import reasoning
+
+        if args.engine != "vllm":
+            raise UsageError(
+                "the reasoning workload runs on vLLM's scheduler: use --engine vllm",
+                arg="--workload",
+            )
+        if args.policies is None:
+            args.policies = reasoning.DEFAULT_POLICIES
+        names = _policy_list(args, ("fifo", *reasoning.POLICIES), reasoning.POLICY_NOTE)
+        return reasoning.run(args, ["vllm-fcfs" if p == "fifo" else p for p in names])
+    if args.policies is None:
+        args.policies = DEFAULT_POLICIES[args.engine]
+    if args.engine == "vllm":
+        from fairq.enginebench.vllm import run as run_vllm
+
+        return run_vllm(args)
+    if args.engine == "vllm-server":
+        from fairq.enginebench.vllm_server import check_args
+        from fairq.enginebench.vllm_server import run as run_server
+
+        check_args(args)
+        return run_server(args, _workload(args))
+    from fairq.enginebench.transformers import run as run_transformers
+
+    names = _policy_list(
+        args, ("fifo", *POLICIES), "fifo: transformers' own scheduler; the others fairq's"
+    )
+    return run_transformers(args, names, _workload(args))
