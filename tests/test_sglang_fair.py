@@ -195,6 +195,21 @@ def test_dlpm_within_theorem_bound_and_sglang_lpm_is_not() -> None:
     assert max_gap_while_backlogged(results["lpm"]) > 4 * (u + quantum)
 
 
+def test_vtc_within_its_bound() -> None:
+    """VTC's bound (Theorem 4.1 with Q_u = 0): while two tenants are
+    backlogged, their cost (whole prompt + 2 * output) differs by at most
+    2 * U; SGLang's LPM breaks it."""
+    results = {}
+    for policy in ("lpm", "fairq-vtc"):
+        e = Engine(policy, max_prefill_tokens=2048, chunk_size=1024, kv_tokens=1 << 15)
+        greedy_workload(e, seed=11)
+        e.run()
+        results[policy] = e
+    u = 1.0 * max(results["fairq-vtc"].prompt_len.values()) + 2.0 * 12
+    assert max_gap_while_backlogged(results["fairq-vtc"], vtc=True) <= 2 * u
+    assert max_gap_while_backlogged(results["lpm"], vtc=True) > 4 * u
+
+
 def test_greedy_tenant_dominates_sglang_lpm_not_fairq_dlpm() -> None:
     results = {}
     for policy in ("lpm", "fairq-dlpm"):

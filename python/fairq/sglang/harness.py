@@ -119,8 +119,12 @@ class Engine:
         #: first time, output tokens
         self.prompt_served: dict[str, int] = {}
         self.output_served: dict[str, int] = {}
+        #: per tenant: whole prompts of the requests admitted (VTC's measure)
+        self.prompt_admitted: dict[str, int] = {}
         #: per step: ({tenant: prompt + w_q * output served}, {tenant: waiting})
         self.timeline: list[tuple[dict[str, float], dict[str, int]]] = []
+        #: per step: {tenant: whole admitted prompts + w_q * output}
+        self.vtc_timeline: list[dict[str, float]] = []
         self.w_q = 2.0
         #: admissions per request id (not chunk continuations)
         self.admissions: dict[str, int] = {}
@@ -156,6 +160,7 @@ class Engine:
         t = tenant_of(req.rid)
         self.prompt_served.setdefault(t, 0)
         self.output_served.setdefault(t, 0)
+        self.prompt_admitted.setdefault(t, 0)
         return req
 
     @property
@@ -253,6 +258,7 @@ class Engine:
             if rid not in self.first_prefix:
                 self.first_prefix[rid] = start
                 self.prompt_len[rid] = prompt
+                self.prompt_admitted[tenant_of(rid)] += prompt
             self._cache_prefix(req, end)
             if req is self.chunked:
                 req.prefix_len = end  # as cache_unfinished_req leaves it
@@ -270,6 +276,12 @@ class Engine:
             t: self.prompt_served[t] + self.w_q * self.output_served[t] for t in self.prompt_served
         }
         self.timeline.append((served, waiting))
+        self.vtc_timeline.append(
+            {
+                t: self.prompt_admitted[t] + self.w_q * self.output_served[t]
+                for t in self.prompt_admitted
+            }
+        )
 
     def run(self, max_steps: int = 100_000) -> int:
         """Step until nothing waits or runs; returns the steps taken."""
@@ -336,10 +348,14 @@ def greedy_workload(e: Engine, seed: int, flood: int = 80, each: int = 16) -> No
         e.request(toks, max_new_tokens=rng.randrange(2, 12), rid=f"{t}:{i}")
 
 
-def max_gap_while_backlogged(e: Engine) -> float:
+def max_gap_while_backlogged(e: Engine, vtc: bool = False) -> float:
     """Largest |W_f - W_g| growth over an interval in which both tenants had
-    requests waiting at every step (ALGORITHMS.md section 6, Theorem 4.1)."""
+    requests waiting at every step (ALGORITHMS.md section 6, Theorem 4.1).
+    Service: prompt tokens computed + 2 x output (DLPM's W); ``vtc``: whole
+    prompts admitted + 2 x output (VTC's cost)."""
     tl = e.timeline
+    if vtc:
+        tl = [(cost, row[1]) for cost, row in zip(e.vtc_timeline, e.timeline, strict=True)]
     tenants = sorted(tl[0][0])
     worst = 0.0
     for f, g in itertools.combinations(tenants, 2):
