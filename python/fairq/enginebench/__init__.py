@@ -15,5 +15,8 @@ reads) on a real engine and reports the same figures for each:
 - :mod:`fairq.enginebench.vllm_server`: a real vLLM OpenAI server under HTTP
   traffic (``--engine vllm-server``);
 - :mod:`fairq.enginebench.ray`: ``fairq ray-bench``, replicas on Ray Serve
-  behind fairq's router.
+  behind fairq's router;
+- :mod:`fairq.enginebench.sglang`: ``python -m fairq.enginebench.sglang``,
+  fairq's policies on SGLang's real scheduling objects (time per decision
+  against SGLang's own ``calc_priority``; outcomes with ``--outcomes``).
 """

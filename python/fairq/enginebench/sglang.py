@@ -1,6 +1,6 @@
 """Time of one SGLang scheduling decision: fairq's policies against SGLang's own.
 
-``python -m fairq.sglang.bench [--waiting 1000 10000] [--steps 20]`` (in the
+``python -m fairq.enginebench.sglang [--waiting 1000 10000] [--steps 20]`` (in the
 SGLang venv) builds SGLang's ``RadixCache`` holding 64 cached 256-token
 prefixes and ``N`` waiting ``Req`` objects (a cached prefix + 32 tokens of
 their own), then times, in the same run, on the same queue:
