@@ -61,6 +61,12 @@ for part in "${parts[@]}"; do
         --max-new-tokens 32 --gap 0.05 --quantum 512 --max-model-len 1024 \
         --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 20" \
         --backlog 1000,10000 --json vllm_server.json --plot vllm_server.png | tee vllm_server-tables.md
+      # several documents per tenant: where DLPM has locality to win (item 6)
+      fairq engine-bench --engine vllm-server --model small --policies lpm,dlpm --runs 3 \
+        --requests-per-client 24 --flood-factor 4 --prefix-len 512 --suffix-len 16 \
+        --docs-per-client 4 --max-new-tokens 32 --gap 0.05 --quantum 1536 --max-model-len 1024 \
+        --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 20" \
+        --json vllm_server_docs.json
       ;;
     wheel)
       tmp=$(mktemp -d)
