@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from fairq.tenancy import SourceOrder
 from fairq.vllm.tenants import FairOptions
 
 __all__ = [
@@ -53,7 +54,7 @@ def policy_key(name: Any) -> str:
     raise ValueError(f"policy must be one of {choices}, got {name!r}")
 
 
-class TenantResolver:
+class TenantResolver(SourceOrder):
     """Maps an SGLang ``Req`` to a tenant name, trying ``order`` in turn.
 
     * ``"custom_labels"``: ``request.custom_labels[label_key]`` (the request
@@ -72,6 +73,8 @@ class TenantResolver:
     to the next; none: ``default``. Never raises for a request.
     """
 
+    SOURCES = SOURCES
+    label_key: str
     #: the keys of the options' ``tenant`` mapping (constructor keywords)
     OPTIONS = ("order", "label_key", "separator", "default")
     #: those of them that are lists
@@ -84,33 +87,7 @@ class TenantResolver:
         separator: str = ":",
         default: str = "default",
     ) -> None:
-        order = tuple(order)
-        for i, src in enumerate(order):
-            if src not in SOURCES:
-                raise ValueError(
-                    f"tenant.order[{i}] must be one of {', '.join(SOURCES)}, got {src!r}"
-                )
-        if len(set(order)) != len(order):
-            raise ValueError(f"tenant.order has a duplicate source: {list(order)}")
-        for name, v in (
-            ("tenant.label_key", label_key),
-            ("tenant.separator", separator),
-            ("tenant.default", default),
-        ):
-            if not isinstance(v, str) or not v:
-                raise ValueError(f"{name} must be a non-empty string, got {v!r}")
-        self.order = order
-        self.label_key = label_key
-        self.separator = separator
-        self.default = default
-
-    def __call__(self, request: Any) -> str:
-        """The tenant of ``request`` (any object with SGLang ``Req``'s attributes)."""
-        for src in self.order:
-            t = self._from(src, request)
-            if isinstance(t, str) and t:
-                return t
-        return self.default
+        self._set_order(order, separator, default, label_key=label_key)
 
     def _from(self, src: str, request: Any) -> Any:
         if src == "custom_labels":

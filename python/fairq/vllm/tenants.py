@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fairq.tenancy import SourceOrder
+
 __all__ = [
     "VLLM_ID_PREFIXES",
     "CONFIG_ENV_VAR",
@@ -40,7 +42,7 @@ SOURCES = ("extra_args", "lora", "request_id", "cache_salt")
 VLLM_ID_PREFIXES = ("chatcmpl-", "cmpl-", "embd-", "score-", "rerank-", "classify-", "pool-")
 
 
-class TenantResolver:
+class TenantResolver(SourceOrder):
     """Maps a vLLM request to a tenant name, trying ``order`` in turn.
 
     * ``"extra_args"``: ``request.sampling_params.extra_args[extra_args_key]``
@@ -58,6 +60,8 @@ class TenantResolver:
     to the next; none: ``default``. Never raises for a request.
     """
 
+    SOURCES = SOURCES
+    extra_args_key: str
     #: the keys of the options' ``tenant`` mapping (constructor keywords)
     OPTIONS = ("order", "extra_args_key", "separator", "default", "strip_prefixes")
     #: those of them that are lists
@@ -71,40 +75,14 @@ class TenantResolver:
         default: str = "default",
         strip_prefixes: tuple[str, ...] | list[str] = VLLM_ID_PREFIXES,
     ) -> None:
-        order = tuple(order)
         strip = tuple(strip_prefixes)
         for i, p in enumerate(strip):
             if not isinstance(p, str) or not p:
                 raise ValueError(
                     f"tenant.strip_prefixes[{i}] must be a non-empty string, got {p!r}"
                 )
-        for i, src in enumerate(order):
-            if src not in SOURCES:
-                raise ValueError(
-                    f"tenant.order[{i}] must be one of {', '.join(SOURCES)}, got {src!r}"
-                )
-        if len(set(order)) != len(order):
-            raise ValueError(f"tenant.order has a duplicate source: {list(order)}")
-        for name, v in (
-            ("tenant.extra_args_key", extra_args_key),
-            ("tenant.separator", separator),
-            ("tenant.default", default),
-        ):
-            if not isinstance(v, str) or not v:
-                raise ValueError(f"{name} must be a non-empty string, got {v!r}")
-        self.order = order
-        self.extra_args_key = extra_args_key
-        self.separator = separator
-        self.default = default
+        self._set_order(order, separator, default, extra_args_key=extra_args_key)
         self.strip_prefixes = strip
-
-    def __call__(self, request: Any) -> str:
-        """The tenant of ``request`` (any object with vLLM's attributes)."""
-        for src in self.order:
-            t = self._from(src, request)
-            if isinstance(t, str) and t:
-                return t
-        return self.default
 
     def _from(self, src: str, request: Any) -> Any:
         if src == "extra_args":

@@ -1,0 +1,62 @@
+"""The rule every engine integration's tenant resolver follows (pure Python).
+
+A resolver tries its sources in a configured ``order``; the first that
+yields a non-empty string is the request's tenant, none gives ``default``.
+:class:`SourceOrder` holds that rule and the checks of its options, each
+error naming its field (``tenant.order[1]``, ``tenant.default``); the
+engines' resolvers (:class:`fairq.vllm.tenants.TenantResolver`,
+:class:`fairq.sglang.tenants.TenantResolver`) name their sources and read
+them from the engine's request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["SourceOrder"]
+
+
+class SourceOrder:
+    """Base of the engines' tenant resolvers: ``__call__`` returns the first
+    non-empty string :meth:`_from` gives for a source in :attr:`order`, else
+    :attr:`default`. Subclasses set :attr:`SOURCES` and implement
+    :meth:`_from` (which must never raise for a request)."""
+
+    #: the sources a subclass can read, in its default order
+    SOURCES: tuple[str, ...] = ()
+    order: tuple[str, ...]
+    separator: str
+    default: str
+
+    def _set_order(
+        self, order: tuple[str, ...] | list[str], separator: str, default: str, **names: str
+    ) -> None:
+        """Check and set ``order``, ``separator``, ``default`` and the
+        subclass's other string options ``names`` (``tenant.<name>`` in
+        errors); raises ValueError naming the first bad one, setting nothing."""
+        order = tuple(order)
+        for i, src in enumerate(order):
+            if src not in self.SOURCES:
+                raise ValueError(
+                    f"tenant.order[{i}] must be one of {', '.join(self.SOURCES)}, got {src!r}"
+                )
+        if len(set(order)) != len(order):
+            raise ValueError(f"tenant.order has a duplicate source: {list(order)}")
+        strings = {**names, "separator": separator, "default": default}
+        for name, v in strings.items():
+            if not isinstance(v, str) or not v:
+                raise ValueError(f"tenant.{name} must be a non-empty string, got {v!r}")
+        self.order = order
+        for name, v in strings.items():
+            setattr(self, name, v)
+
+    def __call__(self, request: Any) -> str:
+        """The tenant of ``request``: never raises."""
+        for src in self.order:
+            t = self._from(src, request)
+            if isinstance(t, str) and t:
+                return t
+        return self.default
+
+    def _from(self, src: str, request: Any) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
