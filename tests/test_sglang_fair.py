@@ -12,6 +12,9 @@ needs a model runner), overlap scheduling, mixed chunks, LoRA, hicache.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from array import array
 from typing import Any
 
@@ -290,6 +293,86 @@ def test_install_selects_fairq_policies_in_sglangs_scheduler() -> None:
     finally:
         fairq.sglang.uninstall()
     assert sm.Scheduler.init_schedule_policy is orig
+
+
+def test_plugin_installs_the_policy_named_in_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """fairq's SGLang plugin: nothing without ``FAIRQ_SGLANG_POLICY``; with
+    it, that policy in every scheduler, options from the environment; a bad
+    option ends the process (SystemExit naming the field), patching nothing."""
+    sm = pytest.importorskip("sglang.srt.managers.scheduler", reason="SGLang's Scheduler module")
+    from fairq.sglang._install import POLICY_ENV_VAR, plugin
+
+    publish_server_args()
+    orig = sm.Scheduler.init_schedule_policy
+    monkeypatch.delenv(POLICY_ENV_VAR, raising=False)
+    monkeypatch.delenv("FAIRQ_SGLANG_CONFIG", raising=False)
+    plugin()
+    assert sm.Scheduler.init_schedule_policy is orig
+    monkeypatch.setenv(POLICY_ENV_VAR, "fairq-dlpm")
+    monkeypatch.setenv("FAIRQ_SGLANG_OPTIONS", '{"quantum": -1}')
+    with pytest.raises(SystemExit, match="FAIRQ_SGLANG_POLICY='fairq-dlpm'.*quantum"):
+        plugin()
+    assert sm.Scheduler.init_schedule_policy is orig
+    monkeypatch.setenv(POLICY_ENV_VAR, "fairq-nope")
+    with pytest.raises(SystemExit, match="policy must be one of fairq-fcfs"):
+        plugin()
+    monkeypatch.setenv(POLICY_ENV_VAR, "fairq-dlpm")
+    monkeypatch.setenv("FAIRQ_SGLANG_OPTIONS", '{"quantum": 700}')
+    try:
+        plugin()
+        s = _bare_scheduler(sm.Scheduler, "lpm")  # what SGLang's CLI allows
+        s.init_schedule_policy()
+        assert s.policy.fairq.options.policy == "dlpm"
+        assert s.policy.fairq.options.policy_options["quantum"] == 700.0
+    finally:
+        import fairq.sglang
+
+        fairq.sglang.uninstall()
+    assert sm.Scheduler.init_schedule_policy is orig
+
+
+def _fairq_plugin_visible() -> bool:
+    from importlib.metadata import entry_points
+
+    return any(
+        ep.name == "fairq" and ep.value == "fairq.sglang._install:plugin"
+        for ep in entry_points(group="sglang.srt.plugins")
+    )
+
+
+@pytest.mark.skipif(
+    not _fairq_plugin_visible(),
+    reason="fairq's entry point 'sglang.srt.plugins' is not installed in this environment "
+    "(pip install fairq, or .ci/run's SGLang environment)",
+)
+@pytest.mark.parametrize("options", ['{"quantum": 700}', '{"quantum": -1}'])
+def test_sglangs_own_plugin_loader_runs_fairq(options: str) -> None:
+    """In a fresh process, SGLang's ``load_plugins()`` (what each of its
+    scheduler processes calls first) finds fairq's entry point and installs
+    the policy; a bad option stops that process with the field named."""
+    code = (
+        "from sglang.srt.plugins import load_plugins\n"
+        "load_plugins()\n"
+        "from sglang.srt.managers.scheduler import Scheduler\n"
+        "print('patched', hasattr(Scheduler.init_schedule_policy, '__fairq_original__'))\n"
+    )
+    env = {
+        **os.environ,
+        "FAIRQ_SGLANG_POLICY": "fairq-dlpm",
+        "FAIRQ_SGLANG_OPTIONS": options,
+    }
+    env.pop("FAIRQ_SGLANG_CONFIG", None)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    if "-1" in options:
+        assert out.returncode != 0 and "patched" not in out.stdout
+        assert "fairq: FAIRQ_SGLANG_POLICY='fairq-dlpm'" in out.stderr and "quantum" in out.stderr
+    else:
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "patched True" in out.stdout
 
 
 def test_tenants_and_namespaces_from_real_requests() -> None:

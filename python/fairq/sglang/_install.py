@@ -10,17 +10,28 @@ policy is one of fairq's gets :class:`FairSchedulePolicy` (a subclass of
 SGLang's ``SchedulePolicy``) instead, and adders of a fair-policy subclass
 of SGLang's own adder. Nothing else of SGLang changes, and a scheduler with
 one of SGLang's own policies runs SGLang's code unchanged.
+
+:func:`plugin` is SGLang's way in from its own command line: fairq registers
+it as a general plugin (entry point group ``sglang.srt.plugins``, name
+``fairq``), which SGLang loads at the start of each of its processes, its
+scheduler processes included, so ``FAIRQ_SGLANG_POLICY=fairq-dlpm python -m
+sglang.launch_server ...`` runs fairq's DLPM in every scheduler.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 from fairq.sglang.tenants import load_options, make_options, policy_key
 from fairq.vllm.tenants import FairOptions
 
-__all__ = ["install", "uninstall", "is_fair_policy"]
+__all__ = ["install", "uninstall", "is_fair_policy", "plugin", "POLICY_ENV_VAR"]
+
+#: Environment variable naming the policy :func:`plugin` installs
+#: (``fairq-fcfs``, ``fairq-lpm``, ``fairq-vtc``, ``fairq-dlpm``).
+POLICY_ENV_VAR = "FAIRQ_SGLANG_POLICY"
 
 _ORIGINAL = "__fairq_original__"
 _SCHED_MOD = "sglang.srt.managers.scheduler"
@@ -159,3 +170,24 @@ def uninstall() -> list[str]:
             setattr(sm.Scheduler, name, original)
             done.append(f"{_SCHED_MOD}.Scheduler.{name}")
     return done
+
+
+def plugin() -> None:
+    """SGLang's general-plugin entry point (group ``sglang.srt.plugins``,
+    name ``fairq``; SGLang calls it early in every process it starts).
+
+    With ``$FAIRQ_SGLANG_POLICY`` set, :func:`install` that policy for every
+    scheduler of the process, its options from ``$FAIRQ_SGLANG_CONFIG`` /
+    ``$FAIRQ_SGLANG_OPTIONS``; unset, nothing (SGLang runs as if fairq were
+    not installed). A bad policy or option ends the process with
+    ``SystemExit`` and a message naming the field: SGLang catches a plugin's
+    ``Exception``, logs it and would serve its own policy instead, so the
+    server must not start.
+    """
+    name = os.environ.get(POLICY_ENV_VAR, "").strip()
+    if not name:
+        return
+    try:
+        install(name)
+    except (ValueError, TypeError, ImportError) as e:
+        raise SystemExit(f"fairq: {POLICY_ENV_VAR}={name!r}: {e}") from None
