@@ -137,9 +137,19 @@ class FairState:
         sched = self.sched
         k = self._batch
         if self._refills:
-            adm = sched.schedule(_UNBOUNDED, 1)
-            if adm and k > 1:
-                adm += sched.schedule_within_credit(_UNBOUNDED, k - 1)
+            # Algorithm 1 until k are admitted, as its walk fills a batch:
+            # one admission that may refill, the rest within the credit
+            # left, again while short. What SGLang's adder then does not
+            # take is requeued with its charge refunded; a refill made for
+            # it stays (Algorithm 1 made it to fill the batch).
+            adm = []
+            while len(adm) < k:
+                first = sched.schedule(_UNBOUNDED, 1)
+                if not first:
+                    break
+                adm += first
+                if len(adm) < k:
+                    adm += sched.schedule_within_credit(_UNBOUNDED, k - len(adm))
         else:
             adm = sched.schedule(_UNBOUNDED, k)
         head = []
