@@ -142,7 +142,7 @@ class FairState:
             # left, again while short. What SGLang's adder then does not
             # take is requeued with its charge refunded; a refill made for
             # it stays (Algorithm 1 made it to fill the batch).
-            adm = []
+            adm: list[Any] = []
             while len(adm) < k:
                 first = sched.schedule(_UNBOUNDED, 1)
                 if not first:
