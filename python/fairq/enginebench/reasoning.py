@@ -306,20 +306,12 @@ def summary_table(by_policy: dict[str, list[dict[str, Any]]]) -> str:
 def run(args: argparse.Namespace, names: list[str]) -> int:
     """``fairq engine-bench --engine vllm --workload reasoning`` over the
     policies ``names`` (checked by :mod:`fairq.enginebench.cli`)."""
-    from fairq.cliargs import UsageError
+    from fairq.enginebench.vllm import require_vllm
 
-    try:
-        import vllm
-
-        from fairq.vllm import harness  # noqa: F401  (before vLLM: its platform on CPU)
-    except ImportError as e:
-        raise UsageError(
-            f"--engine vllm needs vLLM 0.33 ({e}): pip install -r .ci/vllm-requirements.txt, "
-            "then pip install --no-deps vllm==0.33.0"
-        ) from None
+    version = require_vllm()
     seeds = list(range(args.seed, args.seed + args.seeds))
     print(
-        f"# fairq engine-bench --engine vllm --workload reasoning: vLLM {vllm.__version__} "
+        f"# fairq engine-bench --engine vllm --workload reasoning: vLLM {version} "
         f"scheduler on CPU, step times simulated (fairq.sim StepModel defaults), "
         f"seeds {seeds[0]}..{seeds[-1]}, engine {ENGINE}, dual_phase {DUAL}"
     )
@@ -348,7 +340,7 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
                 "command": "fairq engine-bench " + " ".join(sys.argv[2:]),
                 "engine": "vllm",
                 "workload": "reasoning",
-                "vllm": vllm.__version__,
+                "vllm": version,
                 "step_times": "simulated: fairq.sim.model.StepModel defaults",
                 "engine_limits": ENGINE,
                 "dual_phase": DUAL,

@@ -64,6 +64,24 @@ def _scheduler_class(policy: str, args: argparse.Namespace) -> type:
     return cls
 
 
+def require_vllm() -> str:
+    """vLLM's version, once fairq's harness has named vLLM's platform on this
+    machine; a :class:`~fairq.cliargs.UsageError` saying how to install it
+    when it is missing (every ``--engine vllm`` workload checks this first)."""
+    from fairq.cliargs import UsageError
+
+    try:
+        import vllm
+
+        from fairq.vllm import harness  # noqa: F401  (before vLLM: its platform on CPU)
+    except ImportError as e:
+        raise UsageError(
+            f"--engine vllm needs vLLM 0.33 ({e}): pip install -r .ci/vllm-requirements.txt, "
+            "then pip install --no-deps vllm==0.33.0"
+        ) from None
+    return str(vllm.__version__)
+
+
 def policy_run(policy: str, workload: list[Any], args: argparse.Namespace) -> dict[str, Any]:
     """One policy over ``workload``: the summary row."""
     from fairq.sim.model import StepModel
@@ -238,17 +256,9 @@ def run(args: argparse.Namespace) -> int:
             "(use flood, sim:qa or sim:judge)",
             arg="--workload",
         )
-    try:
-        import vllm
-
-        from fairq.vllm import harness  # noqa: F401  (before vLLM: its platform on CPU)
-    except ImportError as e:
-        raise UsageError(
-            f"--engine vllm needs vLLM 0.33 ({e}): pip install -r .ci/vllm-requirements.txt, "
-            "then pip install --no-deps vllm==0.33.0"
-        ) from None
+    version = require_vllm()
     print(
-        f"# fairq engine-bench --engine vllm: vLLM {vllm.__version__} scheduler on CPU, "
+        f"# fairq engine-bench --engine vllm: vLLM {version} scheduler on CPU, "
         f"step times simulated (fairq.sim StepModel defaults), requests={len(workload)}"
     )
     rows = [policy_run(p, workload, args) for p in names]
@@ -266,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
             {
                 "command": "fairq engine-bench " + " ".join(sys.argv[2:]),
                 "engine": "vllm",
-                "vllm": vllm.__version__,
+                "vllm": version,
                 "step_times": "simulated: fairq.sim.model.StepModel defaults",
                 "results": rows,
                 "overhead": over,
