@@ -48,6 +48,23 @@ from fairq.sim.workloads import SimRequest, Workload
 #: variants (``lpm-sglang``: LPM as SGLang runs it).
 LOCAL_POLICIES = (*POLICIES, *VARIANTS)
 
+#: KV memory models of :class:`SimConfig` (module docs, "Memory").
+MEMORY_MODELS = ("estimate", "oracle")
+
+# SGLang 0.5's defaults for the "estimate" memory model (sglang/srt/environ.py:
+# SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR,
+# SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS, SGLANG_RETRACT_DECODE_STEPS,
+# SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION).
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14
+NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
+RETRACT_DECODE_STEPS = 20
+CLIP_MAX_NEW_TOKENS = 4096
+
+#: Token id standing for a retracted request's output token when the workload
+#: gives no output ids (outside every workload's vocabulary).
+_FILLER_ID = 2**32 - 2
+
 #: How a local policy reads in results.
 LOCAL_LABELS = {"lpm-sglang": "LPM-SGLang"}
 
@@ -77,9 +94,17 @@ class _Run:
         "remaining",
         "prefill_step",
         "admit_time",
+        "gen",
+        "dec_start",
+        "p0",
+        "finish_sd",
+        "charge_left",
+        "resumed",
     )
 
-    def __init__(self, req: SimRequest, cidx: int, cached: int, extend: int, now: float) -> None:
+    def __init__(
+        self, req: SimRequest, cidx: int, cached: int, extend: int, now: float, gen: int = 0
+    ) -> None:
         self.req = req
         self.cidx = cidx
         self.cached = cached
@@ -87,6 +112,25 @@ class _Run:
         self.remaining = extend
         self.prefill_step = -1
         self.admit_time = now
+        #: output tokens produced before this admission (a retracted request's,
+        #: recomputed as part of its prompt); 0 on a first admission
+        self.gen = gen
+        #: the step count when its prefill completed, and the output tokens it
+        #: had then (memory model "estimate": tokens produced = p0 + steps since)
+        self.dec_start = -1
+        self.p0 = 0
+        self.finish_sd = -1
+        #: prefill tokens of its first admission not charged as cost yet
+        #: (recomputation after a retraction is not charged)
+        self.charge_left = extend
+        #: admitted again after a retraction
+        self.resumed = False
+
+    def produced(self, steps_done: int) -> int:
+        """Output tokens produced so far (prefill not complete: ``gen``)."""
+        if self.dec_start < 0:
+            return self.gen
+        return self.p0 + steps_done - self.dec_start
 
 
 @dataclass
@@ -102,6 +146,25 @@ class SimConfig:
     w_q: float = 2.0
     model: StepModel = field(default_factory=StepModel)
     max_time: float = 36_000.0  # simulated seconds before giving up
+    #: KV memory model (module docs, "Memory"): "estimate" (output lengths
+    #: unknown to the engine: SGLang's new-token-ratio reservation, retraction
+    #: and recomputation) or "oracle" (each request's whole output reserved
+    #: at admission, as fairq's simulator did before; the pool may overcommit)
+    memory: str = "estimate"
+    #: "estimate": the max_new_tokens every request carries (None: the
+    #: workload's longest output, as a client sets max_tokens to cover its
+    #: task); at least every request's output length
+    max_new_tokens: int | None = None
+    #: check at every step that the KV pool is not exceeded (tests)
+    validate: bool = False
+
+    def __post_init__(self) -> None:
+        if self.memory not in MEMORY_MODELS:
+            raise ValueError(
+                f"memory must be one of {', '.join(MEMORY_MODELS)}; got {self.memory!r}"
+            )
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens!r}")
 
     def label(self) -> str:
         local = LOCAL_LABELS.get(self.policy, self.policy.upper())
@@ -144,6 +207,9 @@ class Worker:
         self.pending = [0] * len(sim.clients)  # output tokens not yet charged
         self.ctx_tokens = 0
         self.steps_done = 0
+        #: private KV tokens of the running requests: "oracle": what admission
+        #: reserved (uncached prompt until prefilled, whole output); "estimate":
+        #: what is allocated (uncached prompt until prefilled, output so far)
         self.reserved = 0
         self.busy = False
         self.dirty = True
@@ -152,6 +218,21 @@ class Worker:
         self.tracked: dict[int, list[Any]] = {}
         self.stats_steps = 0
         self.evict_reports = 0
+        # memory model "estimate"
+        self.estimate = cfg.memory == "estimate"
+        self.validate = cfg.validate and self.estimate
+        self.max_new = sim.max_new
+        self.ratio = INIT_NEW_TOKEN_RATIO
+        #: retracted requests waiting here: rid -> (output tokens produced,
+        #: prefill tokens of its first admission not yet charged as cost)
+        self.retracted: dict[int, tuple[int, int]] = {}
+        variant = VARIANTS.get(cfg.policy.strip().lower())
+        # policies whose admission stops at the first request that does not fit
+        self.stop_at_unfit = policy in ("fcfs", "vtc") or bool(
+            variant and variant[1].get("stop_at_unfit")
+        )
+        self.retractions = 0
+        self.recomputed = 0
 
     # ---- scheduler bookkeeping ---------------------------------------------
 
@@ -174,12 +255,23 @@ class Worker:
 
     # ---- memory -----------------------------------------------------------
 
-    def _make_room(self) -> None:
-        over = self.tree.size + self.reserved - self.cap
+    def _make_room(self, extra: int = 0) -> None:
+        over = self.tree.size + self.reserved + extra - self.cap
         if over > 0:
             freed = self.tree.evict(max(over, self.cap // 50))
             if freed and self.sim.sync_evictions:
                 self._report_evictions()
+
+    def _check_pool(self, extra: int = 0) -> None:
+        """Validation mode: the KV pool holds the tree, the running requests'
+        tokens and ``extra`` tokens about to be allocated."""
+        used = self.tree.size + self.reserved + extra
+        if used > self.cap:
+            raise AssertionError(
+                f"worker {self.idx}: KV pool exceeded at step {self.steps_done}: "
+                f"tree {self.tree.size} + running {self.reserved} + next {extra} "
+                f"> capacity {self.cap}"
+            )
 
     def _report_evictions(self) -> None:
         """Tell the dispatcher which prompts this worker lost.
@@ -209,6 +301,116 @@ class Worker:
         for rid in gone:
             del self.tracked[rid]
 
+    def _running_estimate(self) -> int:
+        """SGLang's reservation for the running requests' future output:
+        ``new_token_ratio x min(max_new_tokens - produced, CLIP)`` each."""
+        sd = self.steps_done
+        mx = self.max_new
+        tot = 0
+        for run in self.runs.values():
+            left = mx - run.produced(sd)
+            tot += left if left < CLIP_MAX_NEW_TOKENS else CLIP_MAX_NEW_TOKENS
+        return int(self.ratio * tot + 0.999999)
+
+    @staticmethod
+    def _tokens(req: SimRequest, gen: int) -> Any:
+        """What a retracted request recomputes: its prompt and the ``gen``
+        output tokens it produced (their ids, or filler ids outside the
+        workloads' vocabulary when the workload has none)."""
+        if gen == 0:
+            return req.tokens
+        out = req.output_ids
+        tail = (
+            out[:gen]
+            if out is not None and len(out) >= gen
+            else np.full(gen, _FILLER_ID, dtype=np.uint32)
+        )
+        return np.concatenate([req.tokens, tail])
+
+    def _fit_estimate(self, adm: list[Any], est_running: int) -> list[Any]:
+        """Memory model "estimate": keep the admissions whose uncached prompt
+        plus ``min(max_new_tokens - produced, CLIP)`` (reserved whole, as
+        SGLang's PrefillAdder does for a request it adds) fit the pool beside
+        the running requests' reservations; the others go back to waiting
+        (a first admission refunded, a retracted request's charges kept).
+        With nothing running the first admission stays (progress). Admissions
+        kept have their cached prefix locked."""
+        tree = self.tree
+        sim = self.sim
+        avail = self.cap - self.reserved - est_running
+        new_total = 0
+        keep: list[Any] = []
+        stopped = False
+        for a in adm:
+            req = sim.requests[a.request_id]
+            gen = self.retracted.get(req.rid, (0, 0))[0]
+            tree.lock(req.tokens)
+            need = a.extend_len + min(self.max_new - gen, CLIP_MAX_NEW_TOKENS)
+            ok = not stopped and (
+                tree.size - tree.evictable_size + new_total + need <= avail
+                or (not self.runs and not keep)
+            )
+            if ok:
+                keep.append(a)
+                new_total += need
+                continue
+            tree.unlock(req.tokens)
+            resumed = req.rid in self.retracted
+            self.sched.requeue(req.rid, self._tokens(req, gen), refund=not resumed)
+            stopped = stopped or self.stop_at_unfit
+        return keep
+
+    def _retract(self) -> None:
+        """The next step's tokens do not fit the pool even with every unlocked
+        prefix evicted: retract running requests, as SGLang's
+        ``retract_decode`` orders them (the fewest output tokens first, then
+        the longest prompt), until they fit, keeping at least one; then set
+        the new-token ratio from the requests kept."""
+        self.flush_charges()
+        sd = self.steps_done
+        order = sorted(
+            self.runs.values(),
+            key=lambda r: (r.produced(sd), -r.req.input_len),
+            reverse=True,
+        )
+        while len(order) > 1:
+            if self._decode_fits(len(self.decoding) + self._chunks()[3]):
+                break
+            self._retract_one(order.pop())
+        if not self._decode_fits(len(self.decoding) + self._chunks()[3]):
+            raise RuntimeError(  # the up-front request check rules this out
+                f"worker {self.idx}: one request alone does not fit the KV pool ({self.cap})"
+            )
+        produced = sum(r.produced(sd) for r in self.runs.values())
+        n = len(self.runs)
+        self.ratio = min(1.0, (produced + RETRACT_DECODE_STEPS * n) / (self.max_new * n + 1))
+
+    def _retract_one(self, run: _Run) -> None:
+        req = run.req
+        rid = req.rid
+        ci = run.cidx
+        p = run.produced(self.steps_done)
+        del self.runs[rid]
+        if run.dec_start >= 0:
+            del self.decoding[rid]  # its finish-heap entry goes stale
+            self.dec_by_client[ci] -= 1
+            del self.dec_rids[ci][rid]
+            self.ctx_tokens -= req.input_len + p
+            self.reserved -= p
+        else:
+            self.prefill_q.remove(run)
+            self.reserved -= run.extend
+        self.tree.unlock(req.tokens)  # the cached prompt stays, unlocked
+        self.retracted[rid] = (p, run.charge_left)
+        self.sched.requeue(rid, self._tokens(req, p), refund=False)
+        self.sim.waiting[ci] += 1
+        self.retractions += 1
+        self.dirty = True
+
+    def _decode_fits(self, need: int) -> bool:
+        locked = self.tree.size - self.tree.evictable_size
+        return locked + self.reserved + need <= self.cap
+
     # ---- one step ---------------------------------------------------------
 
     def _admit(self, now: float) -> None:
@@ -222,12 +424,17 @@ class Worker:
         self.flush_charges()
         locked = self.tree.size - self.tree.evictable_size
         mem = self.cap - locked - self.reserved
+        est = self._running_estimate() if self.estimate else 0
+        mem -= est
         pending = sum(r.remaining for r in self.prefill_q)
         budget = min(self.model.prefill_budget - pending, mem)
         # Nothing fits this step's prefill budget and nothing is prefilling:
         # the policy's first request is admitted whole (within free memory)
         # and prefilled in chunks over several steps.
-        adm: list[Any] = admit(sched, budget, room, head_budget=None if self.prefill_q else mem)
+        head = None if self.prefill_q else mem
+        adm: list[Any] = admit(sched, budget, room, head_budget=head)
+        if adm and self.estimate:
+            adm = self._fit_estimate(adm, est)
         if not adm:
             self.dirty = False
             return
@@ -235,21 +442,34 @@ class Worker:
         lock = self.tree.lock
         for a in adm:
             req = sim.requests[a.request_id]
+            back = self.retracted.pop(req.rid, None)
             run = _Run(req, sim.cidx[req.client], a.cached_len, a.extend_len, now)
-            lock(req.tokens)
+            if back is None:
+                run.charge_left = a.extend_len
+            else:
+                run.gen, run.charge_left = back
+                run.resumed = True
+                self.recomputed += a.extend_len
+            if not self.estimate:
+                lock(req.tokens)
+                self.reserved += a.extend_len + req.output_len
+            else:
+                self.reserved += a.extend_len
             self.runs[req.rid] = run
             self.prefill_q.append(run)
-            self.reserved += a.extend_len + req.output_len
             sim.on_admit(run, self.idx, now)
         self._make_room()
+        if self.validate:
+            self._check_pool()
 
-    def start_step(self, now: float) -> float | None:
-        """Plan a step starting at ``now``; its duration, or None if idle."""
-        self._admit(now)
+    def _chunks(self) -> tuple[list[tuple[_Run, int]], int, int, int]:
+        """This step's prefill chunks: (chunks, tokens, attention pairs, how
+        many prefills complete)."""
         budget = self.model.prefill_budget
         chunks: list[tuple[_Run, int]] = []
         ptoks = 0
         pairs = 0
+        done = 0
         with_attn = self.model.c_attn > 0
         for run in self.prefill_q:
             if budget <= 0:
@@ -258,13 +478,33 @@ class Worker:
             chunks.append((run, take))
             budget -= take
             ptoks += take
+            if take == run.remaining:
+                done += 1
             if with_attn:
                 pairs += attn_pairs(run.cached + run.extend - run.remaining, take)
+        return chunks, ptoks, pairs, done
+
+    def start_step(self, now: float) -> float | None:
+        """Plan a step starting at ``now``; its duration, or None if idle."""
+        self._admit(now)
+        chunks, ptoks, pairs, done = self._chunks()
         n_dec = len(self.decoding)
         if not chunks and n_dec == 0:
             self.busy = False
             self.plan = None
+            self.ratio = INIT_NEW_TOKEN_RATIO  # SGLang resets it when idle
             return None
+        if self.estimate:
+            # each decode (and each completing prefill) allocates one token
+            if not self._decode_fits(n_dec + done):
+                self._retract()
+                chunks, ptoks, pairs, done = self._chunks()
+                n_dec = len(self.decoding)
+            elif n_dec:
+                self.ratio = max(self.ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
+            self._make_room(n_dec + done)
+            if self.validate:
+                self._check_pool(n_dec + done)
         # A request whose prompt is fully cached still runs one (cheap) step.
         self.plan = (chunks, n_dec)
         self.busy = True
@@ -282,6 +522,8 @@ class Worker:
         # decode: one token per decoding request
         if n_dec:
             self.ctx_tokens += n_dec
+            if self.estimate:
+                self.reserved += n_dec
             pending = self.pending
             for ci, n in enumerate(self.dec_by_client):
                 if n:
@@ -290,13 +532,21 @@ class Worker:
                     pending[ci] += n
         fin = self.finish_heap
         while fin and fin[0][0] <= sd:
-            _, rid = heapq.heappop(fin)
-            self._finish(self.decoding.pop(rid), now)
+            at, rid = heapq.heappop(fin)
+            run = self.decoding.get(rid)
+            if run is None or run.finish_sd != at:
+                continue  # retracted since
+            del self.decoding[rid]
+            self._finish(run, now, decoding=True)
         # prefill chunks
         tree = self.tree
+        w_e = sim.cfg.w_e
         for run, take in chunks:
             run.remaining -= take
-            sim.actual[run.cidx] += sim.cfg.w_e * take
+            charge = take if take < run.charge_left else run.charge_left
+            if charge:
+                run.charge_left -= charge
+                sim.actual[run.cidx] += w_e * charge
             if run.remaining > 0:
                 continue
             self.prefill_q.popleft()
@@ -304,25 +554,36 @@ class Worker:
             tree.unlock(req.tokens)
             tree.insert(req.tokens)
             tree.lock(req.tokens)
-            self.reserved -= run.extend
+            p0 = run.gen + 1
+            if self.estimate:
+                self.reserved += p0 - run.extend
+            else:
+                self.reserved -= run.extend
             if sim.sync_evictions:
                 self.tracked[req.rid] = [req.tokens, req.input_len]
             run.prefill_step = sd - 1
-            sim.service[run.cidx] += req.input_len + 2
+            first = req.rid not in sim.first_token
+            sim.service[run.cidx] += (req.input_len + 2) if first else 2
             sim.actual[run.cidx] += sim.cfg.w_q
-            sim.on_first_token(req, now)
+            if first:
+                sim.on_first_token(req, now)
             self.pending[run.cidx] += 1
-            if req.output_len <= 1:
-                self._finish(run, now)
+            if p0 >= req.output_len:
+                self._finish(run, now, decoding=False)
             else:
+                run.dec_start = sd
+                run.p0 = p0
+                run.finish_sd = sd + req.output_len - p0
                 self.decoding[req.rid] = run
-                heapq.heappush(fin, (run.prefill_step + req.output_len, req.rid))
+                heapq.heappush(fin, (run.finish_sd, req.rid))
                 self.dec_by_client[run.cidx] += 1
                 self.dec_rids[run.cidx][req.rid] = None
-                self.ctx_tokens += req.input_len + 1
+                self.ctx_tokens += req.input_len + p0
         self._make_room()
+        if self.validate:
+            self._check_pool()
 
-    def _finish(self, run: _Run, now: float) -> None:
+    def _finish(self, run: _Run, now: float, decoding: bool) -> None:
         req = run.req
         sched = self.sched
         ci = run.cidx
@@ -336,7 +597,7 @@ class Worker:
         if req.output_ids is not None:
             tree.insert(np.concatenate([req.tokens, req.output_ids]))
         self.reserved -= req.output_len
-        if run.prefill_step >= 0 and req.output_len > 1:
+        if decoding:
             self.dec_by_client[ci] -= 1
             del self.dec_rids[ci][req.rid]
             self.ctx_tokens -= req.input_len + req.output_len
@@ -365,6 +626,14 @@ class Simulator:
             raise ValueError(
                 f"request {too_big[0]} needs more than half the KV capacity ({cap} tokens); "
                 "raise --model kv_capacity=..."
+            )
+        longest = max((r.output_len for r in workload.requests), default=1)
+        self.max_new = cfg.max_new_tokens if cfg.max_new_tokens is not None else longest
+        if self.max_new < longest:
+            rid = next(r.rid for r in workload.requests if r.output_len > self.max_new)
+            raise ValueError(
+                f"max_new_tokens ({self.max_new}) is below request {rid}'s output length "
+                f"({self.requests[rid].output_len}); the simulator does not cut outputs"
             )
         self.dispatcher: Any = None
         if cfg.workers > 1:
@@ -414,8 +683,9 @@ class Simulator:
 
     def on_admit(self, run: _Run, worker: int, now: float) -> None:
         self.waiting[run.cidx] -= 1
-        self.cached_tokens += run.cached
-        self.input_tokens += run.req.input_len
+        if not run.resumed:  # the cache hit counts first admissions
+            self.cached_tokens += run.cached
+            self.input_tokens += run.req.input_len
 
     def on_first_token(self, req: SimRequest, now: float) -> None:
         self.first_token[req.rid] = now
@@ -485,6 +755,17 @@ class Simulator:
     @property
     def steps(self) -> int:
         return sum(w.stats_steps for w in self.workers)
+
+    @property
+    def retractions(self) -> int:
+        """Running requests retracted (memory model "estimate")."""
+        return sum(w.retractions for w in self.workers)
+
+    @property
+    def recomputed_tokens(self) -> int:
+        """Tokens prefilled again when retracted requests were readmitted
+        (uncached prompt plus the output they had produced)."""
+        return sum(w.recomputed for w in self.workers)
 
     @property
     def complete(self) -> bool:
