@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fairq.sim.engine import LOCAL_POLICIES, SimConfig, Simulator, simulate
+from fairq.sim.engine import LOCAL_POLICIES, MEMORY_MODELS, SimConfig, Simulator, simulate
 from fairq.sim.metrics import (
     deprecated_name,
     jain_index,
+    jain_on_demand,
     max_backlogged_gap,
+    max_min_shares,
     percentile,
     service_over_time,
     summarize,
@@ -33,6 +35,7 @@ from fairq.sim.workloads import (
 
 __all__ = [
     "LOCAL_POLICIES",
+    "MEMORY_MODELS",
     "PRESETS",
     "SimConfig",
     "SimRequest",
@@ -41,9 +44,11 @@ __all__ = [
     "TraceError",
     "Workload",
     "jain_index",
+    "jain_on_demand",
     "load_trace",
     "make_workload",
     "max_backlogged_gap",
+    "max_min_shares",
     "parse_trace",
     "percentile",
     "service_over_time",

@@ -28,7 +28,7 @@ from fairq.cliargs import (
     positive,
     read_trace,
 )
-from fairq.sim.engine import LOCAL_POLICIES
+from fairq.sim.engine import LOCAL_POLICIES, MEMORY_MODELS
 from fairq.sim.model import PRESETS
 from fairq.sim.runner import (
     DEFAULT_PRESET,
@@ -178,6 +178,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=20000.0,
         help="D2LPM's Q_w, > 0 or inf (default 20000)",
     )
+    p.add_argument(
+        "--memory",
+        choices=list(MEMORY_MODELS),
+        default="estimate",
+        help="KV memory model (default estimate): 'estimate': output lengths unknown to the "
+        "engine, which reserves SGLang's new-token-ratio estimate of each output, allocates "
+        "one KV token per decode step and retracts running requests (recomputed on "
+        "readmission) when the pool runs out; 'oracle': each request's whole output is "
+        "reserved at admission (output lengths known in advance; the pool may overcommit), "
+        "the model of results before it; also with --paper",
+    )
     p.add_argument("--scale", type=positive, help="override the workloads' length scale (> 0)")
     p.add_argument("--duration", type=positive, help="override the arrival window (seconds, > 0)")
     p.add_argument(
@@ -274,7 +285,9 @@ def _plan(args: argparse.Namespace) -> tuple[Any, list[Run], dict[str, Any]]:
     """Check every argument and plan the runs, before any simulation:
     (base config, runs, workload overrides); :class:`UsageError` if bad."""
     try:
-        base = base_config(args.preset, args.model, args.quantum, args.worker_quantum)
+        base = base_config(
+            args.preset, args.model, args.quantum, args.worker_quantum, memory=args.memory
+        )
     except ValueError as e:
         raise UsageError(str(e).removeprefix("--model "), arg="--model") from None
     overrides: dict[str, Any] = {}
@@ -361,7 +374,7 @@ def plot_choice(choice: str | None, runs: list[Run]) -> tuple[str, int]:
 
 def run_paper(args: argparse.Namespace) -> int:
     """``--paper``: the claims table (:mod:`fairq.sim.paper`)."""
-    from fairq.sim.paper import claims_table, markdown, plan, run_plan
+    from fairq.sim.paper import claims_table, markdown, memory_note, plan, run_plan
 
     shaping = {
         "--sweep": args.sweep,
@@ -388,7 +401,9 @@ def run_paper(args: argparse.Namespace) -> int:
             )
     workers = sorted(set(args.workers or [1, 2, 4, 8]))
     t0 = time.perf_counter()
-    results = run_plan(plan(workers), seed=args.seed, progress=not args.no_progress)
+    results = run_plan(
+        plan(workers, memory=args.memory), seed=args.seed, progress=not args.no_progress
+    )
     wall = time.perf_counter() - t0
     rows = claims_table(results)
     command = "fairq simulate " + " ".join(sys.argv[2:])
@@ -396,11 +411,18 @@ def run_paper(args: argparse.Namespace) -> int:
         "# The DLPM paper's claims in fairq's simulator\n\n"
         f"`{command}`: {len(results)} simulations, {wall:.0f} s wall, seed {args.seed}; "
         f"Figure 7 on {', '.join(map(str, workers))} workers. How the model is made "
-        'faithful and what each verdict means: docs/RESULTS.md, "The paper, replicated".'
+        'faithful and what each verdict means: docs/RESULTS.md, "The paper, replicated".\n\n'
+        + memory_note(args.memory, results)
     )
     print(markdown(rows, results, header), end="")
     if args.json:
-        payload = {"command": command, "seed": args.seed, "wall_s": wall, "claims": rows}
+        payload = {
+            "command": command,
+            "seed": args.seed,
+            "wall_s": wall,
+            "memory": args.memory,
+            "claims": rows,
+        }
         payload["results"] = results
         write_json(args, _clean(payload))
     return 0
@@ -433,6 +455,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"\n{len(results)} simulations in {wall:.1f} s wall; {steps:,} simulated steps "
         f"({steps / sim_wall if sim_wall else 0:,.0f} steps/s); model preset {args.preset}, "
+        f"memory {args.memory} ({sum(r['retractions'] for r in results):,} retractions), "
         f"Q_u={args.quantum:g}, Q_w={args.worker_quantum:g}, seed {args.seed}"
     )
     if args.plot:
@@ -455,6 +478,7 @@ def run(args: argparse.Namespace) -> int:
             "command": "fairq simulate " + " ".join(sys.argv[2:]),
             "preset": args.preset,
             "model": base.model.as_dict(),
+            "memory": args.memory,
             "seed": args.seed,
             "wall_s": wall,
             # per-client service over time (binned); response points stay in the plot

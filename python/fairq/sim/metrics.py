@@ -12,6 +12,13 @@ table (:data:`fairq.sim.cli.COLUMNS`):
   backlogged (has a request waiting for admission); NaN if that never
   happens. ``jain_cost``: the same in the system's cost
   ``w_e * extend + w_q * output``.
+- ``jain_demand`` (:func:`jain_on_demand`): Jain's index on demand, over
+  the time some client is backlogged: each client's client-view service over
+  its max-min fair share (water-filling, step by step, a client with nothing
+  waiting asking for what it got, a backlogged one for unlimited service), so
+  a client that asks for less than an equal split is not penalised; with
+  every client backlogged it is ``jain_client``'s index. NaN if no client was
+  ever backlogged.
 - ``p50/p99`` of end-to-end latency and time to first token, per request,
   over well-behaved clients; the same for whole programs (ToT tree, judge
   run, conversation; a QA request is its own program).
@@ -23,6 +30,10 @@ table (:data:`fairq.sim.cli.COLUMNS`):
   worker (1 / workers: even; 1: one worker got them all).
 - ``max_input_len``, ``max_output_len``, ``kv_capacity``: what the fairness
   bounds' ``U = w_e * L_input + w_q * M`` is made of.
+- ``memory``, ``max_new_tokens``: the KV memory model that ran
+  (:class:`~fairq.sim.engine.SimConfig`); ``retractions``: running requests
+  retracted when the KV pool ran out (model "estimate"; 0 under "oracle"),
+  ``recomputed_tokens``: the tokens prefilled again when they were readmitted.
 - ``service_over_time``: per-client service per time bin (for plots).
 """
 
@@ -54,6 +65,71 @@ def jain_index(values: Iterable[float]) -> float:
     if not xs or sq == 0:
         return 1.0
     return sum(xs) ** 2 / (len(xs) * sq)
+
+
+def max_min_shares(demand: Sequence[float], capacity: float) -> list[float]:
+    """Max-min fair (water-filling) split of ``capacity`` over ``demand``
+    (``inf``: unlimited): ``min(d_i, level)`` each, ``level`` set so the shares
+    sum to ``capacity``; every demand in full when they sum to at most it."""
+    n = len(demand)
+    shares = [0.0] * n
+    left = float(capacity)
+    order = sorted(range(n), key=lambda i: demand[i])
+    for k, i in enumerate(order):
+        level = left / (n - k)
+        if demand[i] <= level:
+            shares[i] = float(demand[i])
+            left -= demand[i]
+        else:
+            for j in order[k:]:
+                shares[j] = level
+            break
+    return shares
+
+
+def jain_on_demand(samples: np.ndarray, backlog: np.ndarray, chunk: int = 65536) -> float:
+    """Jain's index on demand: :func:`jain_index` of ``S_i / F_i``.
+
+    ``samples``: (T, n) cumulative service; ``backlog``: (T, n) booleans, client
+    i backlogged (a request waiting) at sample t. Over the intervals
+    ``(t-1, t]`` that start with some client backlogged, ``S_i`` is client i's
+    service and ``F_i`` its max-min fair share: each interval's service is
+    split by water-filling (:func:`max_min_shares`) where a backlogged client
+    asks for unlimited service and one that is not asks for what it received
+    (it had nothing more waiting); ``F_i`` sums the shares. A client that asks
+    for less than an equal split is measured against what it asked for, not
+    penalised; with every client backlogged throughout it is the plain Jain
+    index of the service. Clients with ``F_i = 0`` are left out; NaN when no
+    interval starts with a client backlogged.
+    """
+    serv = np.asarray(samples, dtype=np.float64)
+    back = np.asarray(backlog, dtype=bool)
+    if serv.ndim != 2 or serv.shape != back.shape:
+        raise ValueError(f"samples and backlog must be (T, n) alike: {serv.shape} vs {back.shape}")
+    rows = np.flatnonzero(back[:-1].any(axis=1)) if len(serv) > 1 else np.array([], int)
+    if rows.size == 0:
+        return float("nan")
+    n = serv.shape[1]
+    got = np.zeros(n)
+    fair = np.zeros(n)
+    big = 1e300  # stands for an unlimited demand (sums of n of them stay finite)
+    k = np.arange(n)
+    for lo in range(0, rows.size, chunk):
+        r = rows[lo : lo + chunk]
+        s = serv[r + 1] - serv[r]
+        demand = np.where(back[r], big, s)
+        cap = s.sum(axis=1)
+        d = np.sort(demand, axis=1)
+        before = np.zeros_like(d)  # sum of the smaller demands (exclusive)
+        np.cumsum(d[:, :-1], axis=1, out=before[:, 1:])
+        # the level sits at the first sorted demand that, raised to, covers cap
+        first = np.argmax(d * (n - k) + before >= cap[:, None], axis=1)
+        idx = np.arange(len(r))
+        level = (cap - before[idx, first]) / (n - first)
+        got += s.sum(axis=0)
+        fair += np.minimum(demand, level[:, None]).sum(axis=0)
+    keep = fair > 0
+    return jain_index(got[keep] / fair[keep])
 
 
 def max_backlogged_gap(samples: np.ndarray, backlog: np.ndarray) -> float:
@@ -146,6 +222,7 @@ def summarize(sim: Simulator) -> dict[str, Any]:
                 jain_v = jain_index(d / window)
                 da = np.diff(act, axis=0)[allb].sum(axis=0)
                 jain_a = jain_index(da / window)
+    jain_d = jain_on_demand(serv, back) if len(ts) > 1 else float("nan")
     gap = max_backlogged_gap(serv, back) if len(ts) else 0.0
     gap_actual = max_backlogged_gap(act, back) if len(ts) else 0.0
     per_client = {
@@ -177,6 +254,7 @@ def summarize(sim: Simulator) -> dict[str, Any]:
         "cache_hit": sim.cached_tokens / sim.input_tokens if sim.input_tokens else 0.0,
         "jain_client": jain_v,
         "jain_cost": jain_a,
+        "jain_demand": jain_d,
         "jain_window_s": window,
         "max_gap_client": gap,
         "max_gap_cost": gap_actual,
@@ -192,6 +270,10 @@ def summarize(sim: Simulator) -> dict[str, Any]:
         "max_input_len": max((r.input_len for r in reqs), default=0),
         "max_output_len": max((r.output_len for r in reqs), default=0),
         "kv_capacity": int(sim.cfg.model.kv_capacity),
+        "memory": sim.cfg.memory,
+        "max_new_tokens": sim.max_new,
+        "retractions": sim.retractions,
+        "recomputed_tokens": sim.recomputed_tokens,
         "per_client": per_client,
         "misbehaving": list(wl.misbehaving),
         "steps": steps,

@@ -94,9 +94,13 @@ def _keyed(key: str, name: str, misbehave: str | None, kwargs: dict[str, Any]) -
 
 
 def plan(
-    workers: Sequence[int] = (1, 2, 4, 8), clients: int = CLIENTS, scale: float | None = None
+    workers: Sequence[int] = (1, 2, 4, 8),
+    clients: int = CLIENTS,
+    scale: float | None = None,
+    memory: str = "estimate",
 ) -> Plan:
-    """Every simulation the claims need. ``scale`` (tests) shrinks prompts."""
+    """Every simulation the claims need. ``scale`` (tests) shrinks prompts;
+    ``memory``: the KV memory model (:class:`~fairq.sim.engine.SimConfig`)."""
     p = Plan()
     a100 = StepModel.preset("a100-8b-roofline")
     a10g = StepModel.preset("a10g-3b-roofline")
@@ -111,7 +115,7 @@ def plan(
     for base in FIG7_SPECS:
         spec = _keyed(base.key, base.name, base.misbehave, kw(base))
         q_u, q_w = quanta(spec)
-        cfg = SimConfig(model=a100, user_quantum=q_u, worker_quantum=q_w)
+        cfg = SimConfig(model=a100, user_quantum=q_u, worker_quantum=q_w, memory=memory)
         for w in workers:
             if w == 1:
                 runs = [
@@ -134,7 +138,7 @@ def plan(
         kw(FIG7_SPECS[3], branches=3, shared_prefix=True, rate=0.06, num_clients=4),
     )
     q_u, q_w = quanta(tot)
-    cfg = SimConfig(model=a10g, workers=4, user_quantum=q_u, worker_quantum=q_w)
+    cfg = SimConfig(model=a10g, workers=4, user_quantum=q_u, worker_quantum=q_w, memory=memory)
     runs = [
         Run(tot, replace(cfg, policy=lp, dispatcher=d), tag="fig9")
         for d, lp in FAITHFUL + REFERENCE
@@ -151,7 +155,7 @@ def plan(
         "qa-S1-cost", "qa", "S1", kw(FIG7_SPECS[0], **qa_a10g, bad_docs=16, num_clients=4)
     )
     q_u, _ = quanta(fig1)
-    cfg = SimConfig(model=a10g, workers=1, user_quantum=q_u)
+    cfg = SimConfig(model=a10g, workers=1, user_quantum=q_u, memory=memory)
     p.add([Run(fig1, replace(cfg, policy=lp), tag="fig1") for lp in ONE_WORKER])
     # Figure 11 (A10G, 1 worker): 5 and 50 clients at the same total rate
     for n in (5, 50):
@@ -162,7 +166,7 @@ def plan(
             kw(FIG7_SPECS[0], **{**qa_a10g, "rate": 10.0 / n, "docs_per_client": 6}, num_clients=n),
         )
         q_u, _ = quanta(spec)
-        cfg = SimConfig(model=a10g, workers=1, user_quantum=q_u)
+        cfg = SimConfig(model=a10g, workers=1, user_quantum=q_u, memory=memory)
         p.add([Run(spec, replace(cfg, policy=lp), tag="fig11") for lp in ("dlpm", "vtc", "lpm")])
     return p
 
@@ -603,8 +607,9 @@ def markdown(rows: list[dict[str, str]], results: list[dict[str, Any]], header: 
         "## Every run",
         "",
         "| figure | workload | workers | scheduler | Q_u | Q_w | service tok/s | cache hit | "
-        "Jain (client) | Jain (cost) | latency p50 / p99 s | makespan s | busiest worker |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "Jain (client) | Jain (cost) | Jain (demand) | latency p50 / p99 s | makespan s | "
+        "busiest worker | retractions |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         lk = latency_key(r["workload"])
@@ -614,10 +619,30 @@ def markdown(rows: list[dict[str, str]], results: list[dict[str, Any]], header: 
             f"| {r.get('tag', '')} | {r['workload']} | {r['workers']} | {r['scheduler']} | "
             f"{_g(r.get('user_quantum'))} | {_g(qw)} | {r['service_tok_s']:,.0f} | "
             f"{r['cache_hit']:.2f} | {_n(r['jain_client'])} | {_n(r['jain_cost'])} | "
+            f"{_n(r.get('jain_demand'))} | "
             f"{_n(p50, '.1f')} / {_n(r[lk], '.1f')} | {r['makespan_s']:,.0f} | "
-            f"{r['busiest_worker_share']:.0%} |"
+            f"{r['busiest_worker_share']:.0%} | {r.get('retractions', 0):,} |"
         )
     return "\n".join(out) + "\n"
+
+
+def memory_note(memory: str, results: list[dict[str, Any]]) -> str:
+    """The sentence of ``paper.md`` saying which KV memory model ran."""
+    n = sum(r.get("retractions", 0) for r in results)
+    runs = sum(1 for r in results if r.get("retractions", 0))
+    tokens = sum(r.get("recomputed_tokens", 0) for r in results)
+    if memory == "oracle":
+        return (
+            "Memory model **oracle** (`--memory oracle`): each request's whole output is "
+            "reserved at admission (output lengths known to the engine), no retraction."
+        )
+    return (
+        "Memory model **estimate** (the default; `--memory oracle` gives the old one): "
+        "output lengths are unknown to the engine, which reserves SGLang's new-token-ratio "
+        "estimate of each output, allocates one KV token per decode step and retracts "
+        f"running requests when the pool runs out: {n:,} retractions in {runs} of the "
+        f"{len(results)} runs, {tokens:,} tokens recomputed."
+    )
 
 
 def _cell(text: str) -> str:
@@ -641,8 +666,9 @@ def replicate(
     seed: int = 0,
     progress: bool = True,
     scale: float | None = None,
+    memory: str = "estimate",
 ) -> tuple[list[dict[str, str]], list[dict[str, Any]], float]:
     """Run the plan and check the claims: (rows, results, wall seconds)."""
     t0 = time.perf_counter()
-    results = run_plan(plan(workers, scale=scale), seed=seed, progress=progress)
+    results = run_plan(plan(workers, scale=scale, memory=memory), seed=seed, progress=progress)
     return claims_table(results), results, time.perf_counter() - t0

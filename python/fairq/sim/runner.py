@@ -241,7 +241,10 @@ def base_config(
     model_overrides: list[str] | None = None,
     user_quantum: float = 2000.0,
     worker_quantum: float = 20000.0,
+    memory: str = "estimate",
 ) -> SimConfig:
     """The :class:`SimConfig` every run of the comparison starts from."""
     model = StepModel.from_overrides(model_overrides, StepModel.preset(preset))
-    return SimConfig(model=model, user_quantum=user_quantum, worker_quantum=worker_quantum)
+    return SimConfig(
+        model=model, user_quantum=user_quantum, worker_quantum=worker_quantum, memory=memory
+    )
