@@ -17,10 +17,47 @@ inserts, first tokens, finishes, service accounting, dispatcher reports).
 
 Memory: a worker's KV pool of ``kv_capacity`` tokens holds the radix tree
 (cached prefixes; locked while a running request uses them) plus each running
-request's private reservation (its uncached prompt tokens until prefill
-completes, and its whole output). Admission gets the room that is free or
-evictable; eviction frees LRU unlocked leaves (at least 2 % of the pool at a
-time, so evictions and the dispatcher's eviction reports stay infrequent).
+request's private tokens; eviction frees LRU unlocked leaves (at least 2 % of
+the pool at a time, so evictions and the dispatcher's eviction reports stay
+infrequent). Two models (``SimConfig.memory``, ``fairq simulate --memory``):
+
+- ``estimate`` (default): output lengths are unknown to the engine, as in
+  SGLang 0.5 (``PrefillAdder``, ``retract_decode``, ``NewTokenRatioTracker``).
+  Every request carries ``max_new_tokens`` (``SimConfig.max_new_tokens``;
+  default the workload's longest output). A request holds what is really
+  allocated: its uncached prompt (plus, when readmitted, the output it had
+  produced) from admission, one token per output token as it is produced,
+  and its prompt moves into the tree when its prefill completes. Admission
+  keeps room for the running requests' future output, ``new_token_ratio x
+  min(max_new_tokens - produced, 4096)`` each, and admits a request only if
+  its uncached prompt plus ``min(max_new_tokens - produced, 4096)`` (whole,
+  as SGLang reserves for a request it adds) fits beside them (the ones that
+  do not go back to waiting: a first admission refunded, ``requeue(...,
+  refund=True)``; FCFS, VTC and LPM-SGLang stop at the first, LPM and DLPM
+  skip it); with nothing running the first admission always stays. The
+  ratio starts at 0.7, falls by (0.7 - 0.098) / 600 per decode step to 0.098
+  (0.7 x 0.14), is reset to 0.7 when the worker goes idle, and after a
+  retraction is set to ``min(1, (produced + 20 n) / (n max_new_tokens + 1))``
+  over the ``n`` requests kept. Before each step, if the step's new tokens
+  (one per decoding request and per prefill completing) do not fit with every
+  unlocked prefix evicted, running requests are retracted in SGLang's order
+  (the fewest output tokens first, then the longest prompt; one is always
+  kept): their tokens are freed (the cached prompt stays, unlocked), they
+  return to the local scheduler with ``requeue(..., refund=False)`` (their
+  place by arrival; charges kept, the next admission charges nothing:
+  recomputation is not charged, ALGORITHMS.md section 9) and on readmission
+  they prefill their uncached prompt and the output they had produced again,
+  then continue (output already produced is not produced again; it is
+  charged and counted once). The pool is never exceeded
+  (``SimConfig.validate`` checks it every step); ``retractions`` and
+  ``recomputed_tokens`` count the cost.
+- ``oracle``: fairq's model before the estimate: a running request reserves
+  its uncached prompt until prefill completes and its whole (known) output
+  from admission; admission gets the room that is free or evictable, counting
+  prompt tokens only, so the pool may overcommit; nothing is retracted.
+
+Both reject up front a request needing more than half the pool (prompt plus
+output), so a request running alone always fits and nothing deadlocks.
 
 Output charging for the fair schedulers is lazy: ``charge_output`` runs for
 the tokens produced since the last charge right before the scheduler's state

@@ -6,7 +6,9 @@ table (:data:`fairq.sim.cli.COLUMNS`):
 - ``service_tok_s``: the paper's service rate, client view:
   ``(input_tokens + 2 * output_tokens) / makespan`` over finished requests;
   also ``tokens_per_s`` (input + output) and ``requests_per_s``.
-- ``cache_hit``: cached prompt tokens / prompt tokens at admission.
+- ``cache_hit``: cached prompt tokens / prompt tokens at admission (a
+  request's first; a retracted request's readmission counts in
+  ``recomputed_tokens``).
 - ``jain_client`` (:func:`jain_index`): Jain's index ``(sum x)^2 / (n * sum
   x^2)`` over per-client service rates during the time when every client is
   backlogged (has a request waiting for admission); NaN if that never
