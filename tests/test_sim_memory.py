@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, settings, target
 from hypothesis import strategies as st
 
 from fairq.sim import (
@@ -147,13 +147,13 @@ def test_new_token_ratio_decays_and_resets() -> None:
 trace_line = st.tuples(
     st.floats(0.0, 2.0),
     st.sampled_from(["a", "b", "c"]),
-    st.integers(1, 300),
+    st.integers(1, 200),
     st.sampled_from([None, "p0", "p1"]),
     st.integers(1, 300),
 )
 
 
-@settings(max_examples=30)
+@settings(max_examples=40)
 @given(
     lines=st.lists(trace_line, min_size=1, max_size=30),
     setup=st.sampled_from(
@@ -169,7 +169,7 @@ trace_line = st.tuples(
             (3, "dlpm", "d2lpm"),
         ]
     ),
-    kv=st.sampled_from([1_300, 3_000, 50_000]),
+    kv=st.sampled_from([1_000, 2_000, 50_000]),
 )
 def test_random_traces_pool_never_exceeded(lines: list, setup: tuple, kv: int) -> None:
     objs = []
@@ -191,7 +191,8 @@ def test_random_traces_pool_never_exceeded(lines: list, setup: tuple, kv: int) -
         worker_quantum=500.0,
         validate=True,
     )
-    sim = simulate(wl, cfg)
+    sim = simulate(wl, cfg)  # validate: the pool is checked at every step
+    target(float(sim.retractions), label="retractions")  # steer towards retracting
     check_clean(sim, wl)
     want = sum(r.input_len + 2 * r.output_len for r in wl.requests)
     assert sum(sim.service) == pytest.approx(want)

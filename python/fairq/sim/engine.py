@@ -42,7 +42,9 @@ infrequent). Two models (``SimConfig.memory``, ``fairq simulate --memory``):
   (one per decoding request and per prefill completing) do not fit with every
   unlocked prefix evicted, running requests are retracted in SGLang's order
   (the fewest output tokens first, then the longest prompt; one is always
-  kept): their tokens are freed (the cached prompt stays, unlocked), they
+  kept; a request still prefilling counts with its output so far, so it goes
+  before the decoding ones, where SGLang retracts from its decode batch
+  only): their tokens are freed (the cached prompt stays, unlocked), they
   return to the local scheduler with ``requeue(..., refund=False)`` (their
   place by arrival; charges kept, the next admission charges nothing:
   recomputation is not charged, ALGORITHMS.md section 9) and on readmission
