@@ -162,6 +162,11 @@ def test_default_extractors_read_openai_bodies() -> None:
     assert default_tenant([], {"body": {"user": "bob"}}) == "bob"
     assert default_tenant([{"prompt": "x"}], {}) == "default"
     assert default_tenant([{"user": ""}], {}, default="anon") == "anon"
+    # vLLM's tenant field wins (router and engine read the same one)
+    both = {"user": "alice", "vllm_xargs": {"tenant": "team-a"}}
+    assert default_tenant([both], {}) == "team-a"
+    assert default_tenant([{"user": "alice", "vllm_xargs": {"tenant": ""}}], {}) == "alice"
+    assert default_tenant([{"vllm_xargs": ["not", "a", "map"]}], {}) == "default"
     assert default_tokens([{"prompt_token_ids": [5, 6]}], {}).tolist() == [5, 6]
     assert default_tokens([{"prompt": [7, 8, 9]}], {}).tolist() == [7, 8, 9]
     assert default_tokens([{"input_ids": np.array([1, 2])}], {}).tolist() == [1, 2]

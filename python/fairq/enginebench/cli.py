@@ -24,13 +24,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument(
         "--engine",
-        choices=("transformers", "vllm", "vllm-server"),
+        choices=("transformers", "vllm", "vllm-server", "ray-vllm"),
         default="transformers",
         help="transformers: its continuous-batching engine with a random-weight model "
         "(needs the engine extra: pip install '.[engine]'); "
         "vllm: vLLM's real scheduler, step times simulated (fairq.enginebench.vllm); "
         "vllm-server: real vLLM OpenAI servers under HTTP traffic (fairq.enginebench.vllm_server; "
-        "policies: vllm for stock vLLM, fairq's fcfs, vtc, lpm, dlpm...)",
+        "policies: vllm for stock vLLM, fairq's fcfs, vtc, lpm, dlpm...); "
+        "ray-vllm: vLLM replicas on Ray Serve behind a router (fairq.enginebench.ray_vllm; "
+        "--configs, not --policies)",
     )
     parser.add_argument(
         "--waiting",
@@ -132,14 +134,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="write the results as JSON to this path ('-': the document alone on stdout)",
     )
     parser.add_argument("--quick", action="store_true", help="small workload (smoke test)")
+    parser.add_argument(
+        "--system-len",
+        type=count(0),
+        default=0,
+        help="flood workload: a system prompt of this many tokens before every document "
+        "(shared by all tenants)",
+    )
+    parser.add_argument(
+        "--flood-gap",
+        type=non_negative,
+        default=0.0,
+        help="flood workload: seconds between the flooding client's requests (0: all at once)",
+    )
+    from fairq.enginebench.ray_vllm import add_arguments as ray_vllm_arguments
     from fairq.enginebench.vllm_server import add_arguments as server_arguments
 
     server_arguments(parser)
+    ray_vllm_arguments(parser)
 
 
 def _vocab(args: argparse.Namespace) -> int:
     """The model's vocabulary (the vLLM server's models have their own sizes)."""
-    if args.engine == "vllm-server":
+    if args.engine in ("vllm-server", "ray-vllm"):
         from fairq.vllm.server import MODEL_SIZES as SERVER_SIZES
 
         return SERVER_SIZES[args.model]["vocab_size"]
@@ -168,6 +185,8 @@ def _workload(args: argparse.Namespace) -> list[EngineRequest]:
             well_behaved_gap=args.gap,
             seed=args.seed,
             docs_per_client=args.docs_per_client,
+            system_len=args.system_len,
+            flood_gap=args.flood_gap,
         )
     if args.workload.startswith("sim:"):
         from fairq.sim.workloads import make_workload
@@ -224,6 +243,11 @@ def run(args: argparse.Namespace) -> int:
             args.policies = reasoning.DEFAULT_POLICIES
         names = _policy_list(args, ("fifo", *reasoning.POLICIES), reasoning.POLICY_NOTE)
         return reasoning.run(args, ["vllm-fcfs" if p == "fifo" else p for p in names])
+    if args.engine == "ray-vllm":
+        from fairq.enginebench import ray_vllm
+
+        ray_vllm.check_args(args)
+        return ray_vllm.run(args, _workload(args))
     if args.policies is None:
         args.policies = DEFAULT_POLICIES[args.engine]
     if args.engine == "vllm":

@@ -75,18 +75,23 @@ def multi_client_workload(
     well_behaved_gap: float = 0.0,
     seed: int = 0,
     docs_per_client: int = 1,
+    system_len: int = 0,
+    flood_gap: float = 0.0,
 ) -> list[EngineRequest]:
     """Generate the workload, sorted by arrival (the flooding client first).
 
-    Client ``"flood"`` sends ``requests_per_client * flood_factor`` requests at
-    time 0; clients ``"c1".."c{n_clients-1}"`` send ``requests_per_client``
+    Client ``"flood"`` sends ``requests_per_client * flood_factor`` requests,
+    ``flood_gap`` seconds apart from time 0; clients
+    ``"c1".."c{n_clients-1}"`` send ``requests_per_client``
     each, spaced ``well_behaved_gap`` seconds apart, interleaved. Every client
     has ``docs_per_client`` prefixes of ``prefix_len`` tokens (its documents);
     its ``i``-th request starts with document ``i % docs_per_client``, so in
     arrival order a client's consecutive requests share no prefix when
     ``docs_per_client`` > 1 (what a cache-aware order can regroup and a
-    per-client FIFO cannot). Token ids are drawn from ``[1, vocab_size)`` (0
-    is left out: many models use it as pad).
+    per-client FIFO cannot). ``system_len`` > 0 puts one system prompt of that
+    many tokens before every document (a prefix shared by all clients).
+    Token ids are drawn from ``[1, vocab_size)`` (0 is left out: many models
+    use it as pad).
 
     Raises:
         ValueError: a size below 1 (``n_clients`` below 2, lengths below 1,
@@ -101,26 +106,31 @@ def multi_client_workload(
         "max_new_tokens": (max_new_tokens, 1),
         "vocab_size": (vocab_size, 2),
         "docs_per_client": (docs_per_client, 1),
+        "system_len": (system_len, 0),
     }
     for field, (value, low) in checks.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{field} must be an integer >= {low}, got {value!r}")
-    if not well_behaved_gap >= 0:
-        raise ValueError(f"well_behaved_gap must be >= 0, got {well_behaved_gap!r}")
+    for name, gap in (("well_behaved_gap", well_behaved_gap), ("flood_gap", flood_gap)):
+        if not gap >= 0:
+            raise ValueError(f"{name} must be >= 0, got {gap!r}")
     rng = random.Random(seed)
 
     def tokens(n: int) -> list[int]:
         return [rng.randrange(1, vocab_size) for _ in range(n)]
 
     clients = ["flood"] + [f"c{i}" for i in range(1, n_clients)]
-    prefixes = {c: [tokens(prefix_len) for _ in range(docs_per_client)] for c in clients}
+    system = tokens(system_len)
+    prefixes = {c: [system + tokens(prefix_len) for _ in range(docs_per_client)] for c in clients}
 
     def prompt(client: str, i: int) -> list[int]:
         return prefixes[client][i % docs_per_client] + tokens(suffix_len)
 
     out: list[EngineRequest] = []
     for i in range(requests_per_client * flood_factor):
-        out.append(EngineRequest(f"flood/{i}", "flood", 0.0, prompt("flood", i), max_new_tokens))
+        out.append(
+            EngineRequest(f"flood/{i}", "flood", i * flood_gap, prompt("flood", i), max_new_tokens)
+        )
     for i in range(requests_per_client):
         for c in clients[1:]:
             out.append(

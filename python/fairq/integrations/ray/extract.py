@@ -7,11 +7,13 @@ read OpenAI-style bodies, as a dict or an object with attributes (a pydantic
 
 Tenant (:func:`default_tenant`), first that applies:
 
-1. the body's ``user`` field (OpenAI's end-user id), a non-empty str;
-2. the ``tenant_header`` HTTP header (default ``x-fairq-tenant``) of a request
+1. the body's ``vllm_xargs["tenant"]`` (what fairq's scheduler inside a vLLM
+   replica reads, so router and engine agree on the tenant), a non-empty str;
+2. the body's ``user`` field (OpenAI's end-user id), a non-empty str;
+3. the ``tenant_header`` HTTP header (default ``x-fairq-tenant``) of a request
    that reaches the deployment straight from Serve's HTTP proxy (the router
    sees its ASGI scope, not its body);
-3. ``default_tenant`` (default ``"default"``).
+4. ``default_tenant`` (default ``"default"``).
 
 Prompt tokens (:func:`default_tokens`), first that applies:
 
@@ -104,6 +106,10 @@ def default_tenant(
     """The tenant of a request (see the module docstring); never raises."""
     try:
         body = _body(args, kwargs)
+        xargs = _field(body, "vllm_xargs")
+        tenant = xargs.get("tenant") if isinstance(xargs, Mapping) else None
+        if isinstance(tenant, str) and tenant:
+            return tenant
         user = _field(body, "user")
         if isinstance(user, str) and user:
             return user

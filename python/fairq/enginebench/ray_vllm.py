@@ -1,0 +1,428 @@
+"""``fairq engine-bench --engine ray-vllm``: vLLM replicas on Ray Serve behind a router.
+
+Starts a local Ray cluster (loopback), deploys ``--replicas`` vLLM replicas
+with ``ray.serve.llm`` (:func:`fairq.integrations.ray.vllm.fairq_vllm_app`:
+its OpenAI ingress, :class:`~fairq.integrations.ray.vllm.FairqLLMServer`
+replicas reporting finishes and KV evictions from vLLM itself), once per
+configuration, and replays the engine benches' workload over HTTP with a
+real client, in real wall-clock time. Configurations (``--configs``):
+
+- ``pow2``: Ray Serve's default router (power of two choices), stock vLLM;
+- ``prefix``: Ray's ``PrefixCacheAffinityRouter``, stock vLLM;
+- ``d2lpm-fcfs``: fairq's D2LPM router, stock vLLM (FCFS) inside;
+- ``d2lpm-dlpm``: fairq's D2LPM router, fairq's DLPM inside each replica.
+
+``PrefixCacheAffinityRouter`` matches prompt *text*, so its requests carry
+the prompt as text (the model's word-level tokenizer maps it back to the
+same token ids: the engines do identical work); fairq's router gets token
+ids, which is what lines its prefix tree up with vLLM's KV-cache events.
+
+Per configuration: per-tenant service and Jain's index over the window in
+which every tenant is backlogged (output tokens as they stream; and DLPM's
+cost: computed prompt tokens plus ``w_q`` per output token), the prefix
+cache hit rate per replica (vLLM's ``num_cached_tokens`` per request,
+counted by each replica), load balance (requests per replica, max/mean),
+TTFT and end-to-end p50/p99 of the well-behaved tenants.
+
+The Ray cluster needs Ray Serve and vLLM in one interpreter: the bench runs
+in ``$FAIRQ_VLLM_SERVER_PYTHON`` (re-executing itself there when that is
+another interpreter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+__all__ = ["CONFIGS", "run", "run_config"]
+
+#: label -> (router, fairq policy inside each vLLM replica or None for stock vLLM)
+CONFIGS: dict[str, tuple[str, str | None]] = {
+    "pow2": ("pow2", None),
+    "prefix": ("prefix", None),
+    "d2lpm-fcfs": ("d2lpm", None),
+    "d2lpm-dlpm": ("d2lpm", "dlpm"),
+}
+
+#: the replicas' environment (offline, CPU settings)
+_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "VLLM_NO_USAGE_STATS": "1",
+    "OMP_NUM_THREADS": "1",
+}
+
+
+def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """vLLM engine arguments from ``--server-args`` (``--max-num-seqs 8``
+    style) and ``--max-model-len``."""
+    out: dict[str, Any] = {"load_format": "dummy", "max_model_len": args.max_model_len}
+    words = args.server_args.split()
+    i = 0
+    while i < len(words):
+        key = words[i].lstrip("-").replace("-", "_")
+        if i + 1 < len(words) and not words[i + 1].startswith("--"):
+            value: Any = words[i + 1]
+            try:
+                value = int(value)
+            except ValueError:
+                pass
+            out[key] = value
+            i += 2
+        else:
+            out[key] = True
+            i += 1
+    return out
+
+
+def _http_requests(workload: list[Any], text: bool, rate_scale: float) -> list[Any]:
+    from fairq.vllm.traffic import HttpRequest
+
+    return [
+        HttpRequest(
+            e.request_id,
+            e.client,
+            e.prompt,
+            e.max_new_tokens,
+            arrival=e.arrival * rate_scale,
+            stream=True,
+            extra={"prompt": " ".join(f"t{t}" for t in e.prompt)} if text else {},
+        )
+        for e in workload
+    ]
+
+
+def _wait_ready(url: str, model_id: str, text: bool, timeout: float = 600.0) -> None:
+    from fairq.vllm.traffic import HttpRequest, send_all
+
+    extra = {"prompt": "t3 t4 t5"} if text else {}
+    probe = HttpRequest("ready", "ready", [3, 4, 5], 1, extra=extra)
+    deadline = time.monotonic() + timeout
+    while True:
+        (r,) = send_all(url, model_id, [probe], timeout=30)
+        if r.ok:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the Serve application did not answer: {r.status} {r.error}")
+        time.sleep(2.0)
+
+
+def _replica_actors() -> list[str]:
+    import ray
+
+    return sorted(
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if "FairqLLMServer" in a["name"] and a["namespace"] == "serve"
+    )
+
+
+class _Killer:
+    """Kills one vLLM replica ``after_s`` seconds into the traffic (Serve
+    starts a replacement) and notes when the replacement is up (its counters
+    file appears)."""
+
+    def __init__(self, after_s: float, stats_dir: str) -> None:
+        import threading
+
+        self.after_s = after_s
+        self.stats_dir = stats_dir
+        self.killed: str | None = None
+        self.kill_at: float | None = None
+        self.ready_at: float | None = None
+        self.t0 = 0.0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self, t0: float) -> None:
+        self.t0 = t0
+        self._thread.start()
+
+    def _run(self) -> None:
+        import ray
+
+        from fairq.integrations.ray.vllm import read_replica_stats
+
+        time.sleep(self.after_s)
+        names = _replica_actors()
+        if not names:
+            return
+        before = set(read_replica_stats(self.stats_dir))
+        self.killed = names[0]
+        ray.kill(ray.get_actor(names[0], namespace="serve"), no_restart=True)
+        self.kill_at = time.monotonic() - self.t0
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            if set(read_replica_stats(self.stats_dir)) - before:
+                self.ready_at = time.monotonic() - self.t0
+                return
+            time.sleep(0.5)
+
+    def join(self) -> None:
+        self._thread.join(timeout=700)
+
+
+def _jain_between(results: list[Any], a: float, b: float) -> float:
+    """Jain's index of output tokens streamed in ``[a, b]`` per tenant."""
+    from fairq.enginebench.vllm_server import _service_events
+    from fairq.sim.metrics import jain_index
+
+    got: dict[str, float] = {r.request.tenant: 0.0 for r in results}
+    for r in results:
+        for t, n in _service_events(r):
+            if a <= t <= b:
+                got[r.request.tenant] += n
+    return jain_index(list(got.values())) if b > a else float("nan")
+
+
+def run_config(
+    label: str,
+    model: str,
+    workload: list[Any],
+    args: argparse.Namespace,
+    port: int,
+) -> dict[str, Any]:
+    """Deploy configuration ``label``, replay ``workload``, summarize."""
+    from ray import serve
+
+    from fairq.enginebench.ray import router_config
+    from fairq.enginebench.vllm_server import summarize
+    from fairq.integrations.ray.vllm import STATS_DIR_ENV, fairq_vllm_app, read_replica_stats
+    from fairq.vllm.traffic import Metrics, send_all
+
+    router, policy = CONFIGS[label]
+    stats_dir = tempfile.mkdtemp(prefix="fairq-ray-stats-")
+    state_dir = tempfile.mkdtemp(prefix="fairq-ray-state-") if args.kill_after_s else None
+    options = {"worker_quantum": args.worker_quantum} if router == "d2lpm" else {}
+    app = fairq_vllm_app(
+        model,
+        model_id="m",
+        num_replicas=args.replicas,
+        policy=policy,
+        fairq_options=(
+            {"quantum": args.quantum, "state_interval_s": 1.0} if policy == "dlpm" else None
+        ),
+        state_dir=state_dir,
+        ingress_replicas=args.ingress,
+        router_config=router_config(router, stats_period_s=0.5, **options),
+        engine_kwargs=engine_kwargs(args),
+        env={**_ENV, STATS_DIR_ENV: stats_dir},
+    )
+    t0 = time.monotonic()
+    serve.run(app, blocking=False)
+    url = f"http://127.0.0.1:{port}"
+    # PrefixCacheAffinityRouter divides by the prompt text's length: a
+    # token-id prompt (no text) raises ZeroDivisionError in Ray 2.60 and the
+    # request hangs; it gets text.
+    text = router == "prefix"
+    _wait_ready(url, "m", text)
+    started = time.monotonic() - t0
+    before = read_replica_stats(stats_dir)
+    reqs = _http_requests(workload, text=text, rate_scale=args.rate_scale)
+    killer = _Killer(args.kill_after_s, stats_dir) if args.kill_after_s else None
+    if killer is not None:
+        killer.start(time.monotonic())
+    results = send_all(url, "m", reqs)
+    if killer is not None:
+        killer.join()
+    time.sleep(2.0)  # the replicas write their counters every routing-stats period
+    after = read_replica_stats(stats_dir)
+    serve.delete("default")
+    shutil.rmtree(stats_dir, ignore_errors=True)
+    if state_dir:
+        shutil.rmtree(state_dir, ignore_errors=True)
+    replicas = {}
+    for tag, doc in after.items():
+        b = before.get(tag, {})
+        d = {
+            k: doc[k] - b.get(k, 0)
+            for k in ("requests", "prompt_tokens", "cached_tokens", "output_tokens", "evictions")
+        }
+        d["hit_rate"] = d["cached_tokens"] / d["prompt_tokens"] if d["prompt_tokens"] else 0.0
+        replicas[tag] = d
+    queries = sum(r["prompt_tokens"] for r in replicas.values())
+    hits = sum(r["cached_tokens"] for r in replicas.values())
+    metrics_before: Metrics = {}
+    metrics_after: Metrics = {
+        "vllm:prefix_cache_queries_total": {(): float(queries)},
+        "vllm:prefix_cache_hits_total": {(): float(hits)},
+    }
+    row = summarize(results, metrics_before, metrics_after)
+    loads = [r["requests"] for r in replicas.values()]
+    row.update(
+        {
+            "policy": label,
+            "router": router,
+            "inside": policy or "vllm",
+            "replicas": replicas,
+            "load_max_over_mean": max(loads) / (sum(loads) / len(loads)) if sum(loads) else None,
+            "startup_s": started,
+        }
+    )
+    if killer is not None:
+        end = max(r.end for r in results)
+        row["fault"] = {
+            "killed": killer.killed,
+            "kill_at_s": killer.kill_at,
+            "replacement_ready_s": killer.ready_at,
+            "failed": row["failed"],
+            "jain_before_kill": _jain_between(results, 0.0, killer.kill_at or 0.0),
+            "jain_after_replacement": (
+                _jain_between(results, killer.ready_at, end) if killer.ready_at else None
+            ),
+        }
+    for r in ("fairq_steps", "fairq_ms_per_step", "fairq_share_of_step", "fairq_share_of_schedule"):
+        row.pop(r, None)
+    return row
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The results as a markdown table."""
+
+    def f(x: Any, nd: int = 2) -> str:
+        return "-" if x is None or x != x else f"{x:.{nd}f}"
+
+    lines = [
+        "| config | router | inside | output tok/s | hit rate (per replica) | requests per replica "
+        "| Jain (output) | Jain (cost) | well-behaved TTFT p50/p99 s | e2e p50/p99 s | failed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        reps = list(r["replicas"].values())
+        w = r["well_behaved"]
+        lines.append(
+            f"| {r['policy']} | {r['router']} | {r['inside']} | {f(r['output_tok_s'], 1)} "
+            f"| {f(r['prefix_hit_rate'])} ({', '.join(f(x['hit_rate']) for x in reps)}) "
+            f"| {', '.join(str(x['requests']) for x in reps)} "
+            f"(max/mean {f(r['load_max_over_mean'])}) "
+            f"| {f(r['jain_window'], 3)} | {f(r['jain_cost_window'], 3)} "
+            f"| {f(w['ttft_p50_s'])}/{f(w['ttft_p99_s'])} "
+            f"| {f(w['latency_p50_s'])}/{f(w['latency_p99_s'])} "
+            f"| {r['failed']} |"
+        )
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--engine ray-vllm``'s own arguments."""
+    from fairq.cliargs import count, positive
+
+    g = parser.add_argument_group("--engine ray-vllm")
+    g.add_argument("--replicas", type=count(1), default=2, help="vLLM replicas behind the router")
+    g.add_argument(
+        "--configs",
+        default=",".join(CONFIGS),
+        help=f"comma-separated, from {', '.join(CONFIGS)}",
+    )
+    g.add_argument(
+        "--worker-quantum", type=positive, default=4096.0, help="D2LPM's Q_w (router credit)"
+    )
+    g.add_argument(
+        "--ingress",
+        type=count(1),
+        default=1,
+        help="OpenAI ingress replicas, each with its own router (and D2LPM state)",
+    )
+    g.add_argument(
+        "--kill-after-s",
+        type=positive,
+        default=None,
+        help="kill one vLLM replica this many seconds into the traffic (Serve replaces it; "
+        "with DLPM inside, the replacement loads the dead replica's fairness state)",
+    )
+
+
+def check_args(args: argparse.Namespace) -> list[str]:
+    """The configurations ``--configs`` names (UsageError naming the flag)."""
+    from fairq.cliargs import UsageError
+
+    names = [c.strip() for c in args.configs.split(",") if c.strip()]
+    for n in names:
+        if n not in CONFIGS:
+            raise UsageError(f"{n!r} is not one of {', '.join(CONFIGS)}", arg="--configs")
+    if not names:
+        raise UsageError("names no configuration", arg="--configs")
+    return names
+
+
+def _runs_here() -> bool:
+    try:
+        import ray.serve.llm  # noqa: F401
+        import vllm  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def run(args: argparse.Namespace, workload: list[Any]) -> int:
+    """Entry point (from ``fairq engine-bench --engine ray-vllm``)."""
+    from fairq.cliargs import UsageError
+    from fairq.vllm.server import SERVER_PYTHON_ENV, server_python, write_model
+
+    names = check_args(args)
+    if not _runs_here():
+        py = server_python()
+        if os.path.abspath(py) == os.path.abspath(sys.executable):
+            raise UsageError(
+                "needs Ray Serve and vLLM in one interpreter: set "
+                f"{SERVER_PYTHON_ENV}=/path/to/python of a virtualenv with vLLM's CPU build, "
+                "fairq and ray[serve] (see .ci/run)",
+                arg="--engine",
+            )
+        env = {**os.environ, SERVER_PYTHON_ENV: py}
+        return subprocess.call([py, "-m", "fairq", *sys.argv[1:]], env=env)
+    from fairq.enginebench.ray import local_cluster
+
+    model_dir = tempfile.mkdtemp(prefix="fairq-ray-vllm-model-")
+    model = write_model(model_dir, args.model)
+    rows = []
+    print(
+        f"# fairq engine-bench --engine ray-vllm: {args.replicas} replicas, model {args.model}, "
+        f"{len(workload)} requests",
+        file=sys.stderr,
+    )
+    try:
+        with local_cluster(num_cpus=max(8, 2 * args.replicas + 2)) as port:
+            for name in names:
+                row = run_config(name, model, workload, args, port)
+                rows.append(row)
+                print(
+                    f"{name}: {row['output_tok_s']:.1f} tok/s, hit {row['prefix_hit_rate']:.3f}, "
+                    f"Jain {row['jain_window']:.3f}, failed {row['failed']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    finally:
+        shutil.rmtree(model_dir, ignore_errors=True)
+    print(table(rows))
+    if args.json:
+        import vllm
+
+        doc = {
+            "engine": "ray-vllm",
+            "vllm": vllm.__version__,
+            "ray": __import__("ray").__version__,
+            "command": "fairq " + " ".join(sys.argv[1:]),
+            "replicas": args.replicas,
+            "model": args.model,
+            "results": rows,
+        }
+        text = json.dumps(doc, indent=1, default=str)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w") as f:
+                f.write(text + "\n")
+    if args.plot:
+        from fairq.enginebench.vllm_server import plot
+
+        plot(rows, args.plot, tuple(names))
+    return 0
