@@ -126,3 +126,11 @@ def test_engine_options_live_in_one_module_and_keep_their_old_paths() -> None:
     assert vl.FairOptions.ENGINE_KEYS == ("dual_phase", *engineopts.STATE_KEYS)
     with pytest.raises(TypeError, match="tenant resolver"):
         engineopts.FairOptions.from_mapping("lpm", {})
+    # the resolvers' repr is the shared rule's (fairq.tenancy.SourceOrder)
+    assert repr(sg.TenantResolver(order=["rid"], separator="/")) == (
+        "TenantResolver(order=['rid'], label_key='tenant', separator='/', default='default')"
+    )
+    assert repr(vl.TenantResolver()).startswith("TenantResolver(order=['extra_args', 'lora', ")
+    assert repr(vl.TenantResolver()).endswith(
+        "extra_args_key='tenant', separator=':', default='default')"
+    )

@@ -106,12 +106,6 @@ class TenantResolver(SourceOrder):
             return head if sep else None
         return None
 
-    def __repr__(self) -> str:
-        return (
-            f"TenantResolver(order={list(self.order)}, label_key={self.label_key!r}, "
-            f"separator={self.separator!r}, default={self.default!r})"
-        )
-
 
 @dataclass(frozen=True)
 class FairOptions(_engineopts.FairOptions):

@@ -104,12 +104,6 @@ class TenantResolver(SourceOrder):
             return None
         return getattr(request, "cache_salt", None)
 
-    def __repr__(self) -> str:
-        return (
-            f"TenantResolver(order={list(self.order)}, extra_args_key={self.extra_args_key!r}, "
-            f"separator={self.separator!r}, default={self.default!r})"
-        )
-
 
 @dataclass(frozen=True)
 class FairOptions(_engineopts.FairOptions):
