@@ -100,3 +100,37 @@ def test_policy_docstrings_state_the_contract(name: str, words: list[str]) -> No
     doc = getattr(fairq, name).__doc__
     for word in words:
         assert word in doc, f"help(fairq.{name}) does not mention {word!r}"
+
+
+def test_engine_options_live_in_one_module_and_keep_their_old_paths() -> None:
+    """The engines' shared options (issue 23, item 7): one module,
+    ``fairq.engineopts``; the old import paths re-export it, and each
+    engine's ``FairOptions`` is the shared class with its own parameters."""
+    from fairq import engineopts
+    from fairq.integrations.transformers import policies as tf_policies
+    from fairq.sglang import tenants as sg
+    from fairq.vllm import persist
+    from fairq.vllm import tenants as vl
+
+    for name in tf_policies.__all__:
+        assert getattr(tf_policies, name) is getattr(engineopts, name), name
+    assert vl.STATE_KEYS is engineopts.STATE_KEYS
+    assert vl.state_options is engineopts.state_options
+    assert persist.DEFAULT_INTERVAL_S == engineopts.DEFAULT_INTERVAL_S
+    for engine, policies in ((vl, vl.FAIR_POLICIES), (sg, sg.POLICIES)):
+        assert issubclass(engine.FairOptions, engineopts.FairOptions)
+        assert engine.FairOptions.ENGINE_POLICIES == policies
+        assert engine.FairOptions.RESOLVER is engine.TenantResolver
+        assert isinstance(engine.FairOptions("lpm").tenant, engine.TenantResolver)
+    assert type(sg.make_options("fairq-lpm")) is sg.FairOptions
+    assert vl.FairOptions.ENGINE_KEYS == ("dual_phase", *engineopts.STATE_KEYS)
+    with pytest.raises(TypeError, match="tenant resolver"):
+        engineopts.FairOptions.from_mapping("lpm", {})
+    # the resolvers' repr is the shared rule's (fairq.tenancy.SourceOrder)
+    assert repr(sg.TenantResolver(order=["rid"], separator="/")) == (
+        "TenantResolver(order=['rid'], label_key='tenant', separator='/', default='default')"
+    )
+    assert repr(vl.TenantResolver()).startswith("TenantResolver(order=['extra_args', 'lora', ")
+    assert repr(vl.TenantResolver()).endswith(
+        "extra_args_key='tenant', separator=':', default='default')"
+    )

@@ -27,6 +27,8 @@ class SourceOrder:
     order: tuple[str, ...]
     separator: str
     default: str
+    #: the string options :meth:`__repr__` shows, after ``order``
+    _shown: tuple[str, ...] = ()
 
     def _set_order(
         self, order: tuple[str, ...] | list[str], separator: str, default: str, **names: str
@@ -49,6 +51,7 @@ class SourceOrder:
         self.order = order
         for name, v in strings.items():
             setattr(self, name, v)
+        self._shown = tuple(strings)
 
     def __call__(self, request: Any) -> str:
         """The tenant of ``request``: never raises."""
@@ -57,6 +60,10 @@ class SourceOrder:
             if isinstance(t, str) and t:
                 return t
         return self.default
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._shown)
+        return f"{type(self).__name__}(order={list(self.order)}, {shown})"
 
     def _from(self, src: str, request: Any) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 
 from fairq.enginebench.workload import EngineRequest, from_sim_workload, multi_client_workload
+from fairq.engineopts import POLICIES
 from fairq.integrations.transformers.model import MODEL_SIZES
-from fairq.integrations.transformers.policies import POLICIES
 
 #: ``--policies`` of each ``--engine`` when not given
 DEFAULT_POLICIES = {

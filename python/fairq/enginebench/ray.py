@@ -425,7 +425,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from fairq.cli import write_json
     from fairq.cliargs import UsageError, need
-    from fairq.integrations.transformers.policies import check_policy
+    from fairq.engineopts import check_policy
 
     routers = [r.strip().lower() for r in args.routers.split(",") if r.strip()]
     for r in routers:

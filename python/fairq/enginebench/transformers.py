@@ -23,6 +23,7 @@ from fairq.cli import write_json
 from fairq.enginebench.workload import (
     EngineRequest,
 )
+from fairq.engineopts import check_policy
 from fairq.integrations.transformers.fit import (
     StepSample,
     fit_step_time,
@@ -33,7 +34,6 @@ from fairq.integrations.transformers.model import (
     check_scheduler_type,
     page_size_field,
 )
-from fairq.integrations.transformers.policies import check_policy
 from fairq.sim.metrics import jain_index, percentile
 
 

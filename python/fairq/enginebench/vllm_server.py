@@ -88,7 +88,7 @@ def _cost_events(r: HttpResult) -> list[tuple[float, float]] | None:
     """(time, DLPM cost) of one request: its computed prompt tokens at the
     first token, its output tokens as they stream; None when the server did
     not say what was cached."""
-    from fairq.integrations.transformers.policies import policy_options
+    from fairq.engineopts import policy_options
 
     if not r.ok or not r.chunk_times or r.first_token is None:
         return []

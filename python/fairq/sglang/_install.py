@@ -24,8 +24,9 @@ import importlib
 import os
 from typing import Any
 
-from fairq.sglang.tenants import load_options, make_options, policy_key
-from fairq.vllm.tenants import FairOptions
+from fairq import engineopts
+from fairq.engineopts import FairOptions
+from fairq.sglang.tenants import POLICIES, load_options, make_options, policy_key
 
 __all__ = ["install", "uninstall", "is_fair_policy", "plugin", "POLICY_ENV_VAR"]
 
@@ -98,7 +99,7 @@ def install(policy: str | None = None, **options: Any) -> list[str]:
     raw = dict(options) if options else load_options()
     fixed = make_options(policy, raw) if policy is not None else None
     if policy is None:
-        for name in ("fcfs", "lpm", "vtc", "dlpm"):  # validate for every name
+        for name in POLICIES:  # validate for every name
             make_options(name, {k: v for k, v in raw.items() if k in _common(name, raw)})
     sm, pm = _modules()
     sched_cls = sm.Scheduler
@@ -148,11 +149,9 @@ def _common(name: str, raw: dict[str, Any]) -> set[str]:
     """The keys of ``raw`` that policy ``name`` takes or every policy takes
     (a policy's own option given for another policy is not an error when
     the policy is chosen per scheduler)."""
-    from fairq.integrations.transformers.policies import POLICIES
-
-    mine = set(POLICIES[name][1])
+    mine = set(engineopts.POLICIES[name][1])
     every = {"tenant_weights", "tenant", "policy"}
-    theirs = {k for p in ("fcfs", "lpm", "vtc", "dlpm") for k in POLICIES[p][1]}
+    theirs = {k for p in POLICIES for k in engineopts.POLICIES[p][1]}
     return {k for k in raw if k in mine or k in every or k not in theirs}
 
 

@@ -48,9 +48,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from fairq.engineopts import FairOptions
 from fairq.sched import make_scheduler
 from fairq.sglang.mirror import RadixCacheMirror, namespace_of
-from fairq.vllm.tenants import FairOptions
 
 __all__ = ["FairState", "fair_adder_class", "fair_schedule_policy_class"]
 
@@ -63,7 +63,7 @@ _MAX_BATCH = 1024
 class FairState:
     """fairq's side of one SGLang scheduler: the policy, tenants and charges.
 
-    ``options``: :class:`fairq.vllm.tenants.FairOptions` (built by
+    ``options``: :class:`fairq.engineopts.FairOptions` (built by
     :func:`fairq.sglang.tenants.make_options`). ``tree_cache``: SGLang's
     prefix cache; LPM and DLPM follow it through a
     :class:`~fairq.sglang.mirror.RadixCacheMirror`.
@@ -238,7 +238,7 @@ def fair_schedule_policy_class(base: type) -> type:
     """A subclass of SGLang's ``SchedulePolicy`` (``base``) running fairq.
 
     Built as SGLang builds its policy, with the same positional arguments,
-    plus ``options=`` (:class:`~fairq.vllm.tenants.FairOptions`).
+    plus ``options=`` (:class:`~fairq.engineopts.FairOptions`).
     """
 
     class FairSchedulePolicy(base):

@@ -3,23 +3,24 @@
 Pure Python (no SGLang import): requests are read through duck typing
 (``sglang.srt.managers.schedule_batch.Req``'s attributes). The options are
 validated by the one validator fairq's engine integrations share
-(:meth:`fairq.vllm.tenants.FairOptions.from_mapping`), each error naming its
-field, when :func:`fairq.sglang.install` is called.
+(:meth:`fairq.engineopts.FairOptions.from_mapping`), each error naming its
+field, when :func:`fairq.sglang.install` is called; what is SGLang's own is
+here: its policy names, tenant sources and environment variables.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
+from fairq import engineopts as _engineopts
 from fairq.tenancy import SourceOrder
-from fairq.vllm.tenants import FairOptions
 
 __all__ = [
     "CONFIG_ENV_VAR",
     "OPTIONS_ENV_VAR",
+    "FairOptions",
     "POLICIES",
     "SOURCES",
     "TenantResolver",
@@ -105,11 +106,19 @@ class TenantResolver(SourceOrder):
             return head if sep else None
         return None
 
-    def __repr__(self) -> str:
-        return (
-            f"TenantResolver(order={list(self.order)}, label_key={self.label_key!r}, "
-            f"separator={self.separator!r}, default={self.default!r})"
-        )
+
+@dataclass(frozen=True)
+class FairOptions(_engineopts.FairOptions):
+    """Validated options of a fair policy inside SGLang: the shared
+    :class:`fairq.engineopts.FairOptions` with SGLang's policies
+    (:data:`POLICIES`) and tenant resolver (:class:`TenantResolver`, also
+    ``tenant``'s default); no further keys (no saved state)."""
+
+    ENGINE_POLICIES: ClassVar[tuple[str, ...]] = POLICIES
+    RESOLVER: ClassVar[Any] = TenantResolver
+    ENGINE_KEYS: ClassVar[tuple[str, ...]] = ()
+
+    tenant: Callable[[Any], str] = field(default_factory=TenantResolver)
 
 
 def make_options(policy: Any, raw: Mapping[str, Any] | None = None) -> FairOptions:
@@ -121,29 +130,11 @@ def make_options(policy: Any, raw: Mapping[str, Any] | None = None) -> FairOptio
     key = policy_key(policy)
     if raw is not None and not isinstance(raw, Mapping):
         raise TypeError(f"options must be a mapping, got {raw!r}")
-    data = dict(raw or {})
-    return FairOptions.from_mapping(
-        key, data, policies=POLICIES, resolver=TenantResolver, engine_keys=()
-    )
+    return FairOptions.from_mapping(key, dict(raw or {}))
 
 
 def load_options(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The raw options: the file named by ``$FAIRQ_SGLANG_CONFIG`` (YAML or
-    JSON), then ``$FAIRQ_SGLANG_OPTIONS`` (a JSON object) over it."""
-    from fairq.vllm.tenants import _read_file
-
-    env = os.environ if env is None else env
-    out: dict[str, Any] = {}
-    path = env.get(CONFIG_ENV_VAR, "").strip()
-    if path:
-        out.update(_read_file(path, CONFIG_ENV_VAR))
-    text = env.get(OPTIONS_ENV_VAR, "").strip()
-    if text:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{OPTIONS_ENV_VAR} is not valid JSON: {e}") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{OPTIONS_ENV_VAR} must be a JSON object of options")
-        out.update(data)
-    return out
+    JSON), then ``$FAIRQ_SGLANG_OPTIONS`` (a JSON object) over it
+    (:func:`fairq.engineopts.load_options`)."""
+    return _engineopts.load_options(env, config_var=CONFIG_ENV_VAR, options_var=OPTIONS_ENV_VAR)

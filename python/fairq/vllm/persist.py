@@ -63,6 +63,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from fairq.engineopts import DEFAULT_INTERVAL_S
+
 __all__ = [
     "FORMAT",
     "VERSION",
@@ -79,8 +81,6 @@ logger = logging.getLogger("fairq.vllm.persist")
 FORMAT = "fairq.vllm.state"
 #: The envelope version this build writes and reads.
 VERSION = 1
-#: Default ``state_interval_s``.
-DEFAULT_INTERVAL_S = 10.0
 
 
 class StateSource(Protocol):

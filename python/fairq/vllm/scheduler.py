@@ -89,18 +89,9 @@ def resolve_options() -> dict[str, Any]:
 
     Malformed JSON or a non-object is a ``ValueError`` naming the variable.
     """
-    import json
+    from fairq.engineopts import json_options
 
-    text = os.environ.get(OPTIONS_ENV_VAR, "").strip()
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{OPTIONS_ENV_VAR} is not valid JSON ({e}): {text!r}") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{OPTIONS_ENV_VAR} must be a JSON object of queue options, got {text!r}")
-    return value
+    return json_options(os.environ.get(OPTIONS_ENV_VAR, ""), OPTIONS_ENV_VAR, "queue options")
 
 
 def check_queue_env_options(policy: SchedulingPolicy, options: dict[str, Any]) -> None:

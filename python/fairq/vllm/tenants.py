@@ -3,17 +3,19 @@
 Pure Python (no vLLM import): the scheduler integration
 (:mod:`fairq.vllm.fair`) reads requests through duck typing, and the options
 are validated when the scheduler is built, each error naming its field.
+The options' validator and loader are the engine integrations' shared ones
+(:mod:`fairq.engineopts`); what is vLLM's own is here: its policies,
+tenant sources and request-id prefixes, and its environment variables.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+from fairq import engineopts as _engineopts
+from fairq.engineopts import STATE_KEYS, state_options
 from fairq.tenancy import SourceOrder
 
 __all__ = [
@@ -102,159 +104,26 @@ class TenantResolver(SourceOrder):
             return None
         return getattr(request, "cache_salt", None)
 
-    def __repr__(self) -> str:
-        return (
-            f"TenantResolver(order={list(self.order)}, extra_args_key={self.extra_args_key!r}, "
-            f"separator={self.separator!r}, default={self.default!r})"
-        )
-
-
-#: The options of the saved fairness state (:mod:`fairq.vllm.persist`), taken
-#: by every policy of fairq's scheduler classes.
-STATE_KEYS = ("state_file", "state_interval_s")
-
-
-def state_options(raw: Mapping[str, Any]) -> tuple[str | None, float]:
-    """``(state_file, state_interval_s)`` from ``raw`` (``None`` and the
-    default interval when absent), each error naming its field."""
-    from fairq.vllm.persist import DEFAULT_INTERVAL_S
-
-    path = raw.get("state_file")
-    if path is not None and (not isinstance(path, str) or not path.strip()):
-        raise ValueError(f"state_file must be a non-empty path string, got {path!r}")
-    interval = raw.get("state_interval_s", DEFAULT_INTERVAL_S)
-    return path, _number("state_interval_s", interval, positive=True)
-
-
-def _number(name: str, v: Any, *, positive: bool = False) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise TypeError(f"{name} must be a number, got {v!r}")
-    x = float(v)
-    if not math.isfinite(x) or x < 0 or (positive and x == 0):
-        kind = "> 0" if positive else ">= 0"
-        raise ValueError(f"{name} must be finite and {kind}, got {v!r}")
-    return x
-
 
 @dataclass(frozen=True)
-class FairOptions:
-    """Validated options of a fair policy inside vLLM.
+class FairOptions(_engineopts.FairOptions):
+    """Validated options of a fair policy inside vLLM: the shared
+    :class:`fairq.engineopts.FairOptions` with vLLM's policies
+    (:data:`FAIR_POLICIES`), tenant resolver (:class:`TenantResolver`, also
+    ``tenant``'s default) and further keys (``dual_phase`` and the saved
+    state's, :data:`STATE_KEYS`)."""
 
-    ``policy_options``: the local scheduler's own (VTC ``w_in``/``w_out``,
-    DLPM ``quantum``/``w_e``/``w_q``; defaults as the transformers
-    integration's). ``tenant_weights``: ``{tenant: weight > 0}`` (a weight
-    divides the tenant's charges: weight 2 gets twice the service).
-    ``tenant``: the :class:`TenantResolver`.
-    """
+    ENGINE_POLICIES: ClassVar[tuple[str, ...]] = FAIR_POLICIES
+    RESOLVER: ClassVar[Any] = TenantResolver
+    ENGINE_KEYS: ClassVar[tuple[str, ...]] = ("dual_phase", *STATE_KEYS)
 
-    policy: str
-    policy_options: dict[str, float] = field(default_factory=dict)
-    tenant_weights: dict[str, float] = field(default_factory=dict)
     tenant: Callable[[Any], str] = field(default_factory=TenantResolver)
-    #: the saved fairness state's file (:mod:`fairq.vllm.persist`), or None
-    state_file: str | None = None
-    #: seconds between saves of the state
-    state_interval_s: float = 10.0
-
-    @classmethod
-    def from_mapping(
-        cls,
-        policy: str,
-        raw: Mapping[str, Any],
-        *,
-        policies: tuple[str, ...] = FAIR_POLICIES,
-        resolver: Any = None,
-        engine_keys: tuple[str, ...] = ("dual_phase", *STATE_KEYS),
-    ) -> FairOptions:
-        """Build from plain data (the parsed file / JSON), naming any bad field.
-
-        The engine integrations share this one validator: ``policies`` are the
-        policy names the engine accepts, ``resolver`` the tenant resolver
-        class (default :class:`TenantResolver`, vLLM's; it lists the keys of
-        ``tenant`` it takes in ``OPTIONS``), ``engine_keys`` the further keys
-        the engine reads itself (vLLM: ``dual_phase`` and the saved state's).
-        """
-        from fairq.integrations.transformers.policies import POLICIES, policy_options
-
-        resolver_cls = TenantResolver if resolver is None else resolver
-        if policy not in policies:
-            raise ValueError(f"policy must be one of {', '.join(policies)} here, got {policy!r}")
-        known = set(POLICIES[policy][1]) | {"tenant_weights", "tenant", "policy", *engine_keys}
-        for key in raw:
-            if key not in known:
-                raise ValueError(
-                    f"unknown option {key!r} for policy {policy!r} "
-                    f"(options: {', '.join(sorted(known - {'policy'}))})"
-                )
-        opts = policy_options(policy, {k: v for k, v in raw.items() if k in POLICIES[policy][1]})
-        weights_raw = raw.get("tenant_weights") or {}
-        if not isinstance(weights_raw, Mapping):
-            raise TypeError(
-                f"tenant_weights must be a mapping of tenant -> weight, got {weights_raw!r}"
-            )
-        weights: dict[str, float] = {}
-        for t, w in weights_raw.items():
-            if not isinstance(t, str) or not t:
-                raise ValueError(
-                    f"tenant_weights: tenant names must be non-empty strings, got {t!r}"
-                )
-            weights[t] = _number(f"tenant_weights[{t!r}]", w, positive=True)
-        tenant_raw = raw.get("tenant") or {}
-        if not isinstance(tenant_raw, Mapping):
-            raise TypeError(f"tenant must be a mapping of resolver options, got {tenant_raw!r}")
-        allowed = resolver_cls.OPTIONS
-        for k in tenant_raw:
-            if k not in allowed:
-                raise ValueError(f"unknown option tenant.{k} (options: {', '.join(allowed)})")
-        for key in resolver_cls.LIST_OPTIONS:
-            if key in tenant_raw and not isinstance(tenant_raw[key], (list, tuple)):
-                raise TypeError(f"tenant.{key} must be a list, got {tenant_raw[key]!r}")
-        tenant = resolver_cls(**dict(tenant_raw))
-        state_file, interval = state_options(raw) if "state_file" in engine_keys else (None, 10.0)
-        return cls(policy, opts, weights, tenant, state_file, interval)
-
-
-def _read_file(path: str, var: str = CONFIG_ENV_VAR) -> dict[str, Any]:
-    """The mapping in the YAML or JSON file ``path`` (named by ``$var``)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise ValueError(f"{var}={path!r} cannot be read: {e}") from None
-    if path.endswith((".yaml", ".yml")):
-        import yaml
-
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise ValueError(f"{var}={path!r} is not valid YAML: {e}") from None
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{var}={path!r} is not valid JSON: {e}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{var}={path!r} must hold a mapping of options, got {data!r}")
-    return data
 
 
 def load_options(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The raw options: the file named by ``$FAIRQ_VLLM_CONFIG`` (YAML or
-    JSON), then ``$FAIRQ_VLLM_OPTIONS`` (a JSON object) over it."""
-    from fairq.vllm.scheduler import OPTIONS_ENV_VAR, resolve_options
+    JSON), then ``$FAIRQ_VLLM_OPTIONS`` (a JSON object) over it
+    (:func:`fairq.engineopts.load_options`)."""
+    from fairq.vllm.scheduler import OPTIONS_ENV_VAR
 
-    env = os.environ if env is None else env
-    out: dict[str, Any] = {}
-    path = env.get(CONFIG_ENV_VAR, "").strip()
-    if path:
-        out.update(_read_file(path))
-    if env is os.environ:
-        out.update(resolve_options())
-    elif env.get(OPTIONS_ENV_VAR, "").strip():
-        data = json.loads(env[OPTIONS_ENV_VAR])
-        if not isinstance(data, dict):
-            raise ValueError(f"{OPTIONS_ENV_VAR} must be a JSON object of queue options")
-        out.update(data)
-    return out
+    return _engineopts.load_options(env, config_var=CONFIG_ENV_VAR, options_var=OPTIONS_ENV_VAR)

@@ -23,13 +23,13 @@ import importlib
 from typing import Any
 
 from fairq.enginebench.workload import EngineRequest, multi_client_workload
+from fairq.engineopts import POLICIES, check_policy, policy_options
 from fairq.integrations.transformers.clients import ClientResolver
 from fairq.integrations.transformers.fit import (
     StepSample,
     StepTimeModel,
     fit_step_time,
 )
-from fairq.integrations.transformers.policies import POLICIES, check_policy, policy_options
 from fairq.sim.metrics import jain_index, percentile
 
 _ENGINE_NAMES = {

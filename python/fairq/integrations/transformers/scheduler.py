@@ -56,15 +56,15 @@ from transformers.generation.continuous_batching.scheduler import (
     Scheduler,
 )
 
-from fairq.integrations.transformers.clients import ClientResolver
-from fairq.integrations.transformers.fit import StepSample
-from fairq.integrations.transformers.model import SUPPORTED_TRANSFORMERS
-from fairq.integrations.transformers.policies import (
+from fairq.engineopts import (
     POLICIES,
     build_policy,
     check_policy,
     policy_options,
 )
+from fairq.integrations.transformers.clients import ClientResolver
+from fairq.integrations.transformers.fit import StepSample
+from fairq.integrations.transformers.model import SUPPORTED_TRANSFORMERS
 from fairq.metrics import publish
 from fairq.sched import admit
 
