@@ -222,6 +222,27 @@ def test_workload_documents_cycle_per_client() -> None:
         multi_client_workload(docs_per_client=0)
 
 
+def test_workload_system_prompt_and_flood_rate() -> None:
+    base = multi_client_workload(n_clients=3, requests_per_client=4, prefix_len=6, seed=1)
+    wl = multi_client_workload(
+        n_clients=3, requests_per_client=4, prefix_len=6, seed=1, system_len=5, flood_gap=0.25
+    )
+    system = wl[0].prompt[:5]
+    assert all(r.prompt[:5] == system for r in wl)  # one system prompt, every tenant
+    assert len(wl) == len(base)
+    assert all(len(r.prompt) == len(b.prompt) + 5 for r, b in zip(wl, base, strict=True))
+    flood = sorted(r.arrival for r in wl if r.client == "flood")
+    assert flood == [0.25 * i for i in range(len(flood))]  # at a set rate
+    # the defaults draw nothing extra: results made before these knobs stand
+    assert base == multi_client_workload(
+        n_clients=3, requests_per_client=4, prefix_len=6, seed=1, system_len=0, flood_gap=0.0
+    )
+    with pytest.raises(ValueError, match="system_len must be an integer >= 0, got -1"):
+        multi_client_workload(system_len=-1)
+    with pytest.raises(ValueError, match="flood_gap must be >= 0, got -0.5"):
+        multi_client_workload(flood_gap=-0.5)
+
+
 def test_workload_rejects_bad_sizes() -> None:
     with pytest.raises(ValueError, match="n_clients must be an integer >= 2, got 1"):
         multi_client_workload(n_clients=1)

@@ -67,16 +67,16 @@ def served() -> Any:
     model = write_model(os.path.join(tmp, "model"), "tiny")
     workload = multi_client_workload(
         n_clients=4,
-        requests_per_client=8,
+        requests_per_client=12,
         flood_factor=4,
         prefix_len=256,
         suffix_len=8,
-        max_new_tokens=16,
+        max_new_tokens=32,
         vocab_size=4096,
-        well_behaved_gap=0.3,
+        well_behaved_gap=0.0,
         docs_per_client=1,
         system_len=128,
-        flood_gap=0.02,
+        flood_gap=0.0,
         seed=3,
     )
     env = {
@@ -95,16 +95,16 @@ def served() -> Any:
                 model_id="m",
                 num_replicas=2,
                 policy="dlpm",
-                fairq_options={"quantum": 512},
+                fairq_options={"quantum": 128},
                 router_config=fairq_router_config(
                     request_routing_stats_period_s=0.5, worker_quantum=4096
                 ),
                 engine_kwargs={
                     "load_format": "dummy",
-                    "max_model_len": 2048,
+                    "max_model_len": 1024,
                     "max_num_seqs": 4,
                     "max_num_batched_tokens": 512,
-                    "num_gpu_blocks_override": 16,
+                    "num_gpu_blocks_override": 10,
                 },
                 env=env,
             )
@@ -155,7 +155,16 @@ def test_flood_held_to_its_share(served: Any) -> None:
     # Jain over the backlogged window: the flood (4x the requests) does not
     # crowd the others out (FCFS order gives it about 4x their service)
     assert row["window_s"] > 0
-    assert row["jain_window"] > 0.85, row["service_window"]
+    cost = row["cost_window"]
+    assert cost is not None  # the replicas report each request's cached prompt tokens
+    others = [v for t, v in cost.items() if t != "flood"]
+    # Under FCFS the flood (4x the requests, first in line) takes nearly all
+    # of the window. DLPM holds it to one share per replica it is on; D2LPM
+    # lets it spread over both replicas (its deficit on one runs out), so it
+    # may get up to about two well-behaved shares, plus DLPM's start (every
+    # tenant's first quantum; the flood's requests hit its cached document).
+    assert cost["flood"] <= 4.0 * (sum(others) / len(others)), cost
+    assert row["jain_cost_window"] > 0.65, cost
 
 
 def test_router_sticks_to_the_caching_replica(served: Any) -> None:

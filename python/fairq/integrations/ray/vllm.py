@@ -170,7 +170,8 @@ class FairqLLMServer(LLMServer):
                     produced = produced + n if delta else max(produced, n)
                     if out.prompt_token_ids is not None:
                         prompt = len(out.prompt_token_ids)
-                    cached = int(getattr(out, "num_cached_tokens", 0) or 0)
+                    # set on the first output of a stream (0 on later deltas)
+                    cached = max(cached, int(getattr(out, "num_cached_tokens", 0) or 0))
                     yield out
             finally:
                 server._finished(rid, tenant, prompt, cached, produced)
@@ -204,6 +205,7 @@ class FairqLLMServer(LLMServer):
                 "pid": os.getpid(),
                 "time": time.time(),
                 **self.counters,
+                "tenants": dict(self.tenants),
             }
         tmp = self._stats_file + ".tmp"
         with open(tmp, "w") as f:
@@ -215,7 +217,7 @@ class FairqLLMServer(LLMServer):
         stats = dict(await super().record_routing_stats() or {})
         stats.update(self.feedback.routing_stats())
         with self._lock:
-            stats[self.feedback.key]["counters"] = dict(self.counters)
+            stats[self.feedback.key]["counters"] = {**self.counters, "tenants": dict(self.tenants)}
         self._write_stats()
         return stats
 
@@ -285,7 +287,12 @@ def fairq_vllm_app(
     if router_config is None:
         router_config = fairq_router_config()
     env_vars = dict(env or {})
-    kwargs: dict[str, Any] = {"enable_prefix_caching": True, **(engine_kwargs or {})}
+    kwargs: dict[str, Any] = {
+        "enable_prefix_caching": True,
+        # each response's usage says how many prompt tokens were cached
+        "enable_prompt_tokens_details": True,
+        **(engine_kwargs or {}),
+    }
     if policy is not None:
         kwargs["scheduler_cls"] = SCHEDULER_CLS
         env_vars["FAIRQ_VLLM_POLICY"] = policy
