@@ -281,6 +281,12 @@ def test_ray_bench_names_both_extras(
             "argument --policies: 'x' is not one of fifo, vllm-fcfs, dual, dual+dlpm",
         ),
         (["engine-bench", "--seeds", "0"], "argument --seeds: must be an integer >= 1, got 0"),
+        (
+            ["engine-bench", "--engine", "ray-vllm", "--configs", "pow2,nope"],
+            "argument --configs: 'nope' is not one of pow2, prefix, d2lpm-fcfs, d2lpm-dlpm",
+        ),
+        (["engine-bench", "--engine", "ray-vllm", "--replicas", "0"], "argument --replicas"),
+        (["engine-bench", "--engine", "ray-vllm", "--flood-gap", "-1"], "argument --flood-gap"),
         (["demo", "--policies", "nope"], "argument --policies: 'nope' is not one of"),
         (["demo", "--json", "/nonexistent/d.json"], "argument --json: directory /nonexistent"),
     ],

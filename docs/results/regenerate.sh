@@ -10,6 +10,7 @@
 #   docs/results/regenerate.sh vllm       # fairq engine-bench --engine vllm (needs vLLM 0.33, ~3 min)
 #   docs/results/regenerate.sh reasoning  # fairq engine-bench --engine vllm --workload reasoning (needs vLLM 0.33, ~2 min)
 #   docs/results/regenerate.sh vllm-server  # real vLLM servers over HTTP (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~25 min)
+#   docs/results/regenerate.sh ray-vllm   # vLLM replicas on Ray Serve behind a router (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build + .ci/ray-vllm-requirements.txt, ~10 min)
 #   docs/results/regenerate.sh wheel      # .ci/build-wheel: the auditwheel report, sizes (~3 min)
 #   docs/results/regenerate.sh splice     # only re-copy the tables into the docs
 #
@@ -70,6 +71,20 @@ for part in "${parts[@]}"; do
         --docs-per-client 4 --max-new-tokens 32 --gap 0.05 --quantum 1536 --max-model-len 1024 \
         --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 20" \
         --json vllm_server_docs.json
+      ;;
+    ray-vllm)
+      fairq engine-bench --engine ray-vllm --replicas 2 --clients 6 --requests-per-client 16 \
+        --flood-factor 4 --docs-per-client 2 --prefix-len 384 --system-len 128 --suffix-len 16 \
+        --max-new-tokens 32 --gap 0.25 --flood-gap 0.02 --quantum 512 \
+        --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 32" \
+        --json ray_vllm.json --plot ray_vllm.png | tee ray_vllm-tables.md
+      # a vLLM replica killed 15 s into a longer run (DLPM inside, its state file)
+      fairq engine-bench --engine ray-vllm --configs d2lpm-dlpm --replicas 2 --clients 6 \
+        --requests-per-client 40 --flood-factor 4 --docs-per-client 2 --prefix-len 384 \
+        --system-len 128 --suffix-len 16 --max-new-tokens 32 --gap 2.0 --flood-gap 0.5 \
+        --quantum 512 --kill-after-s 15 \
+        --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 32" \
+        --json ray_vllm_fault.json
       ;;
     wheel)
       tmp=$(mktemp -d)

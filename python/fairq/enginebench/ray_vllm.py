@@ -284,6 +284,20 @@ def run_config(
     return row
 
 
+#: how a configuration reads in plots
+LABELS = {
+    "pow2": "Ray default router, stock vLLM",
+    "prefix": "PrefixCacheAffinityRouter, stock vLLM",
+    "d2lpm-fcfs": "D2LPM, stock vLLM",
+    "d2lpm-dlpm": "D2LPM, DLPM inside",
+}
+
+
+def panel_label(row: dict[str, Any]) -> str:
+    """A configuration's name in plots."""
+    return LABELS.get(row["policy"], row["policy"])
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """The results as a markdown table."""
 
@@ -424,5 +438,12 @@ def run(args: argparse.Namespace, workload: list[Any]) -> int:
     if args.plot:
         from fairq.enginebench.vllm_server import plot
 
-        plot(rows, args.plot, tuple(names))
+        plot(
+            rows,
+            args.plot,
+            tuple(names),
+            label=panel_label,
+            title=f"per-tenant service: {args.replicas} vLLM replicas on Ray Serve "
+            "(CPU, random-weight model)",
+        )
     return 0

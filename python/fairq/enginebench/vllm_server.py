@@ -323,8 +323,17 @@ def _median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
-def plot(rows: list[dict[str, Any]], path: str, policies: tuple[str, ...]) -> None:
-    """Per-tenant cumulative service over time, one panel per policy, same scales."""
+def plot(
+    rows: list[dict[str, Any]],
+    path: str,
+    policies: tuple[str, ...],
+    *,
+    label: Any = None,
+    title: str = "per-tenant service in a real vLLM server (CPU, random-weight model)",
+) -> None:
+    """Per-tenant cumulative service over time, one panel per policy, same
+    scales. ``label(row)``: a panel's name (default: stock vLLM / fairq's
+    policy)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -337,14 +346,17 @@ def plot(rows: list[dict[str, Any]], path: str, policies: tuple[str, ...]) -> No
     for ax, r in zip(axes, chosen, strict=True):
         for tenant, pts in sorted(r["service_timeline"].items()):
             ax.plot([p[0] for p in pts], [p[1] for p in pts], label=tenant)
-        label = "stock vLLM" if r["policy"] == "vllm" else f"fairq {r['policy']}"
-        ax.set_title(f"{label}: Jain {r['jain_window']:.3f} (backlogged window)")
+        if label is not None:
+            name = label(r)
+        else:
+            name = "stock vLLM" if r["policy"] == "vllm" else f"fairq {r['policy']}"
+        ax.set_title(f"{name}\nJain {r['jain_window']:.3f} (backlogged window)", fontsize=10)
         ax.set_xlabel("wall-clock seconds since the first request")
         ax.set_xlim(0, xmax)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("output tokens served")
     axes[-1].legend(loc="upper left", fontsize=8)
-    fig.suptitle("per-tenant service in a real vLLM server (CPU, random-weight model)")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -193,6 +193,7 @@ class FairqLLMServer(LLMServer):
             c["prompt_tokens"] += prompt
             c["cached_tokens"] += cached
             c["output_tokens"] += produced
+        self._write_stats()  # small; a reader sees every finished request
 
     # --- routing stats ------------------------------------------------------
 
