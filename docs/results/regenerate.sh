@@ -78,13 +78,20 @@ for part in "${parts[@]}"; do
         --max-new-tokens 32 --gap 0.25 --flood-gap 0.02 --quantum 512 \
         --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 32" \
         --json ray_vllm.json --plot ray_vllm.png | tee ray_vllm-tables.md
-      # a vLLM replica killed 15 s into a longer run (DLPM inside, its state file)
+      # a vLLM replica killed 10 s into a two-minute run (DLPM inside, its state file)
       fairq engine-bench --engine ray-vllm --configs d2lpm-dlpm --replicas 2 --clients 6 \
-        --requests-per-client 40 --flood-factor 4 --docs-per-client 2 --prefix-len 384 \
+        --requests-per-client 60 --flood-factor 4 --docs-per-client 2 --prefix-len 384 \
         --system-len 128 --suffix-len 16 --max-new-tokens 32 --gap 2.0 --flood-gap 0.5 \
-        --quantum 512 --kill-after-s 15 \
+        --quantum 512 --kill-after-s 10 \
         --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 32" \
         --json ray_vllm_fault.json
+      # two ingress routers
+      fairq engine-bench --engine ray-vllm --configs d2lpm-dlpm --ingress 2 --replicas 2 \
+        --clients 6 --requests-per-client 16 --flood-factor 4 --docs-per-client 2 \
+        --prefix-len 384 --system-len 128 --suffix-len 16 --max-new-tokens 32 --gap 0.25 \
+        --flood-gap 0.02 --quantum 512 \
+        --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 32" \
+        --json ray_vllm_ingress2.json
       ;;
     wheel)
       tmp=$(mktemp -d)

@@ -139,6 +139,7 @@ class _Killer:
         self.killed: str | None = None
         self.kill_at: float | None = None
         self.ready_at: float | None = None
+        self.replacement: str | None = None
         self.t0 = 0.0
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -161,8 +162,10 @@ class _Killer:
         self.kill_at = time.monotonic() - self.t0
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
-            if set(read_replica_stats(self.stats_dir)) - before:
+            new = set(read_replica_stats(self.stats_dir)) - before
+            if new:
                 self.ready_at = time.monotonic() - self.t0
+                self.replacement = sorted(new)[0]
                 return
             time.sleep(0.5)
 
@@ -274,6 +277,10 @@ def run_config(
             "kill_at_s": killer.kill_at,
             "replacement_ready_s": killer.ready_at,
             "failed": row["failed"],
+            # requests the replacement served (it took traffic again)
+            "replacement_requests": (
+                replicas.get(killer.replacement, {}).get("requests") if killer.replacement else None
+            ),
             "jain_before_kill": _jain_between(results, 0.0, killer.kill_at or 0.0),
             "jain_after_replacement": (
                 _jain_between(results, killer.ready_at, end) if killer.ready_at else None
