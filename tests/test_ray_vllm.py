@@ -56,6 +56,7 @@ def served() -> Any:
     from ray import serve
 
     from fairq.enginebench.ray import local_cluster
+    from fairq.enginebench.ray_vllm import replica_env
     from fairq.enginebench.workload import multi_client_workload
     from fairq.integrations.ray import fairq_router_config
     from fairq.integrations.ray.vllm import STATS_DIR_ENV, fairq_vllm_app, read_replica_stats
@@ -79,15 +80,7 @@ def served() -> Any:
         flood_gap=0.0,
         seed=3,
     )
-    env = {
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-        "VLLM_NO_USAGE_STATS": "1",
-        "OMP_NUM_THREADS": "1",
-        STATS_DIR_ENV: stats,
-    }
+    env = {**replica_env(), STATS_DIR_ENV: stats}
     try:
         with local_cluster(num_cpus=8) as port:
             app = fairq_vllm_app(

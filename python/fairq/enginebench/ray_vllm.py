@@ -51,15 +51,13 @@ CONFIGS: dict[str, tuple[str, str | None]] = {
     "d2lpm-dlpm": ("d2lpm", "dlpm"),
 }
 
-#: the replicas' environment (offline, CPU settings)
-_ENV = {
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-    "VLLM_NO_USAGE_STATS": "1",
-    "OMP_NUM_THREADS": "1",
-}
+
+def replica_env() -> dict[str, str]:
+    """The vLLM replicas' environment: :func:`fairq.vllm.server.engine_env`
+    and one OpenMP thread per engine (several engines share the cores)."""
+    from fairq.vllm.server import engine_env
+
+    return {**engine_env(), "OMP_NUM_THREADS": "1"}
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -82,23 +80,6 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
             out[key] = True
             i += 1
     return out
-
-
-def _http_requests(workload: list[Any], text: bool, rate_scale: float) -> list[Any]:
-    from fairq.vllm.traffic import HttpRequest
-
-    return [
-        HttpRequest(
-            e.request_id,
-            e.client,
-            e.prompt,
-            e.max_new_tokens,
-            arrival=e.arrival * rate_scale,
-            stream=True,
-            extra={"prompt": " ".join(f"t{t}" for t in e.prompt)} if text else {},
-        )
-        for e in workload
-    ]
 
 
 def _wait_ready(url: str, model_id: str, text: bool, timeout: float = 600.0) -> None:
@@ -197,7 +178,7 @@ def run_config(
     from ray import serve
 
     from fairq.enginebench.ray import router_config
-    from fairq.enginebench.vllm_server import summarize
+    from fairq.enginebench.vllm_server import http_requests, summarize
     from fairq.integrations.ray.vllm import STATS_DIR_ENV, fairq_vllm_app, read_replica_stats
     from fairq.vllm.traffic import Metrics, send_all
 
@@ -217,7 +198,7 @@ def run_config(
         ingress_replicas=args.ingress,
         router_config=router_config(router, stats_period_s=0.5, **options),
         engine_kwargs=engine_kwargs(args),
-        env={**_ENV, STATS_DIR_ENV: stats_dir},
+        env={**replica_env(), STATS_DIR_ENV: stats_dir},
     )
     t0 = time.monotonic()
     serve.run(app, blocking=False)
@@ -229,7 +210,7 @@ def run_config(
     _wait_ready(url, "m", text)
     started = time.monotonic() - t0
     before = read_replica_stats(stats_dir)
-    reqs = _http_requests(workload, text=text, rate_scale=args.rate_scale)
+    reqs = http_requests(workload, args.rate_scale, text=text)
     killer = _Killer(args.kill_after_s, stats_dir) if args.kill_after_s else None
     if killer is not None:
         killer.start(time.monotonic())

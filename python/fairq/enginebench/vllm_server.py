@@ -62,7 +62,13 @@ __all__ = ["add_arguments", "run", "run_rows", "server_run", "summarize"]
 FLOOD = "flood"
 
 
-def _requests(workload: list[Any], rate_scale: float) -> list[HttpRequest]:
+def http_requests(
+    workload: list[Any], rate_scale: float, *, text: bool = False
+) -> list[HttpRequest]:
+    """The workload as streaming HTTP requests, arrivals scaled by
+    ``rate_scale``; ``text``: the prompt as the words of
+    :func:`fairq.vllm.server.write_model`'s tokenizer (the same token ids
+    once tokenized) instead of token ids."""
     return [
         HttpRequest(
             e.request_id,
@@ -71,6 +77,7 @@ def _requests(workload: list[Any], rate_scale: float) -> list[HttpRequest]:
             e.max_new_tokens,
             arrival=e.arrival * rate_scale,
             stream=True,
+            extra={"prompt": " ".join(f"t{t}" for t in e.prompt)} if text else {},
         )
         for e in workload
     ]
@@ -461,7 +468,7 @@ def run_rows(args: argparse.Namespace, workload: list[Any]) -> tuple[int, list[d
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     tmp = tempfile.mkdtemp(prefix="fairq-server-bench-")
     model = write_model(f"{tmp}/model", args.model)
-    requests = _requests(workload, args.rate_scale)
+    requests = http_requests(workload, args.rate_scale)
     print(
         f"# fairq engine-bench --engine vllm-server: vLLM {version}, model {args.model}, "
         f"{len(requests)} requests, server args: {args.server_args}; logs in {tmp}"

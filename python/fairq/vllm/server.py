@@ -42,6 +42,7 @@ __all__ = [
     "SCHEDULER_CLS",
     "THINK_WORDS",
     "ServerError",
+    "engine_env",
     "VllmServer",
     "free_port",
     "server_python",
@@ -171,6 +172,21 @@ def write_model(
     return str(out)
 
 
+def engine_env() -> dict[str, str]:
+    """The environment a vLLM engine runs in here: offline (nothing is
+    downloaded), no usage stats, and the CPU build's KV-cache size (1 GiB)
+    and thread binding (none: a shared machine) unless already set. Used by
+    :class:`VllmServer` and by the Ray Serve replicas of
+    :mod:`fairq.integrations.ray.vllm`'s bench and tests."""
+    return {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+        "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
+        "VLLM_NO_USAGE_STATS": "1",
+    }
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -285,17 +301,8 @@ class VllmServer:
     def environment(self) -> dict[str, str]:
         """The server's environment: this one, offline, CPU settings, fairq's."""
         env = dict(os.environ)
-        env.update(
-            {
-                "HF_HUB_OFFLINE": "1",
-                "TRANSFORMERS_OFFLINE": "1",
-                "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "1"),
-                "VLLM_CPU_OMP_THREADS_BIND": env.get("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
-                "VLLM_NO_USAGE_STATS": "1",
-                "DO_NOT_TRACK": "1",
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
+        env.update(engine_env())
+        env.update({"DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1"})
         for var in ("FAIRQ_VLLM_POLICY", "FAIRQ_VLLM_OPTIONS", "FAIRQ_VLLM_CONFIG"):
             env.pop(var, None)
         if self.policy is not None:
