@@ -92,6 +92,13 @@ for part in "${parts[@]}"; do
         --flood-gap 0.02 --quantum 512 \
         --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 32" \
         --json ray_vllm_ingress2.json
+      # ... with the remedy: each of the 2 routers at worker_quantum = Q_w / 2
+      fairq engine-bench --engine ray-vllm --configs d2lpm-dlpm --ingress 2 --worker-quantum 2048 \
+        --replicas 2 --clients 6 --requests-per-client 16 --flood-factor 4 --docs-per-client 2 \
+        --prefix-len 384 --system-len 128 --suffix-len 16 --max-new-tokens 32 --gap 0.25 \
+        --flood-gap 0.02 --quantum 512 \
+        --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 32" \
+        --json ray_vllm_ingress2_q2048.json
       ;;
     wheel)
       tmp=$(mktemp -d)
