@@ -56,12 +56,13 @@ def served() -> Any:
     from ray import serve
 
     from fairq.enginebench.ray import local_cluster
-    from fairq.enginebench.ray_vllm import replica_env
+    from fairq.enginebench.ray_vllm import replica_env, wait_ready
+    from fairq.enginebench.vllm_server import http_requests
     from fairq.enginebench.workload import multi_client_workload
     from fairq.integrations.ray import fairq_router_config
     from fairq.integrations.ray.vllm import STATS_DIR_ENV, fairq_vllm_app, read_replica_stats
     from fairq.vllm.server import write_model
-    from fairq.vllm.traffic import HttpRequest, send_all
+    from fairq.vllm.traffic import send_all
 
     tmp = tempfile.mkdtemp(prefix="fairq-test-ray-vllm-")
     stats = os.path.join(tmp, "stats")
@@ -103,21 +104,8 @@ def served() -> Any:
             )
             serve.run(app, blocking=False)
             url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 400
-            while True:
-                (probe,) = send_all(
-                    url, "m", [HttpRequest("probe", "probe", [3, 4], 1)], timeout=30
-                )
-                if probe.ok:
-                    break
-                assert time.monotonic() < deadline, f"never ready: {probe.status} {probe.error}"
-                time.sleep(2)
-            reqs = [
-                HttpRequest(
-                    e.request_id, e.client, e.prompt, e.max_new_tokens, e.arrival, stream=True
-                )
-                for e in workload
-            ]
+            wait_ready(url, "m", timeout=400)
+            reqs = http_requests(workload, 1.0)
             results = send_all(url, "m", reqs, timeout=300)
             time.sleep(2.0)  # counters are written every routing-stats period
             counters = read_replica_stats(stats)
@@ -132,10 +120,10 @@ def test_every_request_answered_once(served: Any) -> None:
     bad = [(r.request.request_id, r.status, r.error) for r in results if not r.ok]
     assert not bad, bad
     assert all(r.completion_tokens == r.request.max_tokens for r in results)
-    # the replicas served each request once (the readiness probe(s) aside)
+    # the replicas served each request once (wait_ready's probes aside)
     assert len(counters) == 2
     served_requests = sum(
-        n for c in counters.values() for tenant, n in c["tenants"].items() if tenant != "probe"
+        n for c in counters.values() for tenant, n in c["tenants"].items() if tenant != "ready"
     )
     assert served_requests == len(results)
 

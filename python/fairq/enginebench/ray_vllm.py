@@ -41,7 +41,7 @@ import tempfile
 import time
 from typing import Any
 
-__all__ = ["CONFIGS", "run", "run_config"]
+__all__ = ["CONFIGS", "replica_env", "run", "run_config", "wait_ready"]
 
 #: label -> (router, fairq policy inside each vLLM replica or None for stock vLLM)
 CONFIGS: dict[str, tuple[str, str | None]] = {
@@ -82,7 +82,10 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _wait_ready(url: str, model_id: str, text: bool, timeout: float = 600.0) -> None:
+def wait_ready(url: str, model_id: str, *, text: bool = False, timeout: float = 600.0) -> None:
+    """Send a one-token probe (tenant ``"ready"``) until the application
+    answers it; RuntimeError after ``timeout`` seconds. ``text``: the probe's
+    prompt as text (for ``PrefixCacheAffinityRouter``)."""
     from fairq.vllm.traffic import HttpRequest, send_all
 
     extra = {"prompt": "t3 t4 t5"} if text else {}
@@ -207,7 +210,7 @@ def run_config(
     # token-id prompt (no text) raises ZeroDivisionError in Ray 2.60 and the
     # request hangs; it gets text.
     text = router == "prefix"
-    _wait_ready(url, "m", text)
+    wait_ready(url, "m", text=text)
     started = time.monotonic() - t0
     before = read_replica_stats(stats_dir)
     reqs = http_requests(workload, args.rate_scale, text=text)
