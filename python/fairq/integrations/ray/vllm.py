@@ -219,13 +219,8 @@ class FairqLLMServer(LLMServer):
         stats.update(self.feedback.routing_stats())
         with self._lock:
             stats[self.feedback.key]["counters"] = {**self.counters, "tenants": dict(self.tenants)}
-        self._write_stats()
+        self._write_stats()  # evictions since the last finish
         return stats
-
-    async def check_health(self) -> None:
-        """Also re-write the counters file (Serve calls this every few seconds)."""
-        await super().check_health()
-        self._write_stats()
 
     async def __del__(self) -> None:
         """Stop the KV-event listener, then shut the engine down (Serve
