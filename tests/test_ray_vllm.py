@@ -162,3 +162,25 @@ def test_router_sticks_to_the_caching_replica(served: Any) -> None:
     # evictions from vLLM's own KV-cache events
     assert sum(c["cached_tokens"] for c in counters.values()) > 0
     assert sum(c["evictions"] for c in counters.values()) > 0
+
+
+def test_ingress_affinity_puts_the_session_router_on_the_ingress() -> None:
+    """``ingress_affinity=True``: Serve's proxy routes to the ingress
+    replicas with Ray's session router (one router per tenant when the client
+    sends its tenant as ``x-session-id``); the LLM deployment keeps D2LPM."""
+    from fairq.integrations.ray import ROUTER_PATH
+    from fairq.integrations.ray.vllm import SESSION_ROUTER_CLS, fairq_vllm_app
+
+    app = fairq_vllm_app("/unused", num_replicas=2, ingress_replicas=2, ingress_affinity=True)
+    ingress = app._bound_deployment
+    assert ingress._deployment_config.num_replicas == 2
+    assert ingress._deployment_config.request_router_config.request_router_class == (
+        SESSION_ROUTER_CLS
+    )
+    (llm_app,) = ingress.init_kwargs["llm_deployments"].values()
+    llm = llm_app._bound_deployment
+    assert llm._deployment_config.request_router_config.request_router_class == ROUTER_PATH
+    plain = fairq_vllm_app("/unused", num_replicas=2)._bound_deployment
+    assert (
+        "ConsistentHash" not in plain._deployment_config.request_router_config.request_router_class
+    )

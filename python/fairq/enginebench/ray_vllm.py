@@ -32,6 +32,7 @@ another interpreter).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -170,6 +171,74 @@ def _jain_between(results: list[Any], a: float, b: float) -> float:
     return jain_index(list(got.values())) if b > a else float("nan")
 
 
+def fault_timeline(
+    results: list[Any], kill_at: float, ready_at: float | None, bin_s: float = 10.0
+) -> dict[str, Any]:
+    """Fairness over time around a replica's death, in bins of ``bin_s``.
+
+    Each bin: the output tokens and DLPM cost each tenant streamed in it, and
+    whether every tenant was backlogged through it (a request of theirs was
+    outstanding, sent and not yet answered, from the bin's start to its end).
+    Jain's index is taken only over such bins. ``baseline``: the mean output
+    Jain of the all-backlogged bins before the kill. ``settled_s``: the start of
+    the first bin at or after the replacement came up from which every
+    all-backlogged bin's output Jain is within 0.05 of ``baseline`` (None:
+    never, or no such bins); ``settle_after_ready_s`` counts from the
+    replacement's start.
+    """
+    from fairq.enginebench.vllm_server import FLOOD, _cost_events, _service_events
+    from fairq.sim.metrics import jain_index
+
+    tenants = sorted({r.request.tenant for r in results})
+    end = max(r.end for r in results)
+    nbins = max(1, int(end // bin_s) + 1)
+    out = [dict.fromkeys(tenants, 0.0) for _ in range(nbins)]
+    cost = [dict.fromkeys(tenants, 0.0) for _ in range(nbins)]
+    for r in results:
+        for t, n in _service_events(r):
+            out[min(int(t // bin_s), nbins - 1)][r.request.tenant] += n
+        for t, c in _cost_events(r) or []:
+            cost[min(int(t // bin_s), nbins - 1)][r.request.tenant] += c
+    spans: dict[str, list[tuple[float, float]]] = {t: [] for t in tenants}
+    for r in results:
+        spans[r.request.tenant].append((r.sent, r.end))
+    bins: list[dict[str, Any]] = []
+    for i in range(nbins):
+        a, b = i * bin_s, (i + 1) * bin_s
+        backlogged = all(any(s <= a and e >= b for s, e in spans[t]) for t in tenants)
+        total = sum(out[i].values())
+        bins.append(
+            {
+                "start_s": a,
+                "all_backlogged": backlogged,
+                "output": out[i],
+                "jain_output": jain_index(list(out[i].values())) if backlogged else None,
+                "jain_cost": jain_index(list(cost[i].values())) if backlogged else None,
+                "flood_share": out[i].get(FLOOD, 0.0) / total if total else None,
+            }
+        )
+    before = [
+        x["jain_output"]
+        for x in bins
+        if x["jain_output"] is not None and x["start_s"] + bin_s <= kill_at
+    ]
+    baseline = sum(before) / len(before) if before else None
+    settled = None
+    if baseline is not None and ready_at is not None:
+        after = [x for x in bins if x["jain_output"] is not None and x["start_s"] >= ready_at]
+        for j, x in enumerate(after):
+            if all(y["jain_output"] >= baseline - 0.05 for y in after[j:]):
+                settled = x["start_s"]
+                break
+    return {
+        "bin_s": bin_s,
+        "baseline_jain_output": baseline,
+        "settled_s": settled,
+        "settle_after_ready_s": settled - ready_at if settled is not None and ready_at else None,
+        "bins": bins,
+    }
+
+
 def run_config(
     label: str,
     model: str,
@@ -199,6 +268,7 @@ def run_config(
         ),
         state_dir=state_dir,
         ingress_replicas=args.ingress,
+        ingress_affinity=args.ingress_affinity,
         router_config=router_config(router, stats_period_s=0.5, **options),
         engine_kwargs=engine_kwargs(args),
         env={**replica_env(), STATS_DIR_ENV: stats_dir},
@@ -214,6 +284,8 @@ def run_config(
     started = time.monotonic() - t0
     before = read_replica_stats(stats_dir)
     reqs = http_requests(workload, args.rate_scale, text=text)
+    if args.ingress_affinity:
+        reqs = [dataclasses.replace(r, session_id=r.tenant) for r in reqs]
     killer = _Killer(args.kill_after_s, stats_dir) if args.kill_after_s else None
     if killer is not None:
         killer.start(time.monotonic())
@@ -269,10 +341,56 @@ def run_config(
             "jain_after_replacement": (
                 _jain_between(results, killer.ready_at, end) if killer.ready_at else None
             ),
+            "timeline": (
+                fault_timeline(results, killer.kill_at, killer.ready_at, args.fault_bin_s)
+                if killer.kill_at is not None
+                else None
+            ),
         }
     for r in ("fairq_steps", "fairq_ms_per_step", "fairq_share_of_step", "fairq_share_of_schedule"):
         row.pop(r, None)
     return row
+
+
+def plot_fault(row: dict[str, Any], path: str) -> None:
+    """The fault run's timeline: per-bin Jain (output, cost) and the flood's
+    share of the output, with the kill and the replacement's start marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fault = row["fault"]
+    tl = fault["timeline"]
+    mid = [b["start_s"] + tl["bin_s"] / 2 for b in tl["bins"]]
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    for key, name, style in (
+        ("jain_output", "Jain, output tokens", "o-"),
+        ("jain_cost", "Jain, DLPM cost", "s--"),
+        ("flood_share", "flood's share of output", "^:"),
+    ):
+        xs = [m for m, b in zip(mid, tl["bins"], strict=True) if b[key] is not None]
+        ys = [b[key] for b in tl["bins"] if b[key] is not None]
+        ax.plot(xs, ys, style, label=name, markersize=4)
+    ax.axvline(fault["kill_at_s"], color="red", lw=1)
+    ax.text(fault["kill_at_s"], 1.02, " replica killed", color="red", fontsize=8)
+    if fault["replacement_ready_s"] is not None:
+        ax.axvline(fault["replacement_ready_s"], color="green", lw=1)
+        ax.text(fault["replacement_ready_s"], 1.02, " replacement up", color="green", fontsize=8)
+    if tl["baseline_jain_output"] is not None:
+        ax.axhline(tl["baseline_jain_output"], color="grey", lw=0.8, ls="--")
+    ax.set_ylim(0, 1.1)
+    ax.set_xlabel(
+        f"seconds into the traffic ({tl['bin_s']:g} s bins; Jain only where all "
+        "tenants were backlogged)"
+    )
+    ax.set_title(
+        f"{panel_label(row)}: one of {len(row['replicas']) - 1 or 1}+1 replicas killed", fontsize=10
+    )
+    ax.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 #: how a configuration reads in plots
@@ -337,11 +455,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="OpenAI ingress replicas, each with its own router (and D2LPM state)",
     )
     g.add_argument(
+        "--ingress-affinity",
+        action="store_true",
+        help="each tenant through one ingress router: Ray's ConsistentHashRouter on the "
+        "ingress deployment, the client sending its tenant as the x-session-id header",
+    )
+    g.add_argument(
         "--kill-after-s",
         type=positive,
         default=None,
         help="kill one vLLM replica this many seconds into the traffic (Serve replaces it; "
         "with DLPM inside, the replacement loads the dead replica's fairness state)",
+    )
+    g.add_argument(
+        "--fault-bin-s",
+        type=positive,
+        default=10.0,
+        help="with --kill-after-s: the bins of the fairness timeline around the kill (seconds)",
     )
 
 
@@ -426,7 +556,9 @@ def run(args: argparse.Namespace, workload: list[Any]) -> int:
         else:
             with open(args.json, "w") as f:
                 f.write(text + "\n")
-    if args.plot:
+    if args.plot and args.kill_after_s:
+        plot_fault(rows[0], args.plot)
+    elif args.plot:
         from fairq.enginebench.vllm_server import plot
 
         plot(

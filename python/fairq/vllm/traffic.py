@@ -62,6 +62,9 @@ class HttpRequest:
     #: (a client that goes away; None: the client's default)
     client_timeout: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: sent as the ``x-session-id`` header (Ray Serve's session affinity:
+    #: its ``ConsistentHashRouter`` keys on it); None: no header
+    session_id: str | None = None
 
 
 @dataclass
@@ -152,6 +155,8 @@ async def _one(client: Any, base: str, model: str, r: HttpRequest, t0: float) ->
         await asyncio.sleep(delay)
     path = "/v1/completions" if r.endpoint == "completions" else "/v1/chat/completions"
     headers = {"X-Request-Id": f"{r.tenant}:{r.request_id}"} if r.tenant_via == "header" else {}
+    if r.session_id is not None:
+        headers["x-session-id"] = r.session_id
     res.sent = time.perf_counter() - t0
     kw: dict[str, Any] = {} if r.client_timeout is None else {"timeout": r.client_timeout}
     try:

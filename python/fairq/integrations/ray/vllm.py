@@ -80,6 +80,10 @@ MAX_TENANTS = 1000
 #: fairq's scheduler class for vLLM's ``scheduler_cls``.
 SCHEDULER_CLS = "fairq.vllm.scheduler.FairqAsyncScheduler"
 
+#: Ray Serve's session-affinity router (Ray 2.60), for the ingress
+#: deployment when ``fairq_vllm_app(ingress_affinity=True)``.
+SESSION_ROUTER_CLS = "ray.serve.experimental.consistent_hash_router:ConsistentHashRouter"
+
 
 class FairqLLMServer(LLMServer):
     """``ray.serve.llm``'s ``LLMServer`` that reports finishes and evictions
@@ -261,6 +265,7 @@ def fairq_vllm_app(
     max_ongoing_requests: int = 256,
     state_dir: str | None = None,
     ingress_replicas: int = 1,
+    ingress_affinity: bool = False,
 ) -> Any:
     """The Serve application: ``ray.serve.llm``'s OpenAI ingress in front of
     ``num_replicas`` :class:`FairqLLMServer` replicas of ``model``.
@@ -274,7 +279,13 @@ def fairq_vllm_app(
     for the replicas. ``state_dir``: each replica saves its fairness state
     there and a replacement replica loads it (``FAIRQ_RAY_STATE_DIR``).
     ``ingress_replicas``: OpenAI ingress replicas, each with its own router
-    (and its own D2LPM state).
+    (and its own D2LPM state). ``ingress_affinity``: Serve's HTTP proxy
+    sends each session to one ingress replica (Ray's
+    ``ConsistentHashRouter`` on the ingress deployment, keyed on the
+    ``x-session-id`` header; requests without it spread as before). Clients
+    that send their tenant as the session id then meet one D2LPM router per
+    tenant, which holds that tenant's whole credit: the fairness bound of
+    one router, whatever ``ingress_replicas`` is.
     """
     from ray.serve.llm import build_openai_app
 
@@ -309,6 +320,14 @@ def fairq_vllm_app(
         server_cls=FairqLLMServer,
     )
     args: dict[str, Any] = {"llm_configs": [config]}
+    ingress: dict[str, Any] = {}
     if ingress_replicas != 1:
-        args["ingress_deployment_config"] = {"num_replicas": ingress_replicas}
+        ingress["num_replicas"] = ingress_replicas
+    if ingress_affinity:
+        from ray.serve.config import RequestRouterConfig
+
+        session: dict[str, Any] = {"request_router_class": SESSION_ROUTER_CLS}
+        ingress["request_router_config"] = RequestRouterConfig(**session)
+    if ingress:
+        args["ingress_deployment_config"] = ingress
     return build_openai_app(args)
