@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from typing import Any
 
 __all__ = ["CONFIGS", "replica_env", "run", "run_config", "wait_ready"]
@@ -172,19 +173,31 @@ def _jain_between(results: list[Any], a: float, b: float) -> float:
 
 
 def fault_timeline(
-    results: list[Any], kill_at: float, ready_at: float | None, bin_s: float = 10.0
+    results: list[Any],
+    kill_at: float,
+    ready_at: float | None,
+    bin_s: float = 10.0,
+    window_bins: int = 3,
+    tolerance: float = 0.05,
 ) -> dict[str, Any]:
-    """Fairness over time around a replica's death, in bins of ``bin_s``.
+    """Fairness over time around a replica's death.
 
-    Each bin: the output tokens and DLPM cost each tenant streamed in it, and
-    whether every tenant was backlogged through it (a request of theirs was
-    outstanding, sent and not yet answered, from the bin's start to its end).
-    Jain's index is taken only over such bins. ``baseline``: the mean output
-    Jain of the all-backlogged bins before the kill. ``settled_s``: the start of
-    the first bin at or after the replacement came up from which every
-    all-backlogged bin's output Jain is within 0.05 of ``baseline`` (None:
-    never, or no such bins); ``settle_after_ready_s`` counts from the
-    replacement's start.
+    ``bins`` of ``bin_s`` seconds: the output tokens and DLPM cost each
+    tenant streamed in the bin; ``all_backlogged``: every tenant had a
+    request outstanding (sent, not yet answered) from the bin's start to its
+    end; ``served``: some output came (no replica serving: none did).
+
+    ``windows``: ``window_bins`` consecutive bins, sliding one bin at a time,
+    counted only where every bin is all-backlogged and served; Jain's index
+    of the tenants' summed output tokens (``jain_output``) and cost
+    (``jain_cost``), and the flood's share of the output.
+
+    ``baseline_jain_output``: Jain's index of the output summed over the
+    counted bins wholly before the kill. ``settled_s``: the start of the
+    first counted window at or after the replacement came up from which every
+    later counted window's output Jain is at least ``baseline - tolerance``
+    (None: never, or nothing to compare); ``settle_after_ready_s`` counts
+    from the replacement's start.
     """
     from fairq.enginebench.vllm_server import FLOOD, _cost_events, _service_events
     from fairq.sim.metrics import jain_index
@@ -205,37 +218,57 @@ def fault_timeline(
     bins: list[dict[str, Any]] = []
     for i in range(nbins):
         a, b = i * bin_s, (i + 1) * bin_s
-        backlogged = all(any(s <= a and e >= b for s, e in spans[t]) for t in tenants)
-        total = sum(out[i].values())
         bins.append(
             {
                 "start_s": a,
-                "all_backlogged": backlogged,
+                "all_backlogged": all(any(s <= a and e >= b for s, e in spans[t]) for t in tenants),
+                "served": sum(out[i].values()) > 0,
                 "output": out[i],
-                "jain_output": jain_index(list(out[i].values())) if backlogged else None,
-                "jain_cost": jain_index(list(cost[i].values())) if backlogged else None,
-                "flood_share": out[i].get(FLOOD, 0.0) / total if total else None,
+                "cost": cost[i],
             }
         )
-    before = [
-        x["jain_output"]
-        for x in bins
-        if x["jain_output"] is not None and x["start_s"] + bin_s <= kill_at
-    ]
-    baseline = sum(before) / len(before) if before else None
+    counted = [x["all_backlogged"] and x["served"] for x in bins]
+
+    def summed(key: str, idx: Iterable[int]) -> dict[str, float]:
+        return {t: sum(bins[i][key][t] for i in idx) for t in tenants}
+
+    def share(got: dict[str, float]) -> float | None:
+        total = sum(got.values())
+        return got.get(FLOOD, 0.0) / total if total else None
+
+    windows: list[dict[str, Any]] = []
+    for i in range(nbins - window_bins + 1):
+        idx = range(i, i + window_bins)
+        if not all(counted[j] for j in idx):
+            continue
+        o = summed("output", idx)
+        windows.append(
+            {
+                "start_s": i * bin_s,
+                "jain_output": jain_index(list(o.values())),
+                "jain_cost": jain_index(list(summed("cost", idx).values())),
+                "flood_share": share(o),
+            }
+        )
+    pre = [i for i in range(nbins) if counted[i] and (i + 1) * bin_s <= kill_at]
+    baseline = jain_index(list(summed("output", pre).values())) if pre else None
     settled = None
     if baseline is not None and ready_at is not None:
-        after = [x for x in bins if x["jain_output"] is not None and x["start_s"] >= ready_at]
-        for j, x in enumerate(after):
-            if all(y["jain_output"] >= baseline - 0.05 for y in after[j:]):
-                settled = x["start_s"]
+        after = [w for w in windows if w["start_s"] >= ready_at]
+        for j, w in enumerate(after):
+            if all(v["jain_output"] >= baseline - tolerance for v in after[j:]):
+                settled = w["start_s"]
                 break
     return {
         "bin_s": bin_s,
+        "window_bins": window_bins,
+        "tolerance": tolerance,
         "baseline_jain_output": baseline,
+        "pre_kill_bins": len(pre),
         "settled_s": settled,
         "settle_after_ready_s": settled - ready_at if settled is not None and ready_at else None,
         "bins": bins,
+        "windows": windows,
     }
 
 
@@ -269,6 +302,11 @@ def run_config(
         state_dir=state_dir,
         ingress_replicas=args.ingress,
         ingress_affinity=args.ingress_affinity,
+        deployment_options=(
+            {"health_check_timeout_s": args.health_check_timeout_s}
+            if args.health_check_timeout_s
+            else None
+        ),
         router_config=router_config(router, stats_period_s=0.5, **options),
         engine_kwargs=engine_kwargs(args),
         env={**replica_env(), STATS_DIR_ENV: stats_dir},
@@ -353,8 +391,9 @@ def run_config(
 
 
 def plot_fault(row: dict[str, Any], path: str) -> None:
-    """The fault run's timeline: per-bin Jain (output, cost) and the flood's
-    share of the output, with the kill and the replacement's start marked."""
+    """The fault run's timeline: Jain's index (output, cost) and the flood's
+    share of the output over sliding windows, the kill and the replacement's
+    start marked, and the bins in which no replica served shaded."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -362,30 +401,33 @@ def plot_fault(row: dict[str, Any], path: str) -> None:
 
     fault = row["fault"]
     tl = fault["timeline"]
-    mid = [b["start_s"] + tl["bin_s"] / 2 for b in tl["bins"]]
+    width = tl["bin_s"] * tl["window_bins"]
     fig, ax = plt.subplots(figsize=(9, 4.2))
     for key, name, style in (
         ("jain_output", "Jain, output tokens", "o-"),
         ("jain_cost", "Jain, DLPM cost", "s--"),
-        ("flood_share", "flood's share of output", "^:"),
+        ("flood_share", "flood's share of the output", "^:"),
     ):
-        xs = [m for m, b in zip(mid, tl["bins"], strict=True) if b[key] is not None]
-        ys = [b[key] for b in tl["bins"] if b[key] is not None]
-        ax.plot(xs, ys, style, label=name, markersize=4)
+        pts = [(w["start_s"] + width / 2, w[key]) for w in tl["windows"] if w[key] is not None]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=name, markersize=3)
+    for b in tl["bins"]:
+        if not b["served"]:
+            ax.axvspan(b["start_s"], b["start_s"] + tl["bin_s"], color="grey", alpha=0.25, lw=0)
     ax.axvline(fault["kill_at_s"], color="red", lw=1)
-    ax.text(fault["kill_at_s"], 1.02, " replica killed", color="red", fontsize=8)
+    ax.text(fault["kill_at_s"], 1.03, " replica killed", color="red", fontsize=8)
     if fault["replacement_ready_s"] is not None:
         ax.axvline(fault["replacement_ready_s"], color="green", lw=1)
-        ax.text(fault["replacement_ready_s"], 1.02, " replacement up", color="green", fontsize=8)
+        ax.text(fault["replacement_ready_s"], 1.03, " replacement up", color="green", fontsize=8)
     if tl["baseline_jain_output"] is not None:
         ax.axhline(tl["baseline_jain_output"], color="grey", lw=0.8, ls="--")
-    ax.set_ylim(0, 1.1)
+    ax.set_ylim(0, 1.12)
     ax.set_xlabel(
-        f"seconds into the traffic ({tl['bin_s']:g} s bins; Jain only where all "
-        "tenants were backlogged)"
+        f"seconds into the traffic (points: {width:g} s windows in which every tenant was "
+        "backlogged; grey: no replica serving)"
     )
     ax.set_title(
-        f"{panel_label(row)}: one of {len(row['replicas']) - 1 or 1}+1 replicas killed", fontsize=10
+        f"{panel_label(row)}: a replica killed mid-run (dashed grey: Jain before the kill)",
+        fontsize=10,
     )
     ax.legend(fontsize=8, loc="lower left")
     fig.tight_layout()
@@ -466,6 +508,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="kill one vLLM replica this many seconds into the traffic (Serve replaces it; "
         "with DLPM inside, the replacement loads the dead replica's fairness state)",
+    )
+    g.add_argument(
+        "--health-check-timeout-s",
+        type=positive,
+        default=None,
+        help="Serve's health-check timeout for the vLLM replicas (default: Serve's, 10 s)",
     )
     g.add_argument(
         "--fault-bin-s",

@@ -266,6 +266,7 @@ def fairq_vllm_app(
     state_dir: str | None = None,
     ingress_replicas: int = 1,
     ingress_affinity: bool = False,
+    deployment_options: Mapping[str, Any] | None = None,
 ) -> Any:
     """The Serve application: ``ray.serve.llm``'s OpenAI ingress in front of
     ``num_replicas`` :class:`FairqLLMServer` replicas of ``model``.
@@ -285,7 +286,10 @@ def fairq_vllm_app(
     ``x-session-id`` header; requests without it spread as before). Clients
     that send their tenant as the session id then meet one D2LPM router per
     tenant, which holds that tenant's whole credit: the fairness bound of
-    one router, whatever ``ingress_replicas`` is.
+    one router, whatever ``ingress_replicas`` is. ``deployment_options``:
+    more Serve deployment options for the vLLM replicas (for example
+    ``{"health_check_timeout_s": 60}``: an overloaded replica on a few CPU
+    cores can miss Serve's default 10 s health check and be killed).
     """
     from ray.serve.llm import build_openai_app
 
@@ -314,6 +318,7 @@ def fairq_vllm_app(
             "num_replicas": num_replicas,
             "max_ongoing_requests": max_ongoing_requests,
             "request_router_config": router_config,
+            **(deployment_options or {}),
         },
         engine_kwargs=kwargs,
         runtime_env={"env_vars": env_vars},
