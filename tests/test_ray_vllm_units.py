@@ -75,3 +75,12 @@ def test_fault_timeline_never_settles_when_unfair_after_ready() -> None:
     tl = fault_timeline([a, flood], kill_at=30.0, ready_at=30.0, bin_s=10.0, window_bins=1)
     assert tl["baseline_jain_output"] == pytest.approx(1.0)
     assert tl["settled_s"] is None
+
+
+def test_complete_needs_every_token_asked_for() -> None:
+    full = _result("a", 0.0, [1.0, 2.0, 3.0, 4.0])  # max_tokens 4
+    short = _result("a", 0.0, [1.0, 2.0])
+    assert full.ok and full.complete
+    assert short.ok and not short.complete
+    short.error = "replica died"
+    assert not short.ok and not short.complete

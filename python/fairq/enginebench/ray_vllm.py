@@ -371,6 +371,8 @@ def run_config(
             "kill_at_s": killer.kill_at,
             "replacement_ready_s": killer.ready_at,
             "failed": row["failed"],
+            # answered 200 with no error, but fewer tokens than asked
+            "short": sum(r.ok and not r.complete for r in results),
             # requests the replacement served (it took traffic again)
             "replacement_requests": (
                 replicas.get(killer.replacement, {}).get("requests") if killer.replacement else None

@@ -102,8 +102,16 @@ class HttpResult:
 
     @property
     def ok(self) -> bool:
-        """HTTP 200, a full answer, no client-side error."""
+        """HTTP 200, no error in the stream, not cancelled by the client.
+        (A stream that ends early without an error is ``ok`` but not
+        :attr:`complete`.)"""
         return self.status == 200 and self.error is None and not self.cancelled
+
+    @property
+    def complete(self) -> bool:
+        """``ok`` and every token asked for came back (the requests are sent
+        with ``min_tokens = max_tokens`` and ``ignore_eos``)."""
+        return self.ok and self.completion_tokens == self.request.max_tokens
 
     @property
     def latency(self) -> float:
