@@ -422,16 +422,28 @@ def plot_fault(row: dict[str, Any], path: str) -> None:
         ax.text(fault["replacement_ready_s"], 1.03, " replacement up", color="green", fontsize=8)
     if tl["baseline_jain_output"] is not None:
         ax.axhline(tl["baseline_jain_output"], color="grey", lw=0.8, ls="--")
+    n = len(tl["bins"][0]["output"]) if tl["bins"] else 0
+    if n:
+        ax.axhline(1 / n, color="green", lw=0.6, ls=":")
+        ax.text(
+            ax.get_xlim()[1],
+            1 / n,
+            f" equal share 1/{n}",
+            color="green",
+            fontsize=7,
+            va="center",
+            ha="right",
+        )
     ax.set_ylim(0, 1.12)
     ax.set_xlabel(
         f"seconds into the traffic (points: {width:g} s windows in which every tenant was "
         "backlogged; grey: no replica serving)"
     )
     ax.set_title(
-        f"{panel_label(row)}: a replica killed mid-run (dashed grey: Jain before the kill)",
+        f"{panel_label(row)}: a replica killed mid-run (dashed grey: output Jain before the kill)",
         fontsize=10,
     )
-    ax.legend(fontsize=8, loc="lower left")
+    ax.legend(fontsize=8, loc="center left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
