@@ -5,11 +5,21 @@ object is built in one method, ``Scheduler.init_schedule_policy`` (as
 ``SchedulePolicy(name, tree_cache, ...)``), and the prefill adder class is
 chosen by another, ``Scheduler.get_prefill_adder_class``, an explicit
 extension point. :func:`install` wraps both methods of SGLang's
-``Scheduler`` class: after SGLang built its own policy, a scheduler whose
-policy is one of fairq's gets :class:`FairSchedulePolicy` (a subclass of
-SGLang's ``SchedulePolicy``) instead, and adders of a fair-policy subclass
-of SGLang's own adder. Nothing else of SGLang changes, and a scheduler with
+``Scheduler`` class (and journals its ``waiting_queue``, below): after
+SGLang built its own policy, a scheduler whose policy is one of fairq's
+gets :class:`FairSchedulePolicy` (a subclass of SGLang's
+``SchedulePolicy``) instead, and adders of a fair-policy subclass of
+SGLang's own adder. Nothing else of SGLang changes, and a scheduler with
 one of SGLang's own policies runs SGLang's code unchanged.
+
+So that fairq's per-step work follows what changed rather than the length of
+the waiting list, a fair scheduler's ``waiting_queue`` becomes a
+:class:`fairq.sglang.queue.WaitingList` (a ``list`` journaling membership
+changes) and ``Scheduler.waiting_queue`` a class-level
+:class:`~fairq.sglang.queue.TrackedAttribute`, which keeps SGLang's
+``self.waiting_queue = [...]`` reassignments journaled (reads are not
+intercepted; other schedulers' lists stay plain lists). :func:`uninstall`
+removes it.
 
 :func:`plugin` is SGLang's way in from its own command line: fairq registers
 it as a general plugin (entry point group ``sglang.srt.plugins``, name
@@ -22,10 +32,13 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
+import warnings
 from typing import Any
 
 from fairq import engineopts
 from fairq.engineopts import FairOptions
+from fairq.sglang.queue import TrackedAttribute
 from fairq.sglang.tenants import POLICIES, load_options, make_options, policy_key
 
 __all__ = ["install", "uninstall", "is_fair_policy", "plugin", "POLICY_ENV_VAR"]
@@ -37,6 +50,7 @@ POLICY_ENV_VAR = "FAIRQ_SGLANG_POLICY"
 _ORIGINAL = "__fairq_original__"
 _SCHED_MOD = "sglang.srt.managers.scheduler"
 _POLICY_MOD = "sglang.srt.managers.schedule_policy"
+_QUEUE_ATTR = "waiting_queue"
 
 
 def is_fair_policy(name: Any) -> bool:
@@ -127,6 +141,8 @@ def install(policy: str | None = None, **options: Any) -> list[str]:
         finally:
             self.schedule_policy = name
         self.policy, make_adder = build_policy(self, opts)
+        if isinstance(sched_cls.__dict__.get(_QUEUE_ATTR), TrackedAttribute):
+            TrackedAttribute.track(self, _QUEUE_ATTR)  # fairq reads what changed
         base = adder_orig(self)
         cls = make_adder(base, pm.AddReqResult)
         self._fairq_adder_cls = type(cls.__name__, (cls,), {"fairq": self.policy.fairq})
@@ -135,6 +151,10 @@ def install(policy: str | None = None, **options: Any) -> list[str]:
         cls = getattr(self, "_fairq_adder_cls", None)
         return cls if cls is not None else adder_orig(self)
 
+    if not any(_QUEUE_ATTR in vars(c) for c in sched_cls.__mro__):
+        # assignments to ``scheduler.waiting_queue`` journaled (fairq.sglang.queue)
+        setattr(sched_cls, _QUEUE_ATTR, TrackedAttribute(_QUEUE_ATTR))
+    labels = _install_labels()
     setattr(init_schedule_policy, _ORIGINAL, init_orig)
     setattr(get_prefill_adder_class, _ORIGINAL, adder_orig)
     sched_cls.init_schedule_policy = init_schedule_policy
@@ -142,7 +162,26 @@ def install(policy: str | None = None, **options: Any) -> list[str]:
     return [
         f"{_SCHED_MOD}.Scheduler.init_schedule_policy",
         f"{_SCHED_MOD}.Scheduler.get_prefill_adder_class",
+        f"{_SCHED_MOD}.Scheduler.{_QUEUE_ATTR}",
+        *labels,
     ]
+
+
+def _install_labels() -> list[str]:
+    """:func:`fairq.sglang.labels.install` (requests' ``custom_labels`` to the
+    scheduler's ``Req``); where this SGLang lacks its extension points, a
+    warning, and the ``custom_labels`` tenant source finds nothing."""
+    try:
+        from fairq.sglang import labels
+
+        return labels.install()
+    except (ImportError, AttributeError, TypeError) as e:
+        warnings.warn(
+            f"fairq.sglang: custom_labels will not reach SGLang's scheduler ({e})",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return []
 
 
 def _common(name: str, raw: dict[str, Any]) -> set[str]:
@@ -168,6 +207,13 @@ def uninstall() -> list[str]:
         if original is not None:
             setattr(sm.Scheduler, name, original)
             done.append(f"{_SCHED_MOD}.Scheduler.{name}")
+    labels = sys.modules.get("fairq.sglang.labels")
+    if labels is not None:
+        done += labels.uninstall()
+    if isinstance(vars(sm.Scheduler).get(_QUEUE_ATTR), TrackedAttribute):
+        # schedulers built meanwhile keep their WaitingList (a list) as is
+        delattr(sm.Scheduler, _QUEUE_ATTR)
+        done.append(f"{_SCHED_MOD}.Scheduler.{_QUEUE_ATTR}")
     return done
 
 

@@ -30,8 +30,17 @@ LoRA slots, retraction).
   one; a finished (or aborted) request leaves fairq; a retracted request
   (back in SGLang's waiting list) goes back to its place with its charges
   kept (``requeue(refund=False)``, re-admission charges nothing); a waiting
-  request that left SGLang's list without being taken (aborted) is removed.
+  request that left SGLang's list without being taken (aborted) is removed;
+  one retracted and aborted before the decision is finished.
   Every request fairq saw leaves it exactly once.
+* What changed is read from the journal of SGLang's list
+  (:mod:`fairq.sglang.queue`: arrivals, aborts, retractions, admissions
+  since the last decision), so a decision costs Python work proportional
+  to those changes and to the running requests, not to the waiting list;
+  the whole list is read on the first decision, when the journal was lost,
+  or for a list that is not journaled (a plain ``list``). The admitted
+  requests are moved to the head by binary search on the order fairq saw
+  the list in (each found checked by identity; else one pass over it).
 
 Charging rules against vLLM's (``docs/ALGORITHMS.md`` section 9): the same
 rules (extend per chunk after the engine's prefix match, each prompt
@@ -45,12 +54,15 @@ counterpart here (one tier).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable
+from itertools import filterfalse
 from typing import Any
 
 from fairq.engineopts import FairOptions
 from fairq.sched import make_scheduler
 from fairq.sglang.mirror import RadixCacheMirror, namespace_of
+from fairq.sglang.queue import Journal, WaitingList
 
 __all__ = ["FairState", "fair_adder_class", "fair_schedule_policy_class"]
 
@@ -58,6 +70,8 @@ __all__ = ["FairState", "fair_adder_class", "fair_schedule_policy_class"]
 _UNBOUNDED = 1 << 62
 #: Most requests admitted in fairq per step.
 _MAX_BATCH = 1024
+#: Most admitted requests moved to the head one by one (more: one pass).
+_MAX_MOVES = 64
 
 
 class FairState:
@@ -94,39 +108,141 @@ class FairState:
         self._taken = 0
         self._refused = False
         self._refills = options.policy == "dlpm"
-        #: requests that left fairq (finished, aborted), for tests and stats
+        #: requests that entered / left fairq (finished, aborted), for tests
+        #: and stats (a request that arrived and was aborted between two
+        #: decisions never enters)
+        self.added = 0
         self.left = 0
+        #: taken by SGLang's adder since the last sync (still in SGLang's list
+        #: until SGLang removes them)
+        self._taken_now: set[str] = set()
+        #: the journal of SGLang's list fairq follows (None: none yet)
+        self._journal: Journal | None = None
+        #: syncs that read the whole list / only the journal (diagnostics)
+        self.full_reads = 0
+        self.journal_reads = 0
+        #: position keys of the requests in SGLang's list, in its order
+        #: (arrivals count up, fairq's heads count down), for moving the
+        #: admitted ones to the head without a pass over the list
+        self._seq: dict[str, int] = {}
+        self._hi = 0
+        self._lo = 0
+        #: decisions whose move to the head fell back to a pass (diagnostics)
+        self.slow_orders = 0
 
     # -- each step -------------------------------------------------------
-    def sync(self, waiting_queue: Iterable[Any]) -> dict[str, Any]:
-        """Bring fairq up to date with SGLang (see the module doc); returns
-        SGLang's waiting list by request id."""
-        present = {r.rid: r for r in waiting_queue}
+    def sync(self, waiting_queue: Iterable[Any]) -> None:
+        """Bring fairq up to date with SGLang (see the module doc).
+
+        ``waiting_queue`` a :class:`~fairq.sglang.queue.WaitingList` whose
+        journal fairq has read before: only what changed since is read
+        (arrivals, aborts, retractions, admissions); anything else (a plain
+        list, a lost journal): the whole list is read once."""
         sched = self.sched
+        changes = self._changes(waiting_queue)
         for rid, req in list(self.admitted.items()):  # admitted, not taken
             self._requeue(rid, req, refund=rid not in self._high)
+        if changes is None:
+            back, gone, new = self._read_all(waiting_queue)
+            self._reseq(waiting_queue)
+        else:
+            back, gone, new = changes
+        gone_set = set(gone)
         for rid, req in list(self.running.items()):
             n = len(req.output_ids) - self._out.get(rid, 0)
             if n > 0:
                 sched.charge_output(rid, n)
                 self._out[rid] = len(req.output_ids)
-            if req.finished():
+            if req.finished() or (rid in gone_set):
                 del self.running[rid]
                 sched.finish(rid)
                 self._forget(rid)
-            elif present.get(rid) is req:  # retracted: back to waiting
+            elif rid in back:  # retracted: back to waiting
                 self._requeue(rid, req, refund=False)
-        for rid in [r for r in self.waiting if r not in present]:  # aborted
-            del self.waiting[rid]
-            sched.remove(rid)
-            self._forget(rid)
-        for rid, req in present.items():
+        for rid in gone:  # left SGLang's list without being taken: aborted
+            if rid in self.waiting:
+                del self.waiting[rid]
+                sched.remove(rid)
+                self._forget(rid)
+        for rid, req in new:
             if rid not in self.waiting and rid not in self.running:
                 self._add(rid, req)
+        self._taken_now.clear()
         self._batch = min(2 * self._batch, _MAX_BATCH) if self._refused else max(4, self._taken + 1)
         self._taken = 0
         self._refused = False
-        return present
+
+    def _read_all(
+        self, waiting_queue: Iterable[Any]
+    ) -> tuple[set[str], list[str], list[tuple[str, Any]]]:
+        """What changed, from the whole list (O(waiting))."""
+        present = {r.rid: r for r in waiting_queue}
+        back = {rid for rid, req in self.running.items() if present.get(rid) is req}
+        gone = [rid for rid in self.waiting if rid not in present]
+        new = [(rid, r) for rid, r in present.items() if rid not in self.waiting]
+        self.full_reads += 1
+        return back, gone, new
+
+    def _changes(
+        self, waiting_queue: Iterable[Any]
+    ) -> tuple[set[str], list[str], list[tuple[str, Any]]] | None:
+        """What changed, from the list's journal (O(changes)); None: read
+        the whole list (no journal, a lost one, one fairq has not followed
+        from its start, or one that does not add up)."""
+        journal = waiting_queue.journal if isinstance(waiting_queue, WaitingList) else None
+        if journal is None:
+            self._journal = None
+            return None
+        events = journal.take()
+        if events is None or journal is not self._journal:
+            self._journal = journal
+            return None
+        net: dict[int, list[Any]] = {}  # id -> [req, net change, re-entered]
+        for sign, req in events:
+            e = net.get(id(req))
+            if e is None:
+                net[id(req)] = [req, sign, sign > 0]
+            else:
+                e[1] += sign
+                e[2] = e[2] or sign > 0
+        back: set[str] = set()
+        gone: list[str] = []
+        new: list[tuple[str, Any]] = []
+        waiting, admitted, running = self.waiting, self.admitted, self.running
+        for req, d, entered in net.values():
+            rid = req.rid
+            is_running = running.get(rid) is req
+            was = (
+                waiting.get(rid) is req
+                or admitted.get(rid) is req
+                or (is_running and rid in self._taken_now)
+            )
+            now = int(was) + d
+            if now == 1:
+                if is_running:
+                    back.add(rid)
+                elif not was:
+                    new.append((rid, req))
+            elif now == 0:
+                if was and not is_running:
+                    gone.append(rid)
+                elif is_running and entered:
+                    # back in the list (retracted) and out again before this
+                    # decision: SGLang aborted it while it waited (its
+                    # abort_request pops it and sets no finish reason)
+                    gone.append(rid)
+            else:  # the journal and fairq disagree: read everything
+                return None
+        if new or back:  # their place in fairq's order: where they entered
+            entering = back.union(rid for rid, _ in new)
+            seq, hi = self._seq, self._hi
+            for sign, req in events:
+                if sign > 0 and req.rid in entering:
+                    seq[req.rid] = hi
+                    hi += 1
+            self._hi = hi
+        self.journal_reads += 1
+        return back, gone, new
 
     def order(self, waiting_queue: list[Any]) -> None:
         """Admit the policy's next requests in fairq and put them, in order,
@@ -158,10 +274,60 @@ class FairState:
             req = self.waiting.pop(rid)
             self.admitted[rid] = req
             head.append(req)
-        if head:
-            chosen = set(self.admitted)
-            rest = [r for r in waiting_queue if r.rid not in chosen]
-            waiting_queue[:] = head + rest
+        if not head:
+            return
+        wl = waiting_queue if isinstance(waiting_queue, WaitingList) else None
+        if not (wl is not None and len(head) <= _MAX_MOVES and self._move_to_head(wl, head)):
+            chosen = set(head)  # Req objects: identity
+            items = head + list(filterfalse(chosen.__contains__, waiting_queue))
+            if wl is not None:
+                wl.reorder(items)
+            else:
+                waiting_queue[:] = items
+        seq = self._seq
+        lo = self._lo
+        for req in reversed(head):
+            lo -= 1
+            seq[req.rid] = lo
+        self._lo = lo
+        if wl is not None:
+            wl.head = len(head)
+
+    def _move_to_head(self, waiting_queue: WaitingList, head: list[Any]) -> bool:
+        """Move ``head`` (in SGLang's list) to the front of it in place,
+        finding each by binary search on the order fairq saw the list in
+        (``_seq``: arrival order, fairq's heads first) and checking it is
+        there; False (nothing moved) if one is not where expected."""
+        seq = self._seq
+        missing = -(1 << 62)
+
+        def key(r: Any) -> int:
+            return seq.get(r.rid, missing)
+
+        at = []
+        n = len(waiting_queue)
+        for req in head:
+            s = seq.get(req.rid)
+            if s is None:
+                break
+            i = bisect_left(waiting_queue, s, key=key)
+            if i >= n or waiting_queue[i] is not req:
+                break
+            at.append(i)
+        else:
+            for i in sorted(at, reverse=True):
+                list.__delitem__(waiting_queue, i)
+            list.__setitem__(waiting_queue, slice(0, 0), head)
+            return True
+        self.slow_orders += 1
+        self._reseq(waiting_queue)
+        return False
+
+    def _reseq(self, waiting_queue: Iterable[Any]) -> None:
+        """fairq's order of SGLang's list from the list itself (O(waiting))."""
+        self._seq = {r.rid: i for i, r in enumerate(waiting_queue)}
+        self._hi = len(self._seq)
+        self._lo = 0
 
     # -- the adder's calls -----------------------------------------------
     def may_take(self, req: Any) -> bool:
@@ -187,6 +353,7 @@ class FairState:
         if rid in self.admitted:
             del self.admitted[rid]
             self.running[rid] = req
+            self._taken_now.add(rid)
             self._taken += 1
         elif rid not in self.running:
             return  # not fairq's (nothing to charge)
@@ -209,6 +376,7 @@ class FairState:
         self.sched.add(rid, tenant, req.origin_input_ids, req, namespace=ns)
         self.tenant_of[rid] = tenant
         self.waiting[rid] = req
+        self.added += 1
 
     def _requeue(self, rid: str, req: Any, *, refund: bool) -> None:
         self.admitted.pop(rid, None)
@@ -219,6 +387,7 @@ class FairState:
 
     def _forget(self, rid: str) -> None:
         self.tenant_of.pop(rid, None)
+        self._seq.pop(rid, None)
         self._high.pop(rid, None)
         self._extend.pop(rid, None)
         self._out.pop(rid, None)

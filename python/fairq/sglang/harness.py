@@ -27,6 +27,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
+from fairq.sglang.queue import TrackedAttribute
+
 __all__ = [
     "Engine",
     "StepResult",
@@ -68,6 +70,13 @@ def tenant_of(rid: str) -> str:
 class Engine:
     """SGLang's scheduling objects and a simulated model (see the module doc).
 
+    As in a scheduler running a fair policy under :func:`fairq.sglang.install`,
+    the waiting list of a fair engine is a :class:`fairq.sglang.queue.WaitingList`
+    and assignments to ``waiting`` are journaled; arrivals and retractions
+    ``append`` (``Scheduler._add_request_to_queue``), an abort of a waiting
+    request is popped (``Scheduler.abort_request``), the taken requests
+    leave by a filtered copy (``_get_new_batch_prefill_raw``).
+
     ``policy``: SGLang's own name (``"lpm"``, ``"fcfs"``) or fairq's
     (``"fairq-dlpm"``, ...; ``options`` as :func:`fairq.sglang.install`'s).
     ``kv_tokens``: the KV pool's size; ``max_prefill_tokens`` and
@@ -106,7 +115,9 @@ class Engine:
         else:
             self.policy = sp.SchedulePolicy(policy, self.cache, False, False, True)
             self.adder_cls = sp.PrefillAdder
-        self.waiting: list[Any] = []
+        self.waiting = []
+        if self.fair:
+            TrackedAttribute.track(self, "waiting")
         self.running: list[Any] = []
         self.chunked: Any = None
         self._ids = itertools.count()
@@ -128,6 +139,8 @@ class Engine:
         self.w_q = 2.0
         #: admissions per request id (not chunk continuations)
         self.admissions: dict[str, int] = {}
+
+    waiting = TrackedAttribute("waiting")
 
     # the attributes build_policy reads from a Scheduler
     @property
@@ -175,8 +188,9 @@ class Engine:
         """Abort ``req``: a waiting one leaves the list; a running one finishes."""
         from sglang.srt.managers.schedule_batch import FINISH_ABORT
 
-        if any(r is req for r in self.waiting):
-            self.waiting = [r for r in self.waiting if r is not req]
+        i = next((i for i, r in enumerate(self.waiting) if r is req), None)
+        if i is not None:
+            self.waiting.pop(i)
             req.finished_reason = FINISH_ABORT("aborted")
         else:
             req.to_finish = FINISH_ABORT("aborted")

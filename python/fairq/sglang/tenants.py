@@ -58,10 +58,14 @@ def policy_key(name: Any) -> str:
 class TenantResolver(SourceOrder):
     """Maps an SGLang ``Req`` to a tenant name, trying ``order`` in turn.
 
-    * ``"custom_labels"``: ``request.custom_labels[label_key]`` (the request
-      body's ``custom_labels``; SGLang 0.5.23 keeps them in the tokenizer
-      manager and does not pass them to the scheduler's ``Req``, so this
-      source yields a tenant only where an engine build copies them there);
+    * ``"custom_labels"``: ``request.custom_labels[label_key]`` (the
+      ``/generate`` body's ``custom_labels``; OpenAI routes: the labels of
+      the header SGLang's ``--tokenizer-metrics-custom-labels-header``
+      names). SGLang 0.5.23 keeps them in its tokenizer manager; they reach
+      the scheduler's ``Req`` only with :func:`fairq.sglang.install` run in
+      the server's main process too (fairq's plugin is: SGLang loads plugins
+      there), which carries them (:mod:`fairq.sglang.labels`). Not through
+      SGLang's Rust HTTP server or gRPC paths;
     * ``"routing_key"``: ``request.routing_key`` (the body's ``routing_key``);
     * ``"extra_key"``: ``request.extra_key`` (the body's ``extra_key``; it
       also namespaces SGLang's prefix cache, so tenants set this way never
