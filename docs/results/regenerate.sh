@@ -10,7 +10,7 @@
 #   docs/results/regenerate.sh vllm       # fairq engine-bench --engine vllm (needs vLLM 0.33, ~3 min)
 #   docs/results/regenerate.sh reasoning  # fairq engine-bench --engine vllm --workload reasoning (needs vLLM 0.33, ~2 min)
 #   docs/results/regenerate.sh vllm-server  # real vLLM servers over HTTP (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~25 min)
-#   docs/results/regenerate.sh ray-vllm   # vLLM replicas on Ray Serve behind a router (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build + .ci/ray-vllm-requirements.txt, ~10 min)
+#   docs/results/regenerate.sh ray-vllm   # vLLM replicas on Ray Serve behind a router (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build + .ci/ray-vllm-requirements.txt, ~25 min)
 #   docs/results/regenerate.sh wheel      # .ci/build-wheel: the auditwheel report, sizes (~3 min)
 #   docs/results/regenerate.sh splice     # only re-copy the tables into the docs
 #
@@ -85,6 +85,13 @@ for part in "${parts[@]}"; do
         --quantum 512 --kill-after-s 10 \
         --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 32" \
         --json ray_vllm_fault.json
+      # ... and under backlog, fairness over time around the kill (a longer run, ~7 min)
+      fairq engine-bench --engine ray-vllm --configs d2lpm-dlpm --replicas 2 --clients 6 \
+        --requests-per-client 200 --flood-factor 2 --docs-per-client 2 --prefix-len 384 \
+        --system-len 128 --suffix-len 16 --max-new-tokens 128 --gap 1.25 --flood-gap 0.625 \
+        --quantum 512 --kill-after-s 60 --health-check-timeout-s 60 \
+        --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 32" \
+        --json ray_vllm_fault_backlog.json --plot ray_vllm_fault_backlog.png
       # two ingress routers
       fairq engine-bench --engine ray-vllm --configs d2lpm-dlpm --ingress 2 --replicas 2 \
         --clients 6 --requests-per-client 16 --flood-factor 4 --docs-per-client 2 \
