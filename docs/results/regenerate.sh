@@ -99,6 +99,16 @@ for part in "${parts[@]}"; do
         --flood-gap 0.02 --quantum 512 \
         --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 32" \
         --json ray_vllm_ingress2.json
+      # ... each tenant through one router (Ray's session router on the ingress), twice
+      fairq engine-bench --engine ray-vllm --configs d2lpm-dlpm,d2lpm-dlpm --ingress 2 \
+        --ingress-affinity --replicas 2 --clients 6 --requests-per-client 16 --flood-factor 4 \
+        --docs-per-client 2 --prefix-len 384 --system-len 128 --suffix-len 16 \
+        --max-new-tokens 32 --gap 0.25 --flood-gap 0.02 --quantum 512 \
+        --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 32" \
+        --json ray_vllm_ingress2_affinity.json
+      # (ray_vllm_ingress1_repeat.json and ray_vllm_ingress2_repeat.json: the main
+      # command's d2lpm-dlpm and the two-router command, each with
+      # --configs d2lpm-dlpm,d2lpm-dlpm)
       # ... with the remedy: each of the 2 routers at worker_quantum = Q_w / 2
       fairq engine-bench --engine ray-vllm --configs d2lpm-dlpm --ingress 2 --worker-quantum 2048 \
         --replicas 2 --clients 6 --requests-per-client 16 --flood-factor 4 --docs-per-client 2 \
