@@ -18,7 +18,7 @@ use crate::heap::IndexedHeap;
 use crate::radix::{Namespace, RadixTree};
 use crate::registry::Registry;
 use crate::request_id::RequestId;
-use crate::sched::{LocalScheduler, Policy};
+use crate::sched::{LocalScheduler, LpmRule, Policy};
 use crate::wfq::{VirtualClock, Wfq};
 
 fn config() -> ProptestConfig {
@@ -419,9 +419,9 @@ proptest! {
 // ---------------------------------------------------------------- local schedulers
 
 fn policy(i: u8) -> Policy {
-    match i % 4 {
+    match i % 5 {
         0 => Policy::Fcfs,
-        1 => Policy::Lpm,
+        1 | 4 => Policy::Lpm,
         2 => Policy::Vtc {
             w_in: 1.0,
             w_out: 2.0,
@@ -434,6 +434,16 @@ fn policy(i: u8) -> Policy {
     }
 }
 
+/// A scheduler of `policy(i)`; `i % 5 == 4`: LPM with Preble's queue.
+fn scheduler(i: u8) -> LocalScheduler<u64> {
+    let mut s = LocalScheduler::new(policy(i)).expect("valid");
+    if i % 5 == 4 {
+        s.set_lpm_rule(LpmRule::PREBLE)
+            .expect("LPM, nothing waiting");
+    }
+    s
+}
+
 proptest! {
     #![proptest_config(config())]
 
@@ -444,12 +454,12 @@ proptest! {
     /// admits something whenever a request waits; service only grows.
     #[test]
     fn local_schedulers_conserve_requests(
-        which in 0u8..4,
+        which in 0u8..5,
         ops in prop::collection::vec((0u8..5, 0u8..3, tokens(), 0u32..30), 0..150),
     ) {
         let ns = Namespace::Default;
         let mut tree = RadixTree::new(Some(64), 1).expect("valid");
-        let mut s: LocalScheduler<u64> = LocalScheduler::new(policy(which)).expect("valid");
+        let mut s: LocalScheduler<u64> = scheduler(which);
         let mut waiting: BTreeSet<i64> = BTreeSet::new();
         let mut running: BTreeSet<i64> = BTreeSet::new();
         let mut gone: HashSet<i64> = HashSet::new();
@@ -542,13 +552,13 @@ proptest! {
     /// admitted exactly once. No waiting request blocks another forever.
     #[test]
     fn no_waiting_request_is_blocked_forever(
-        which in 0u8..4,
+        which in 0u8..5,
         budget in 1usize..12,
         ops in prop::collection::vec(live_op(), 0..120),
     ) {
         let ns = Namespace::Default;
         let mut tree = RadixTree::new(Some(64), 1).expect("valid");
-        let mut s: LocalScheduler<u64> = LocalScheduler::new(policy(which)).expect("valid");
+        let mut s: LocalScheduler<u64> = scheduler(which);
         let mut toks_of: HashMap<i64, Vec<u32>> = HashMap::new();
         let mut waiting: BTreeSet<i64> = BTreeSet::new();
         let mut running: Vec<i64> = Vec::new();
@@ -627,7 +637,7 @@ enum WcOp {
 fn wc_replay(which: u8, ops: &[WcOp]) -> (LocalScheduler<u64>, RadixTree, Vec<i64>, Vec<i64>) {
     let ns = Namespace::Default;
     let mut tree = RadixTree::new(Some(64), 1).expect("valid");
-    let mut s: LocalScheduler<u64> = LocalScheduler::new(policy(which)).expect("valid");
+    let mut s: LocalScheduler<u64> = scheduler(which);
     let (mut waiting, mut running): (Vec<i64>, Vec<i64>) = (Vec::new(), Vec::new());
     let mut toks_of: HashMap<i64, Vec<u32>> = HashMap::new();
     let mut next = 0i64;
@@ -771,6 +781,148 @@ proptest! {
                 a.check_invariants(Some(&tree_a));
             }
             history.push(op);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- Preble's queue
+
+/// One step of [`preble_queue_matches_a_model`]'s history.
+#[derive(Debug, Clone)]
+enum PrebleOp {
+    Add(Vec<u32>),
+    /// The engine caches these tokens (matches grow).
+    Insert(Vec<u32>),
+    /// The engine's cache evicts this many tokens (matches shrink).
+    Evict(usize),
+    /// `schedule(budget, k)`
+    Schedule(usize, usize),
+    /// Remove the waiting request at this index (mod the number waiting).
+    Remove(usize),
+}
+
+fn preble_op() -> impl Strategy<Value = PrebleOp> {
+    // a small alphabet so prompts share prefixes and land on many levels
+    let toks = || prop::collection::vec(0u32..3, 0..12);
+    prop_oneof![
+        5 => toks().prop_map(PrebleOp::Add),
+        2 => toks().prop_map(PrebleOp::Insert),
+        1 => (0usize..10).prop_map(PrebleOp::Evict),
+        3 => (0usize..25, 1usize..40).prop_map(|(b, k)| PrebleOp::Schedule(b, k)),
+        1 => any::<usize>().prop_map(PrebleOp::Remove),
+    ]
+}
+
+/// Preble's queue written the obvious way: a list of waiting requests in
+/// arrival order, each with its level once it has one.
+struct PrebleModel {
+    /// (id, tokens, level)
+    waiting: Vec<(i64, Vec<u32>, Option<usize>)>,
+    next_level: usize,
+}
+
+impl PrebleModel {
+    /// The admissions `schedule(budget, k)` makes: (id, cached, extend).
+    fn schedule(&mut self, tree: &RadixTree, budget: usize, k: usize) -> Vec<(i64, usize, usize)> {
+        let ns = Namespace::Default;
+        for (_, toks, lvl) in &mut self.waiting {
+            if lvl.is_none() {
+                let m = tree.match_len(&ns, toks);
+                *lvl = Some(if m == 0 {
+                    0
+                } else {
+                    (10 * m).div_ceil(toks.len()) - 1
+                });
+            }
+        }
+        // the first non-empty level from the pointer down, cyclically
+        let Some(l) = (0..10)
+            .map(|i| (self.next_level + 10 - i) % 10)
+            .find(|&l| self.waiting.iter().any(|w| w.2 == Some(l)))
+        else {
+            return Vec::new();
+        };
+        let walk = |cap: usize, mut left: usize, waiting: &[(i64, Vec<u32>, Option<usize>)]| {
+            let mut out = Vec::new();
+            for (id, toks, lvl) in waiting {
+                if out.len() == cap {
+                    break;
+                }
+                if *lvl != Some(l) {
+                    continue;
+                }
+                let cached = tree.match_len(&ns, toks);
+                let extend = toks.len() - cached;
+                if extend <= left {
+                    left -= extend;
+                    out.push((*id, cached, extend));
+                }
+            }
+            out
+        };
+        let mut out = walk(((l + 1) * 10).min(k), budget, &self.waiting);
+        if out.is_empty() {
+            out = walk(1, usize::MAX, &self.waiting); // the oversize rule
+        }
+        if !out.is_empty() {
+            self.next_level = (l + 9) % 10;
+        }
+        self.waiting.retain(|w| !out.iter().any(|a| a.0 == w.0));
+        out
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// LPM with [`LpmRule::PREBLE`] admits exactly what a plain list model
+    /// of Preble's queue admits (levels by hit ratio at the first schedule
+    /// after arrival, one level per call round-robin from level 9 down,
+    /// quota `(level + 1) * 10`, arrival order within the level, unfit
+    /// requests skipped, the oversize retry on the same level), with the
+    /// same cached and extend lengths, while the cache grows and shrinks.
+    #[test]
+    fn preble_queue_matches_a_model(ops in prop::collection::vec(preble_op(), 0..150)) {
+        let ns = Namespace::Default;
+        let mut tree = RadixTree::new(Some(40), 1).expect("valid");
+        let mut s = scheduler(4);
+        let mut model = PrebleModel { waiting: Vec::new(), next_level: 9 };
+        let mut next = 0i64;
+        for op in ops {
+            match op {
+                PrebleOp::Add(toks) => {
+                    s.add(Some(&mut tree), RequestId::Int(next), "a", toks.clone(), next as u64, ns.clone())
+                        .expect("fresh id");
+                    model.waiting.push((next, toks, None));
+                    next += 1;
+                }
+                PrebleOp::Insert(toks) => {
+                    tree.insert(&ns, &toks);
+                }
+                PrebleOp::Evict(n) => {
+                    tree.evict(n);
+                }
+                PrebleOp::Schedule(budget, k) => {
+                    let got: Vec<(i64, usize, usize)> = s
+                        .schedule(Some(&tree), budget, Some(k))
+                        .expect("tree given")
+                        .into_iter()
+                        .map(|a| {
+                            let RequestId::Int(id) = a.id else { unreachable!() };
+                            (id, a.cached_len, a.extend_len)
+                        })
+                        .collect();
+                    prop_assert_eq!(got, model.schedule(&tree, budget, k));
+                }
+                PrebleOp::Remove(i) => {
+                    if !model.waiting.is_empty() {
+                        let (id, ..) = model.waiting.remove(i % model.waiting.len());
+                        s.remove(&RequestId::Int(id)).expect("waiting");
+                    }
+                }
+            }
+            s.check_invariants(Some(&tree));
+            prop_assert_eq!(s.len(), model.waiting.len());
         }
     }
 }

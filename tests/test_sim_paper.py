@@ -47,6 +47,32 @@ def test_lpm_sglang_variant_is_lpm_with_sglangs_rule() -> None:
         make_scheduler("lpm-sglang", fairq.RadixTree(), quantum=1.0)
 
 
+def test_preble_local_variant_is_lpm_with_prebles_queue() -> None:
+    s = make_scheduler("preble-local", fairq.RadixTree())
+    assert isinstance(s, fairq.LPM) and s.multi_priority
+    assert not s.stop_at_unfit and s.fcfs_above is None
+    assert not make_scheduler("lpm", fairq.RadixTree()).multi_priority
+    assert base_policy("Preble-Local") == "lpm"
+    with pytest.raises(ValueError, match="excludes stop_at_unfit"):
+        fairq.LPM(fairq.RadixTree(), multi_priority=True, stop_at_unfit=True)
+
+
+def test_preble_local_serves_each_hit_level_in_turn() -> None:
+    """The tree holds [1..10]: hot prompts (10 of 11 tokens cached) are level
+    9, cold ones level 0. One level per schedule, from the top: all hot
+    first, then the cold ones, whatever the budget; plain LPM takes the hot
+    ones first as well but then goes on in the same call."""
+    t = fairq.RadixTree()
+    t.insert(list(range(1, 11)))
+    s = make_scheduler("preble-local", t)
+    for i in range(3):
+        s.add(f"cold{i}", "c", [100 + i] * 11)
+    for i in range(3):
+        s.add(f"hot{i}", "h", list(range(1, 12)))
+    assert [a.request_id for a in s.schedule(1000)] == ["hot0", "hot1", "hot2"]
+    assert [a.request_id for a in s.schedule(1000)] == ["cold0", "cold1", "cold2"]
+
+
 def test_lpm_rule_errors_name_the_field() -> None:
     t = fairq.RadixTree()
     with pytest.raises(ValueError, match="fcfs_above must be an int >= 0, got -1"):
@@ -93,6 +119,10 @@ def test_labels_name_the_baselines() -> None:
         == "Preble+LPM-SGLang"
     )
     assert SimConfig(workers=1, policy="lpm-sglang").label() == "LPM-SGLang"
+    assert (
+        SimConfig(workers=4, policy="preble-local", dispatcher="preble").label()
+        == "Preble+Preble-local"
+    )
 
 
 def test_sglang_lpm_runs_in_the_simulator_and_every_request_leaves_once() -> None:
@@ -100,6 +130,8 @@ def test_sglang_lpm_runs_in_the_simulator_and_every_request_leaves_once() -> Non
     for cfg in (
         SimConfig(workers=1, policy="lpm-sglang", model=A10G),
         SimConfig(workers=3, policy="lpm-sglang", dispatcher="preble", model=A10G),
+        SimConfig(workers=1, policy="preble-local", model=A10G),
+        SimConfig(workers=3, policy="preble-local", dispatcher="preble", model=A10G),
     ):
         sim = simulate(wl, cfg)
         assert sim.complete and len(sim.finish) == len(wl.requests)
@@ -220,6 +252,9 @@ def test_claims_table_on_a_small_plan() -> None:
     the bound checks report how tight they are."""
     results = run_plan(plan((1, 2), scale=0.05), progress=False)
     assert all(r["complete"] for r in results)
+    # Preble runs with its own local queue, not SGLang's LPM
+    schedulers = {r["scheduler"] for r in results if r["workers"] > 1 and r["tag"] == "fig7"}
+    assert "Preble+Preble-local" in schedulers and "Preble+LPM-SGLang" not in schedulers
     rows = claims_table(results)
     assert len(rows) == len(CLAIMS) >= 13
     verdicts = {

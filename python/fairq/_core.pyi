@@ -463,6 +463,7 @@ class LPM:
         max_prompt_tokens: int | None = None,
         stop_at_unfit: bool = False,
         fcfs_above: int | None = None,
+        multi_priority: bool = False,
     ) -> Self: ...
     @property
     def stop_at_unfit(self) -> bool:
@@ -471,6 +472,9 @@ class LPM:
     @property
     def fcfs_above(self) -> int | None:
         """Waiting requests above which the walk is in arrival order (None: never)."""
+    @property
+    def multi_priority(self) -> bool:
+        """Whether the order is Preble's multi-level priority queue."""
     def add(
         self,
         request_id: RequestIdLike,

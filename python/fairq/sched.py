@@ -239,9 +239,13 @@ POLICY_OPTIONS: dict[str, tuple[str, ...]] = {
 #: :func:`make_scheduler` also builds. ``lpm-sglang``: LPM as SGLang 0.5 runs
 #: it (its ``PrefillAdder`` stops at the first request that does not fit;
 #: above 128 waiting, its ``SchedulePolicy`` falls back to FCFS), beside the
-#: paper's idealised ``lpm``.
+#: paper's idealised ``lpm``. ``preble-local``: Preble's local wait queue (its
+#: ``fcfs-mpq`` heuristic: ten levels by cache-hit ratio, one level per step,
+#: round-robin from the top, ``(level + 1) * 10`` requests at most; see
+#: ``rust/sched/preble.rs``), over the same prefix matches as LPM.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "lpm-sglang": ("lpm", {"stop_at_unfit": True, "fcfs_above": 128}),
+    "preble-local": ("lpm", {"multi_priority": True}),
 }
 
 
@@ -263,7 +267,7 @@ def policy_name(name: str) -> str:
 
 def make_scheduler(name: str, tree: RadixTree | None = None, **options: Any) -> Scheduler:
     """The local scheduler ``name`` (``fcfs``, ``lpm``, ``vtc``, ``dlpm``, or a
-    :data:`VARIANTS` name such as ``lpm-sglang``) over ``tree``.
+    :data:`VARIANTS` name such as ``lpm-sglang`` or ``preble-local``) over ``tree``.
 
     The one factory the simulator and the engine integrations build their
     schedulers with. ``options`` are the policy's own keyword arguments

@@ -441,15 +441,25 @@ stop_at_unfit=True (the walk stops at the first request whose extend tokens
 do not fit what is left of the budget) and fcfs_above=128 (with more than
 128 requests waiting, walk in arrival order instead). Engine settings, not
 fairness state (state_dict does not hold them); fcfs_above: None or an int
->= 0 (ValueError naming it). Shared contract: see help(fairq.FCFS).",
+>= 0 (ValueError naming it).
+
+multi_priority=True replaces the walk by Preble's local wait queue (its
+fcfs-mpq heuristic): ten levels by cache-hit ratio at the first schedule
+after arrival (level 0: no hit, else ceil(10 * matched / input_len) - 1),
+one level served per schedule, round-robin from level 9 down, at most
+(level + 1) * 10 requests from it, arrival order within the level, a request
+that does not fit skipped. No starvation across levels, no per-client
+fairness. Excludes stop_at_unfit and fcfs_above (ValueError). Shared
+contract: see help(fairq.FCFS).",
     {
         #[new]
-        #[pyo3(signature = (tree, *, max_prompt_tokens = None, stop_at_unfit = false, fcfs_above = None))]
+        #[pyo3(signature = (tree, *, max_prompt_tokens = None, stop_at_unfit = false, fcfs_above = None, multi_priority = false))]
         fn new(
             tree: Py<PyRadixTree>,
             #[pyo3(from_py_with = args::max_prompt_tokens)] max_prompt_tokens: Option<i64>,
             stop_at_unfit: bool,
             #[pyo3(from_py_with = args::fcfs_above)] fcfs_above: Option<i64>,
+            multi_priority: bool,
         ) -> PyResult<Self> {
             let fcfs_above = fcfs_above
                 .map(|n| args::non_negative("fcfs_above", n))
@@ -458,6 +468,7 @@ fairness state (state_dict does not hold them); fcfs_above: None or an int
             core.set_lpm_rule(LpmRule {
                 stop_at_unfit,
                 fcfs_above,
+                multi_priority,
             })?;
             Ok(Self {
                 core,
@@ -478,6 +489,12 @@ fairness state (state_dict does not hold them); fcfs_above: None or an int
         #[getter]
         fn fcfs_above(&self) -> Option<usize> {
             self.core.lpm_rule().fcfs_above
+        }
+
+        /// Whether the order is Preble's multi-level priority queue.
+        #[getter]
+        fn multi_priority(&self) -> bool {
+            self.core.lpm_rule().multi_priority
         }
     }
 );

@@ -32,6 +32,11 @@ pub struct LpmRule {
     /// instead of longest-match order (SGLang: 128); `None` (the default):
     /// always longest match.
     pub fcfs_above: Option<usize>,
+    /// Replace the LPM walk by Preble's multi-level priority wait queue
+    /// (`sched/preble.rs`: ten levels by cache-hit ratio, one level per
+    /// step, round-robin, quota growing with the level). Excludes the two
+    /// fields above.
+    pub multi_priority: bool,
 }
 
 impl LpmRule {
@@ -40,6 +45,14 @@ impl LpmRule {
     pub const SGLANG: LpmRule = LpmRule {
         stop_at_unfit: true,
         fcfs_above: Some(128),
+        multi_priority: false,
+    };
+
+    /// Preble's local queue (its "fcfs-mpq" heuristic; `sched/preble.rs`).
+    pub const PREBLE: LpmRule = LpmRule {
+        stop_at_unfit: false,
+        fcfs_above: None,
+        multi_priority: true,
     };
 }
 

@@ -12,6 +12,7 @@
 //! | [`policy`] | the seam: the [`policy::AdmissionOrder`] trait every policy implements and [`policy::Order`], the enum that dispatches to them |
 //! | [`prefix`] | prefix matching and parking against a [`RadixTree`], and the longest-match order (LPM and DLPM) |
 //! | [`fcfs`], [`lpm`], [`vtc`], [`dlpm`] | one module per policy: its order, its counters, its `schedule` walk |
+//! | [`preble`] | Preble's multi-level priority wait queue, an LPM rule ([`LpmRule::PREBLE`]) |
 //! | [`state`] | saving and restoring the fairness state (`state` / `load_state`) |
 //!
 //! The policies in one line each (details in their modules and
@@ -21,6 +22,9 @@
 //! * **LPM**: longest cached prefix first; skips what does not fit.
 //! * **VTC**: least-served client first, by a per-client virtual counter.
 //! * **DLPM**: LPM order gated by per-client deficits refilled by a quantum.
+//! * **Preble's queue** (an LPM rule): ten levels by cache-hit ratio, served
+//!   one level per step, round-robin from the top, `(level + 1) * 10`
+//!   requests at most, arrival order within a level.
 //!
 //! **Oversize requests** (one rule for all four policies, applied here, in
 //! [`LocalScheduler::schedule_step`], around the policy's own walk): a
@@ -58,6 +62,7 @@ mod dlpm;
 mod fcfs;
 mod lpm;
 mod policy;
+mod preble;
 mod prefix;
 mod state;
 mod vtc;
@@ -181,6 +186,11 @@ impl<T> LocalScheduler<T> {
                 "stop_at_unfit / fcfs_above apply to LPM only, not {:?}",
                 self.policy
             )));
+        }
+        if rule.multi_priority && (rule.stop_at_unfit || rule.fcfs_above.is_some()) {
+            return Err(Error::value(
+                "multi_priority (Preble's queue) excludes stop_at_unfit and fcfs_above".to_string(),
+            ));
         }
         if self.book.waiting > 0 {
             return Err(Error::value(format!(

@@ -13,6 +13,7 @@ use super::book::Book;
 use super::dlpm::Dlpm;
 use super::fcfs::Fcfs;
 use super::lpm::{Lpm, LpmRule};
+use super::preble::Preble;
 use super::prefix::PrefixIndex;
 use super::state::SavedClient;
 use super::vtc::Vtc;
@@ -141,13 +142,16 @@ pub(super) enum Order {
     Lpm(Lpm),
     Vtc(Vtc),
     Dlpm(Dlpm),
+    Preble(Preble),
 }
 
 impl Order {
-    /// The order of `policy`; `lpm_rule` is LPM's (the others ignore it).
+    /// The order of `policy`; `lpm_rule` is LPM's (the others ignore it;
+    /// with `multi_priority` set, LPM's order is Preble's queue).
     pub fn new(policy: Policy, lpm_rule: LpmRule) -> Self {
         match policy {
             Policy::Fcfs => Order::Fcfs(Fcfs::default()),
+            Policy::Lpm if lpm_rule.multi_priority => Order::Preble(Preble::new(lpm_rule)),
             Policy::Lpm => Order::Lpm(Lpm::new(lpm_rule)),
             Policy::Vtc { w_in, w_out } => Order::Vtc(Vtc::new(w_in, w_out)),
             Policy::Dlpm { quantum, w_e, w_q } => Order::Dlpm(Dlpm::new(quantum, w_e, w_q)),
@@ -163,6 +167,7 @@ macro_rules! each {
             Order::Lpm($p) => $e,
             Order::Vtc($p) => $e,
             Order::Dlpm($p) => $e,
+            Order::Preble($p) => $e,
         }
     };
 }

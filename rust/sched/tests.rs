@@ -844,6 +844,7 @@ fn lpm_rule_stop_at_unfit_and_fcfs_fallback() {
     let rule = LpmRule {
         stop_at_unfit: true,
         fcfs_above: None,
+        multi_priority: false,
     };
     let (t, mut s) = lpm_rule_case(rule);
     assert_eq!(ids(&s.schedule(Some(&t), 7, None).unwrap()), [int(1)]);
@@ -851,6 +852,7 @@ fn lpm_rule_stop_at_unfit_and_fcfs_fallback() {
     let rule = LpmRule {
         stop_at_unfit: false,
         fcfs_above: Some(2),
+        multi_priority: false,
     };
     let (t, mut s) = lpm_rule_case(rule);
     assert_eq!(
@@ -862,6 +864,7 @@ fn lpm_rule_stop_at_unfit_and_fcfs_fallback() {
     let rule = LpmRule {
         stop_at_unfit: false,
         fcfs_above: Some(3),
+        multi_priority: false,
     };
     let (t, mut s) = lpm_rule_case(rule);
     assert_eq!(
@@ -872,6 +875,7 @@ fn lpm_rule_stop_at_unfit_and_fcfs_fallback() {
     let (t, mut s) = lpm_rule_case(LpmRule {
         stop_at_unfit: true,
         fcfs_above: Some(2),
+        multi_priority: false,
     });
     assert_eq!(ids(&s.schedule(Some(&t), 7, None).unwrap()), [int(0)]);
     s.check_invariants(Some(&t));
@@ -888,4 +892,117 @@ fn lpm_rule_errors_leave_the_scheduler_unchanged() {
     assert!(err.to_string().contains("waiting"), "{err}");
     assert_eq!(s.lpm_rule(), LpmRule::default());
     assert_eq!(s.len(), 3);
+}
+
+// ----- Preble's queue (LpmRule::PREBLE) -------------------------------------
+
+#[test]
+fn preble_levels_and_quota() {
+    use super::preble::{level, quota};
+    assert_eq!(level(0, 10), 0);
+    assert_eq!(level(1, 10), 0); // ratio 0.1: ceil(1) - 1
+    assert_eq!(level(2, 10), 1);
+    assert_eq!(level(9, 10), 8);
+    assert_eq!(level(10, 10), 9);
+    assert_eq!(level(91, 100), 9);
+    assert_eq!(level(0, 0), 0);
+    assert_eq!((quota(0), quota(9)), (10, 100));
+}
+
+/// `n` requests of client `client`, ids from `first`, each `hot` (the cached
+/// prompt 1..=10 plus one token) or cold (11 uncached tokens).
+fn preble_add(
+    s: &mut LocalScheduler<()>,
+    t: &mut RadixTree,
+    client: &str,
+    first: i64,
+    n: i64,
+    hot: bool,
+) {
+    for i in first..first + n {
+        let toks: Vec<u32> = if hot {
+            (1..=11).collect()
+        } else {
+            vec![100 + i as u32; 11]
+        };
+        s.add(Some(t), int(i), client, toks, (), Namespace::Default)
+            .unwrap();
+    }
+}
+
+#[test]
+fn preble_serves_one_level_per_step_top_down() {
+    let mut t = RadixTree::new(None, 1).unwrap();
+    t.insert(&Namespace::Default, &(1..=10).collect::<Vec<u32>>());
+    let mut s = LocalScheduler::new(Policy::Lpm).unwrap();
+    s.set_lpm_rule(LpmRule::PREBLE).unwrap();
+    assert!(s.lpm_rule().multi_priority);
+    preble_add(&mut s, &mut t, "cold", 0, 3, false); // level 0
+    preble_add(&mut s, &mut t, "hot", 10, 3, true); // 10/11 cached: level 9
+                                                    // level 9 first (all three, under its quota of 100), nothing of level 0
+    let a = s.schedule(Some(&t), 1000, None).unwrap();
+    assert_eq!(ids(&a), [int(10), int(11), int(12)]);
+    assert!(a.iter().all(|x| x.cached_len == 10 && x.extend_len == 1));
+    // next step: level 0, arrival order
+    let a = s.schedule(Some(&t), 1000, None).unwrap();
+    assert_eq!(ids(&a), [int(0), int(1), int(2)]);
+    s.check_invariants(Some(&t));
+    // quota: 25 cold requests, a level-0 step admits 10
+    preble_add(&mut s, &mut t, "cold", 100, 25, false);
+    assert_eq!(s.schedule(Some(&t), 10_000, None).unwrap().len(), 10);
+    // an unfit request is skipped, the walk goes on (budget 11 + 0)
+    let mut s = LocalScheduler::new(Policy::Lpm).unwrap();
+    s.set_lpm_rule(LpmRule::PREBLE).unwrap();
+    s.add(
+        Some(&mut t),
+        int(0),
+        "a",
+        vec![7; 20],
+        (),
+        Namespace::Default,
+    )
+    .unwrap();
+    preble_add(&mut s, &mut t, "a", 1, 1, false);
+    assert_eq!(ids(&s.schedule(Some(&t), 11, None).unwrap()), [int(1)]);
+    // the oversize rule on the same level: r0 (20 > 11) alone
+    assert_eq!(ids(&s.schedule(Some(&t), 11, None).unwrap()), [int(0)]);
+    // the rule excludes SGLang's settings
+    let mut s: LocalScheduler<()> = LocalScheduler::new(Policy::Lpm).unwrap();
+    let bad = LpmRule {
+        stop_at_unfit: true,
+        ..LpmRule::PREBLE
+    };
+    assert!(s.set_lpm_rule(bad).is_err());
+}
+
+#[test]
+fn preble_does_not_starve_a_low_hit_request() {
+    // A hot client keeps a steady stream of level-9 requests waiting; plain
+    // LPM never admits the cold request while it does, Preble's queue admits
+    // it within one round of the levels.
+    for (rule, starves) in [(LpmRule::default(), true), (LpmRule::PREBLE, false)] {
+        let mut t = RadixTree::new(None, 1).unwrap();
+        t.insert(&Namespace::Default, &(1..=10).collect::<Vec<u32>>());
+        let mut s = LocalScheduler::new(Policy::Lpm).unwrap();
+        s.set_lpm_rule(rule).unwrap();
+        preble_add(&mut s, &mut t, "cold", 0, 1, false);
+        let mut next = 1;
+        let mut cold_at = None;
+        for step in 0..50 {
+            preble_add(&mut s, &mut t, "hot", next, 4, true);
+            next += 4;
+            // room for 4 requests a step
+            let a = s.schedule(Some(&t), 1000, Some(4)).unwrap();
+            assert!(!a.is_empty());
+            if ids(&a).contains(&int(0)) {
+                cold_at = Some(step);
+                break;
+            }
+        }
+        if starves {
+            assert_eq!(cold_at, None, "LPM admitted the cold request");
+        } else {
+            assert_eq!(cold_at, Some(1), "Preble: level 9, then level 0");
+        }
+    }
 }

@@ -138,7 +138,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         choices=list(LOCAL_POLICIES),
         help="local policy to include (repeatable; default: fcfs, lpm, vtc, dlpm; "
-        "lpm-sglang: LPM as SGLang 0.5 runs it)",
+        "lpm-sglang: LPM as SGLang 0.5 runs it; preble-local: Preble's multi-level "
+        "priority wait queue)",
     )
     p.add_argument(
         "--dispatch",

@@ -84,7 +84,8 @@ from fairq.sim.model import StepModel, attn_pairs
 from fairq.sim.workloads import SimRequest, Workload
 
 #: Local policies the simulator runs: fairq's four and the named engine
-#: variants (``lpm-sglang``: LPM as SGLang runs it).
+#: variants (``lpm-sglang``: LPM as SGLang runs it; ``preble-local``: Preble's
+#: multi-level priority wait queue over LPM's prefix matches).
 LOCAL_POLICIES = (*POLICIES, *VARIANTS)
 
 #: KV memory models of :class:`SimConfig` (module docs, "Memory").
@@ -105,7 +106,7 @@ CLIP_MAX_NEW_TOKENS = 4096
 _FILLER_ID = 2**32 - 2
 
 #: How a local policy reads in results.
-LOCAL_LABELS = {"lpm-sglang": "LPM-SGLang"}
+LOCAL_LABELS = {"lpm-sglang": "LPM-SGLang", "preble-local": "Preble-local"}
 
 
 def base_policy(name: str) -> str:

@@ -67,8 +67,9 @@ EXTRA: dict[str, WorkloadSpec] = {
 LOCAL_ONE = ("fcfs", "lpm", "vtc", "dlpm")
 PAIRS = (("rr", "lpm"), ("client-rr", "vtc"), ("affinity", "lpm"), ("d2lpm", "dlpm"))
 #: Pairs a ``--policy`` / ``--dispatch`` filter also selects from: the paper's
-#: baselines as the systems run them (Preble; RR with SGLang's LPM).
-FAITHFUL_PAIRS = (("preble", "lpm-sglang"), ("rr", "lpm-sglang"))
+#: baselines as the systems run them (Preble with its own local queue; RR with
+#: SGLang's LPM).
+FAITHFUL_PAIRS = (("preble", "preble-local"), ("rr", "lpm-sglang"))
 
 DEFAULT_PRESET = "a10g-3b"
 

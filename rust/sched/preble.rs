@@ -1,0 +1,211 @@
+//! Preble's local wait queue: a multi-level priority queue keyed by each
+//! request's cache-hit ratio, served one level per scheduling step in a
+//! round-robin with a quota that grows with the level (Preble's "fcfs-mpq"
+//! schedule heuristic, its local scheduler in the DLPM paper's Section 7.1
+//! comparison). Selected as an LPM rule ([`LpmRule::multi_priority`]), so it
+//! matches prefixes against the same radix tree, through the same
+//! [`PrefixIndex`], as LPM.
+//!
+//! What Preble does (read in WukLab/preble at commit
+//! `8e7906a3b76693c9003d1c7115b8011296c867e1`,
+//! `python/sglang/srt/managers/router/model_rpc.py`: `ModelRpcServer.__init__`
+//! (`multi_priority_queue`, `start_schedule_from`), `get_new_fill_batch_v2`,
+//! `budget_forward_step`, `get_schedule_group`, `schedule_within_group`;
+//! `python/sglang/srt/managers/router/scheduler.py`: `get_priority_queue`):
+//!
+//! * **Levels.** Ten wait queues, levels 0..=9. A newly arrived request
+//!   waits in a plain arrival queue until the next scheduling step; then its
+//!   prefix is matched against the worker's radix cache and it moves, once
+//!   and for good, to level `0` if nothing matched, else
+//!   `ceil(10 * matched / input_len) - 1`: level 9 holds hit ratios in
+//!   (0.9, 1], level 0 holds [0, 0.1].
+//! * **Which level a step serves.** One level per step. A pointer starts at
+//!   level 9 and walks down cyclically (9, 8, ..., 0, 9, ...), skipping
+//!   empty levels; the first non-empty level from the pointer is served and
+//!   the pointer moves one below it. So every non-empty level is served at
+//!   least once every ten steps: no request starves, whatever its hit ratio.
+//! * **Quota.** A step serving level `l` admits at most `(l + 1) * k`
+//!   requests, `k = 10` ("tune k to trade off between cache hit and
+//!   fairness"): 100 from level 9, 10 from level 0. High-hit requests get
+//!   more of the batch slots, low-hit ones a guaranteed share.
+//! * **Within a level.** Arrival order (the heuristic's name starts with
+//!   `fcfs`, so `get_priority_queue` sorts by arrival time); the prefix is
+//!   re-matched for the admission itself, but the request keeps its level. A
+//!   request that does not fit the step is skipped and the walk goes on
+//!   (`schedule_within_group` only `break`s for `fcfs-s`); the walk ends when
+//!   the quota or the step's token budget is used up.
+//!
+//! It has no per-client state: no isolation or fairness guarantee between
+//! clients, only starvation freedom across hit-ratio levels.
+//!
+//! Here (fairq's step: a token `budget` and `max_requests`): the level is set
+//! at the first `schedule` after the request joined (from the prefix
+//! match then, after the facade's sync); the served level's quota is capped
+//! by `max_requests`; a request whose extend tokens exceed what is left of
+//! the budget is skipped. One deviation: the pointer moves past the served
+//! level only when the step admitted something from it. Preble moves it
+//! anyway and lets the step run decode only; fairq's facade instead retries
+//! a call that admitted nothing under its oversize rule (`sched/mod.rs`),
+//! and that retry must go to the same level (the level's oldest request,
+//! admitted alone) for the rule to hold. `state` / `load_state` keep none
+//! of this (an engine setting, as the LPM rule is): the levels are rebuilt
+//! from the current matches.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::book::Book;
+use super::lpm::LpmRule;
+use super::policy::AdmissionOrder;
+use super::prefix::PrefixIndex;
+use super::Admission;
+use crate::radix::RadixTree;
+
+/// Number of priority levels (Preble: 10).
+pub const LEVELS: usize = 10;
+/// Requests a level-`l` step may admit: `(l + 1) * QUOTA_STEP` (Preble's `k`).
+pub const QUOTA_STEP: usize = 10;
+
+/// The level of a request with `matched` of its `input_len` tokens cached:
+/// 0 without a hit, else `ceil(LEVELS * matched / input_len) - 1`.
+pub fn level(matched: usize, input_len: usize) -> usize {
+    if matched == 0 || input_len == 0 {
+        return 0;
+    }
+    let l = (LEVELS * matched).div_ceil(input_len) - 1;
+    l.min(LEVELS - 1)
+}
+
+/// The most requests one step serving `level` admits.
+pub fn quota(level: usize) -> usize {
+    (level + 1) * QUOTA_STEP
+}
+
+#[derive(Debug)]
+pub(super) struct Preble {
+    index: PrefixIndex,
+    /// Arrived since the last `schedule`, not yet given a level: seq -> slot.
+    fresh: BTreeMap<u64, u32>,
+    /// The `LEVELS` levels, each in arrival order: seq -> slot.
+    levels: Vec<BTreeMap<u64, u32>>,
+    /// Where each leveled request waits: slot -> level.
+    level_of: HashMap<u32, usize>,
+    /// The level the next step looks at first (walks down, cyclically).
+    next: usize,
+}
+
+impl Preble {
+    pub fn new(_rule: LpmRule) -> Self {
+        Preble {
+            index: PrefixIndex::default(),
+            fresh: BTreeMap::new(),
+            levels: vec![BTreeMap::new(); LEVELS],
+            level_of: HashMap::new(),
+            next: LEVELS - 1,
+        }
+    }
+
+    /// Give every fresh request its level, from its match now.
+    fn level_fresh<T>(&mut self, book: &Book<T>) {
+        for (seq, r) in std::mem::take(&mut self.fresh) {
+            let l = level(self.index.match_len(r), book.req(r).input_len);
+            self.levels[l].insert(seq, r);
+            self.level_of.insert(r, l);
+        }
+    }
+
+    /// The first non-empty level from the pointer down, cyclically.
+    fn pick(&self) -> Option<usize> {
+        (0..LEVELS)
+            .map(|i| (self.next + LEVELS - i) % LEVELS)
+            .find(|&l| !self.levels[l].is_empty())
+    }
+}
+
+impl AdmissionOrder for Preble {
+    fn enqueue<T>(&mut self, book: &Book<T>, tree: Option<&RadixTree>, r: u32) {
+        let tree = tree.expect("Preble's queue is given a tree (checked by the facade)");
+        self.index.insert(book, tree, r);
+        self.fresh.insert(book.req(r).seq, r);
+    }
+
+    fn dequeue<T>(&mut self, book: &Book<T>, r: u32) {
+        self.index.remove(book, r);
+        let seq = book.req(r).seq;
+        match self.level_of.remove(&r) {
+            Some(l) => {
+                self.levels[l].remove(&seq);
+            }
+            None => {
+                self.fresh.remove(&seq);
+            }
+        }
+    }
+
+    fn schedule<T>(
+        &mut self,
+        book: &mut Book<T>,
+        _tree: Option<&RadixTree>,
+        budget: usize,
+        max_requests: usize,
+        _refill: bool,
+    ) -> Vec<Admission<T>> {
+        self.level_fresh(book);
+        let mut out = Vec::new();
+        let Some(l) = self.pick() else {
+            return out;
+        };
+        let cap = quota(l).min(max_requests);
+        let mut left = budget;
+        let mut pos: Option<u64> = None;
+        while out.len() < cap {
+            if !self.index.min_extend().is_some_and(|e| e <= left) {
+                break; // nothing left fits
+            }
+            let next = match pos {
+                None => self.levels[l].iter().next(),
+                Some(s) => self.levels[l].range(s + 1..).next(),
+            };
+            let Some((&seq, &r)) = next else {
+                break;
+            };
+            pos = Some(seq);
+            let cached = self.index.match_len(r);
+            let extend = book.req(r).input_len - cached;
+            if extend > left {
+                continue; // skipped; the walk goes on
+            }
+            left -= extend;
+            self.dequeue(book, r);
+            out.push(book.admit(r, cached));
+        }
+        if !out.is_empty() {
+            self.next = (l + LEVELS - 1) % LEVELS;
+        }
+        out
+    }
+
+    fn prefix(&self) -> Option<&PrefixIndex> {
+        Some(&self.index)
+    }
+    fn prefix_mut(&mut self) -> Option<&mut PrefixIndex> {
+        Some(&mut self.index)
+    }
+
+    fn check_invariants<T>(&self, book: &Book<T>, tree: Option<&RadixTree>) {
+        self.index.check_invariants(book, tree);
+        let leveled: usize = self.levels.iter().map(BTreeMap::len).sum();
+        assert_eq!(leveled + self.fresh.len(), book.waiting, "queued count");
+        assert_eq!(leveled, self.level_of.len(), "level map size");
+        for (l, q) in self.levels.iter().enumerate() {
+            for (&seq, &r) in q {
+                assert_eq!(book.req(r).seq, seq, "level key");
+                assert_eq!(self.level_of.get(&r), Some(&l), "level map");
+            }
+        }
+        for (&seq, &r) in &self.fresh {
+            assert_eq!(book.req(r).seq, seq, "fresh key");
+            assert!(!self.level_of.contains_key(&r), "fresh and leveled");
+        }
+        assert!(self.next < LEVELS);
+    }
+}
