@@ -2,11 +2,14 @@
 
 ``python -m fairq.enginebench.stepfit`` (with a Python that has vLLM, e.g.
 ``$FAIRQ_VLLM_SERVER_PYTHON``: vLLM's CPU build) runs vLLM's V1 engine in
-this process (``LLMEngine``, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so the
-engine core and its model runner run here) on the random-weight Llama of the
-vLLM server bench (:func:`fairq.vllm.server.write_model`, ``--load-format
-dummy``, :func:`fairq.vllm.server.engine_env`), drives it through a design
-of controlled batch shapes, and records for every engine step (the engine
+this process (``LLMEngine``, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the
+engine core and, with ``--executor uni`` (the default), the model run here;
+``--executor mp`` puts the model in a worker process as vLLM's server does
+on CPU, but every step of a smoke run then took ~230 ms, not investigated)
+on the random-weight Llama of the vLLM server bench
+(:func:`fairq.vllm.server.write_model`, ``--load-format dummy``,
+:func:`fairq.vllm.server.engine_env`), drives it through a design of
+controlled batch shapes, and records for every engine step (the engine
 core's ``step()``: schedule, forward, sample, update; not the detokenizer,
 which the server runs in another process):
 
@@ -22,19 +25,21 @@ design (:func:`design`):
 * **prefill**: one request of ``N`` = 32..2048 new tokens, with no cached
   prefix and with a cached 1024-token prefix (a prefix request runs first,
   so the chunk starts at position 1024);
-* **decode**: ``B`` = 1..64 requests with distinct prompts of ``C`` =
-  64..2048 tokens, decoding together (``B x C <= 32768``: their prefills are
-  the bulk of the run time);
+* **decode**: ``B`` = 1, 4, 16, 64 requests with distinct prompts of ``C`` =
+  64, 256, 1024, 2048 tokens, decoding together (their prefills, up to
+  ``64 x 2048`` tokens, are most of the run time);
 * **mixed**: the same decoders plus one new prompt of ``N`` tokens joining
   each step.
 
-Every shape is run once to warm up, then ``--reps`` times; the median time
-of each shape is one fitted point (:class:`fairq.sim.fit.Step`), and
-:func:`fairq.sim.fit.fit_report` fits the linear and the roofline model and
-states their two-fold held-out error. ``--json``/``--md``/``--plot`` write
-the results (``docs/results/step_fit.*``: ``docs/results/regenerate.sh
-step-fit``); ``--from-json FILE`` refits and rewrites them from a previous
-``--json`` without vLLM.
+Every shape is warmed up, then run ``--reps`` times in each of ``--rounds``
+passes over the design (so that a busy spell of the machine's other jobs
+does not fall on every repeat of a shape); one fitted point
+(:class:`fairq.sim.fit.Step`) per shape: the median of its repeats within
+:data:`FAST` x its fastest. :func:`fairq.sim.fit.fit_report` fits the linear
+and the roofline model and states their two-fold held-out error.
+``--json``/``--md``/``--plot`` write the results (``docs/results/step_fit.*``:
+``docs/results/regenerate.sh step-fit``); ``--from-json FILE`` refits and
+rewrites them from a previous ``--json`` without vLLM.
 """
 
 from __future__ import annotations
@@ -58,8 +63,9 @@ __all__ = ["Point", "design", "measure", "points_to_steps", "report", "main"]
 
 #: The cached prefix of the "prefill with a cached prefix" points.
 PREFIX = 1024
-#: Decode groups: batch sizes x contexts with B x C at most this many tokens.
-MAX_DECODE_KV = 32768
+#: Decode groups: batch sizes x contexts with B x C at most this many tokens
+#: (default: all of 1..64 x 64..2048).
+MAX_DECODE_KV = 131072
 
 
 @dataclass(frozen=True)
@@ -105,10 +111,10 @@ def design(quick: bool = False, max_decode_kv: int = MAX_DECODE_KV) -> list[Poin
         ]
     pts = [Point("prefill", n=n) for n in (32, 64, 128, 256, 512, 1024, 2048)]
     pts += [Point("prefill", n=n, prefix=PREFIX) for n in (32, 128, 512, 1024)]
-    mixed = {(4, 256), (16, 1024), (64, 512)}
-    for b in (1, 4, 16, 32, 64):
-        for c in (64, 256, 512, 1024, 2048):
-            if b * c > max_decode_kv or (b == 32 and c != 1024) or (c == 512 and b != 64):
+    mixed = {(4, 256), (16, 1024), (64, 2048)}
+    for b in (1, 4, 16, 64):
+        for c in (64, 256, 1024, 2048):
+            if b * c > max_decode_kv:
                 continue
             pts.append(Point("decode", batch=b, context=c))
             if (b, c) in mixed:
@@ -126,6 +132,8 @@ class StepRecord:
     kv_tokens_read: int
     attn_pairs: int
     seconds: float
+    #: CPU time of this process (all its threads) over the step
+    cpu_seconds: float = float("nan")
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -135,6 +143,7 @@ class StepRecord:
             "kv_tokens_read": self.kv_tokens_read,
             "attn_pairs": self.attn_pairs,
             "seconds": self.seconds,
+            "cpu_seconds": self.cpu_seconds,
         }
 
 
@@ -168,11 +177,13 @@ class _Recorder:
 
         def timed_step(*a: Any, **kw: Any) -> Any:
             self._shape = (0, 0, 0, 0)
+            c = time.process_time()
             t = time.perf_counter()
             out = step_fn(*a, **kw)
             dt = time.perf_counter() - t
+            cpu = time.process_time() - c
             if self._shape != (0, 0, 0, 0):
-                self.records.append(StepRecord(self.label, *self._shape, dt))
+                self.records.append(StepRecord(self.label, *self._shape, dt, cpu))
             return out
 
         sched.schedule = timed_schedule
@@ -255,6 +266,7 @@ def _engine(
     eager: bool,
     seed: int,
     folder: str,
+    executor: str = "uni",
 ) -> tuple[Any, dict[str, Any]]:
     from fairq.vllm.server import MODEL_SIZES, engine_env, write_model
 
@@ -275,10 +287,11 @@ def _engine(
         enforce_eager=eager,
         seed=seed,
         disable_log_stats=True,
+        distributed_executor_backend=executor,
     )
     engine = LLMEngine.from_engine_args(args)
     cfg: Any = engine.vllm_config
-    blocks = int(cfg.cache_config.num_gpu_blocks)
+    blocks = int(cfg.cache_config.num_gpu_blocks or 0)
     block = int(cfg.cache_config.block_size)
     info = {
         "model": size,
@@ -287,6 +300,7 @@ def _engine(
         "max_num_batched_tokens": max_batched,
         "max_model_len": max_model_len,
         "enforce_eager": eager,
+        "executor": executor,
         "block_size": block,
         "num_kv_blocks": blocks,
         "kv_capacity_tokens": blocks * block,
@@ -354,6 +368,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Run the design on vLLM; the raw steps, the points and the engine's
     configuration (JSON-ready)."""
     folder = tempfile.mkdtemp(prefix="fairq-stepfit-")
+    load_start = [round(x, 2) for x in os.getloadavg()]
     t0 = time.perf_counter()
     engine, info = _engine(
         args.model,
@@ -363,6 +378,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         args.eager,
         args.seed,
         f"{folder}/model",
+        args.executor,
     )
     startup = time.perf_counter() - t0
     from fairq.vllm.server import MODEL_SIZES
@@ -374,24 +390,39 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     drv.prefill(Point("prefill", n=min(2048, args.max_num_batched_tokens)), 0, 1)
     drv.decode(Point("decode", batch=4, context=64), [], 0, 2)
     warm = time.perf_counter() - t1
-    run_design(drv, pts, args.reps, t1)
+    for i in range(args.rounds):
+        print(f"round {i + 1} of {args.rounds}", file=sys.stderr, flush=True)
+        run_design(drv, pts, args.reps, t1)
     total = time.perf_counter() - t1
     return {
         "engine": info,
-        "machine": machine(),
+        "machine": {**machine(), "load_avg_start": load_start},
         "startup_s": startup,
         "warmup_s": warm,
         "measure_s": total,
-        "reps": args.reps,
+        "reps": args.reps * args.rounds,
+        "rounds": args.rounds,
         "design": [p.label for p in pts],
         "steps": [r.as_dict() for r in drv.rec.records],
     }
 
 
+#: A repeat is *fast* when it takes at most this many times the point's
+#: fastest repeat; the others lost the CPU to other jobs on a shared machine
+#: (at ``nice 19`` a step waits a whole time slice, ~100 ms, for its turn).
+FAST = 1.5
+
+
+def fast(seconds: Sequence[float]) -> list[float]:
+    """The repeats within :data:`FAST` of the fastest one."""
+    lo = min(seconds)
+    return [t for t in seconds if t <= FAST * lo]
+
+
 def points_to_steps(records: Sequence[dict[str, Any]], order: Sequence[str]) -> list[Step]:
-    """One :class:`Step` per design label: the median wall time of its
-    repeats, the mean of their shapes (a decode's context grows by one a
-    step), in ``order``."""
+    """One :class:`Step` per design label, in ``order``: the median wall
+    time of its :func:`fast` repeats, and the mean shape of all its repeats
+    (a decode's context grows by one a step)."""
     out = []
     for label in order:
         group = [r for r in records if r["label"] == label]
@@ -407,7 +438,7 @@ def points_to_steps(records: Sequence[dict[str, Any]], order: Sequence[str]) -> 
                 mean("batch_size"),
                 mean("kv_tokens_read"),
                 mean("attn_pairs"),
-                statistics.median(r["seconds"] for r in group),
+                statistics.median(fast([r["seconds"] for r in group])),
                 label,
             )
         )
@@ -427,6 +458,10 @@ def report(data: dict[str, Any]) -> dict[str, Any]:
     steps = points_to_steps(data["steps"], data["design"])
     data = dict(data)
     data["points"] = [s.as_dict() for s in steps]
+    for p in data["points"]:
+        group = [r for r in data["steps"] if r["label"] == p["label"]]
+        p["fast_repeats"] = len(fast([r["seconds"] for r in group]))
+        p["repeats"] = len(group)
     data["fit"] = fit_report(steps)
     data["preset"] = {
         form: {**data["fit"][form]["constants"], **_limits(data["engine"])}
@@ -471,8 +506,8 @@ def markdown(data: dict[str, Any]) -> str:
         data.get("command", ""),
         "```",
         "",
-        f"**Engine**: vLLM {mach.get('vllm')} in-process (V1 `LLMEngine`, engine core in "
-        f"this process), torch {mach.get('torch')} ({mach.get('torch_threads')} threads), "
+        f"**Engine**: vLLM {mach.get('vllm')} (V1 `LLMEngine`, its engine core in this "
+        f"process, executor `{eng.get('executor')}`), torch {mach.get('torch')}, "
         f"random-weight Llama `{eng['model']}` ({_shape(eng['model_shape'])}, {eng['dtype']}, "
         f"`--load-format dummy`), block size {eng['block_size']}, "
         f"{eng['kv_capacity_tokens']:,} KV tokens, max_num_seqs {eng['max_num_seqs']}, "
@@ -480,15 +515,20 @@ def markdown(data: dict[str, Any]) -> str:
         f"{eng['enforce_eager']}, prefix caching on.",
         "",
         f"**Machine**: {mach.get('cpu')}, {mach.get('cores')} cores, "
-        f"load average {mach.get('load_avg')} at the end.",
+        f"load average {mach.get('load_avg_start')} at the start, "
+        f"{mach.get('load_avg')} at the end (1, 5, 15 min).",
         "",
         f"**Time**: engine start {data['startup_s']:.0f} s, warm-up {data['warmup_s']:.0f} s, "
         f"design {data['measure_s']:.0f} s ({len(data['steps'])} steps recorded, "
-        f"{len(data['points'])} points, median of {data['reps']} repeats each).",
+        f"{len(data['points'])} points, {data['reps']} repeats each "
+        f"in {data.get('rounds', 1)} rounds).",
         "",
         "Each point is one engine-core step (schedule + forward + sample + update) of a "
         "controlled shape, its shape read from vLLM's scheduler output; the wall time is the "
-        "median of its repeats. The fit is non-negative least squares of the relative error. "
+        "median of its *fast* repeats, those within "
+        f"{FAST} x its fastest (the others lost the CPU to other jobs on this shared "
+        "machine; the design runs in rounds so that a busy spell does not fall on every "
+        "repeat of a point). The fit is non-negative least squares of the relative error. "
         "*Held out*: the points split into two interleaved halves, each half fitted and "
         "evaluated on the other (pooled).",
         "",
@@ -512,15 +552,16 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         "## Measured vs fitted",
         "",
-        "| point | prefill tok | decodes | KV read | attn pairs | measured ms "
+        "| point | prefill tok | decodes | KV read | attn pairs | fast repeats | measured ms "
         "| linear ms | roofline ms |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     lin, roof = fit["linear"]["predicted_s"], fit["roofline"]["predicted_s"]
     for p, a, b in zip(data["points"], lin, roof, strict=True):
         lines.append(
             f"| {p['label']} | {p['prefill_tokens']} | {p['batch_size']} "
-            f"| {p['kv_tokens_read']} | {p['attn_pairs']} | {_ms(p['seconds'])} "
+            f"| {p['kv_tokens_read']} | {p['attn_pairs']} "
+            f"| {p.get('fast_repeats', '?')}/{p.get('repeats', '?')} | {_ms(p['seconds'])} "
             f"| {_ms(a)} | {_ms(b)} |"
         )
     return "\n".join(lines) + "\n"
@@ -588,7 +629,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="tiny",
         help="random-weight Llama size (fairq.vllm.server.MODEL_SIZES)",
     )
-    p.add_argument("--reps", type=count(1), default=5, help="repeats per shape (median)")
+    p.add_argument("--reps", type=count(1), default=5, help="repeats per shape and round")
+    p.add_argument(
+        "--rounds", type=count(1), default=3, help="passes over the whole design (default 3)"
+    )
     p.add_argument("--max-num-seqs", type=count(1), default=128)
     p.add_argument("--max-num-batched-tokens", type=count(64), default=4096)
     p.add_argument("--max-model-len", type=count(64), default=4096)
@@ -597,6 +641,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=count(1),
         default=MAX_DECODE_KV,
         help="decode groups with batch x context up to this many tokens",
+    )
+    p.add_argument(
+        "--executor",
+        choices=("mp", "uni"),
+        default="uni",
+        help="uni: the model runs in this process (default); mp: in a worker process, as "
+        "in vLLM's server on CPU (every step of a smoke run then took ~230 ms, not "
+        "investigated)",
     )
     p.add_argument("--eager", action="store_true", help="vLLM's enforce_eager (no compile)")
     p.add_argument("--quick", action="store_true", help="a few small shapes (smoke test)")

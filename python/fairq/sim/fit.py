@@ -146,7 +146,7 @@ def _need(steps: Sequence[Step], k: int) -> None:
 def fit_linear(steps: Sequence[Step], *, relative: bool = True) -> dict[str, float]:
     """The linear model's constants (:data:`LINEAR_TERMS`), NNLS; ``relative``:
     minimise squared relative error (default), else squared seconds."""
-    _need(steps, len(LINEAR_TERMS))
+    _need(steps, 2)
     p, b, k, a, y = _columns(steps)
     design = np.column_stack([np.ones_like(y), p, b, k, a])
     coef = _solve(design, y, relative)
@@ -171,7 +171,7 @@ def fit_roofline(
     ``max_iter`` rounds per start). Starts: every step memory-bound, every
     step compute-bound, steps with prefill compute-bound and the rest
     memory-bound, and the sides the linear fit's terms say."""
-    _need(steps, len(ROOFLINE_TERMS))
+    _need(steps, 2)
     p, b, k, a, y = _columns(steps)
     ones = np.ones_like(y)
     w = 1.0 / y if relative else ones
