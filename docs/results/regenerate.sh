@@ -106,6 +106,9 @@ for part in "${parts[@]}"; do
       # are the presets vllm-cpu-tiny(-roofline) in python/fairq/sim/model.py
       "${FAIRQ_VLLM_SERVER_PYTHON:-python}" -m fairq.enginebench.stepfit --model tiny --reps 5 --rounds 3 \
         --json step_fit.json --md step_fit.md --plot step_fit.png
+      # the model in a worker process, as in vLLM's server (docs/RESULTS.md quotes it)
+      "${FAIRQ_VLLM_SERVER_PYTHON:-python}" -m fairq.enginebench.stepfit --model tiny --reps 5 --rounds 3 \
+        --executor mp --json step_fit_mp.json
       ;;
     wheel)
       tmp=$(mktemp -d)

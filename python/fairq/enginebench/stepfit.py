@@ -5,8 +5,8 @@
 this process (``LLMEngine``, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the
 engine core and, with ``--executor uni`` (the default), the model run here;
 ``--executor mp`` puts the model in a worker process as vLLM's server does
-on CPU, but every step of a smoke run then took ~230 ms, not investigated)
-on the random-weight Llama of the vLLM server bench
+on CPU: about 1.2 ms more per step here, and noisier) on the random-weight
+Llama of the vLLM server bench
 (:func:`fairq.vllm.server.write_model`, ``--load-format dummy``,
 :func:`fairq.vllm.server.engine_env`), drives it through a design of
 controlled batch shapes, and records for every engine step (the engine
@@ -647,8 +647,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=("mp", "uni"),
         default="uni",
         help="uni: the model runs in this process (default); mp: in a worker process, as "
-        "in vLLM's server on CPU (every step of a smoke run then took ~230 ms, not "
-        "investigated)",
+        "in vLLM's server on CPU (about 1.2 ms more per step here, and noisier: two "
+        "processes to schedule on a shared machine)",
     )
     p.add_argument("--eager", action="store_true", help="vLLM's enforce_eager (no compile)")
     p.add_argument("--quick", action="store_true", help="a few small shapes (smoke test)")

@@ -204,7 +204,9 @@ PRESETS: dict[str, dict[str, float]] = {
     # docs/results/step_fit.md. Two-fold held-out absolute error: linear
     # median 7.6 %, p90 20 % (max 32 %); roofline median 9.6 %, p90 22 % (the
     # roofline finds no weight-read floor, c_weights = 0: this CPU step is
-    # overhead + compute). Limits: the measured engine's (max_num_seqs 128,
+    # overhead + compute). With the model in a worker process as in vLLM's
+    # server (--executor mp, step_fit_mp.json): c0 2.2 ms, held-out 14.7 % /
+    # 28 %. Limits: the measured engine's (max_num_seqs 128,
     # max_num_batched_tokens 4096, 1 GiB of KV = 1,048,576 tokens); the vLLM
     # server bench runs 8 / 1024 / 20 blocks = 2560 tokens (--model overrides).
     "vllm-cpu-tiny": {
