@@ -11,6 +11,7 @@
 #   docs/results/regenerate.sh reasoning  # fairq engine-bench --engine vllm --workload reasoning (needs vLLM 0.33, ~2 min)
 #   docs/results/regenerate.sh vllm-server  # real vLLM servers over HTTP (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~25 min)
 #   docs/results/regenerate.sh ray-vllm   # vLLM replicas on Ray Serve behind a router (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build + .ci/ray-vllm-requirements.txt, ~25 min)
+#   docs/results/regenerate.sh step-fit   # vLLM's step times in-process, the step model fitted to them (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~2 min)
 #   docs/results/regenerate.sh wheel      # .ci/build-wheel: the auditwheel report, sizes (~3 min)
 #   docs/results/regenerate.sh splice     # only re-copy the tables into the docs
 #
@@ -116,6 +117,15 @@ for part in "${parts[@]}"; do
         --flood-gap 0.02 --quantum 512 \
         --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 32" \
         --json ray_vllm_ingress2_q2048.json
+      ;;
+    step-fit)
+      # the python with vLLM runs the engine in-process; the fitted constants
+      # are the presets vllm-cpu-tiny(-roofline) in python/fairq/sim/model.py
+      "${FAIRQ_VLLM_SERVER_PYTHON:-python}" -m fairq.enginebench.stepfit --model tiny --reps 5 --rounds 3 \
+        --json step_fit.json --md step_fit.md --plot step_fit.png
+      # the model in a worker process, as in vLLM's server (docs/RESULTS.md quotes it)
+      "${FAIRQ_VLLM_SERVER_PYTHON:-python}" -m fairq.enginebench.stepfit --model tiny --reps 5 --rounds 3 \
+        --executor mp --json step_fit_mp.json
       ;;
     wheel)
       tmp=$(mktemp -d)

@@ -22,8 +22,9 @@ long prompt costs more than linearly. ``c_weights`` is the weight read of one
 step (in the linear presets it is folded into ``c0`` and ``c_weights = 0``).
 
 Defaults: a roofline estimate for Llama-3.1-8B (bf16) on one A100-80GB, the
-paper's Section 6.2 testbed (not a measurement; a later issue calibrates the
-constants on a real engine):
+paper's Section 6.2 testbed (not a measurement; the presets ``vllm-cpu-tiny``
+and ``vllm-cpu-tiny-roofline`` are fitted to a real engine's measured steps,
+:mod:`fairq.enginebench.stepfit`):
 
 - ``c0 = 10 ms``: every step reads the 16 GB of weights at ~2.0 TB/s HBM
   bandwidth (8 ms) plus ~2 ms of launch and scheduling overhead.
@@ -191,5 +192,43 @@ PRESETS: dict[str, dict[str, float]] = {
         "c_weights": 0.008,
         "c_attn": 2.8e-9,
         "roofline": 1,
+    },
+    # Measured, not estimated: fitted to vLLM 0.32's step times (CPU build,
+    # torch 2.13, executor uni) with the vLLM server bench's random-weight
+    # `tiny` Llama (hidden 256, 2 layers, bf16) on this project's 2-core AMD
+    # EPYC machine, shared with other jobs (each point is the median of its
+    # repeats within 1.5x its fastest): 33 step shapes (prefill 32-2048 tokens
+    # with and without a 1024-token cached prefix, decode batch 1-64 at
+    # context 64-2048, mixed), 15 repeats each; `python -m
+    # fairq.enginebench.stepfit` (fairq.sim.fit: NNLS of the relative error),
+    # docs/results/step_fit.md. Two-fold held-out absolute error: linear
+    # median 7.6 %, p90 20 % (max 32 %); roofline median 9.6 %, p90 22 % (the
+    # roofline finds no weight-read floor, c_weights = 0: this CPU step is
+    # overhead + compute). With the model in a worker process as in vLLM's
+    # server (--executor mp, step_fit_mp.json): c0 2.2 ms, held-out 14.7 % /
+    # 28 %. Limits: the measured engine's (max_num_seqs 128,
+    # max_num_batched_tokens 4096, 1 GiB of KV = 1,048,576 tokens); the vLLM
+    # server bench runs 8 / 1024 / 20 blocks = 2560 tokens (--model overrides).
+    "vllm-cpu-tiny": {
+        "c0": 0.0009926,
+        "c_prefill": 10.35e-6,
+        "c_decode": 40.33e-6,
+        "c_kv": 86.05e-9,
+        "c_attn": 13.93e-9,
+        "kv_capacity": 1_048_576,
+        "prefill_budget": 4096,
+        "max_running": 128,
+    },
+    "vllm-cpu-tiny-roofline": {
+        "c0": 0.0009909,
+        "c_weights": 0.0,
+        "c_prefill": 10.84e-6,
+        "c_decode": 51.88e-6,
+        "c_kv": 120.7e-9,
+        "c_attn": 13.61e-9,
+        "roofline": 1,
+        "kv_capacity": 1_048_576,
+        "prefill_budget": 4096,
+        "max_running": 128,
     },
 }

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from fairq.sim.fit import nnls
 from fairq.sim.model import STEP_COSTS, step_time
 
 
@@ -82,29 +83,14 @@ def fit_step_time(samples: Sequence[StepSample], nonnegative: bool = True) -> St
         ys.append(float(s.seconds))
     a = np.asarray(rows, dtype=np.float64)
     y = np.asarray(ys, dtype=np.float64)
-    # Scale columns so the solve is well conditioned (token counts dwarf the intercept).
-    scale = np.maximum(np.abs(a).max(axis=0), 1e-12)
-    a_s = a / scale
     if nonnegative:
-        # Exact non-negative least squares for 4 unknowns: the optimum is a
-        # least-squares solution on some subset of columns with all
-        # coefficients >= 0, so try the 15 non-empty subsets.
-        best: tuple[float, np.ndarray] | None = None
-
-        for mask in range(1, 16):
-            cols = [j for j in range(4) if mask >> j & 1]
-            sub, *_ = np.linalg.lstsq(a_s[:, cols], y, rcond=None)
-            if np.any(sub < 0):
-                continue
-            full = np.zeros(4)
-            full[cols] = sub
-            res = float(np.sum((y - a_s @ full) ** 2))
-            if best is None or res < best[0]:
-                best = (res, full)
-        coef_scaled = best[1] if best is not None else np.zeros(4)
+        # the one exact NNLS of the step-model fits (fairq.sim.fit)
+        coef = nnls(a, y)
     else:
-        coef_scaled, *_ = np.linalg.lstsq(a_s, y, rcond=None)
-    coef = coef_scaled / scale
+        # scaled so the solve is well conditioned (token counts dwarf the intercept)
+        scale = np.maximum(np.abs(a).max(axis=0), 1e-12)
+        coef_scaled, *_ = np.linalg.lstsq(a / scale, y, rcond=None)
+        coef = coef_scaled / scale
     pred = a @ coef
     ss_res = float(np.sum((y - pred) ** 2))
     ss_tot = float(np.sum((y - y.mean()) ** 2))
