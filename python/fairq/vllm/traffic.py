@@ -229,8 +229,13 @@ async def _one(client: Any, base: str, model: str, r: HttpRequest, t0: float) ->
                     res.cancelled = True
                     break
     except Exception as e:  # noqa: BLE001 (a failed request is a result)
-        if r.client_timeout is not None and "Timeout" in type(e).__name__:
-            res.cancelled = True  # gave up on purpose
+        waited = time.perf_counter() - t0 - res.sent
+        if r.client_timeout is not None and (
+            "Timeout" in type(e).__name__ or waited >= r.client_timeout
+        ):
+            # gave up on purpose (on a starved event loop the connection's
+            # end can surface before the client's own timeout does)
+            res.cancelled = True
         else:
             res.error = f"{type(e).__name__}: {e}"
     res.end = time.perf_counter() - t0
