@@ -89,6 +89,7 @@ have service, counter and deficit 0.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from fairq._core import DLPM, FCFS, LPM, VTC, Admission, RadixTree
@@ -249,6 +250,48 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+@dataclass(frozen=True)
+class PolicyInfo:
+    """What the integration layer needs to know of a local policy, in one place.
+
+    ``name``: the key of :data:`POLICIES`; ``options``: the constructor's own
+    keyword arguments (:data:`POLICY_OPTIONS`); ``engine_defaults``: the
+    values an engine integration uses when the user gives none (DLPM's
+    quantum sized for one engine batch); ``needs_tree``: the policy orders by
+    prefix match, so an engine must mirror its prefix cache; ``refills``: the
+    policy refills credit (DLPM), so an engine admitting several requests per
+    step lets only the first refill (``schedule`` once, then
+    ``schedule_within_credit``).
+    """
+
+    name: str
+    options: tuple[str, ...]
+    engine_defaults: dict[str, float]
+    needs_tree: bool
+    refills: bool
+
+
+#: Local policy name -> :class:`PolicyInfo`.
+POLICY_INFO: dict[str, PolicyInfo] = {
+    "fcfs": PolicyInfo("fcfs", (), {}, needs_tree=False, refills=False),
+    "lpm": PolicyInfo("lpm", (), {}, needs_tree=True, refills=False),
+    "vtc": PolicyInfo("vtc", ("w_in", "w_out"), {"w_in": 1.0, "w_out": 2.0}, False, False),
+    "dlpm": PolicyInfo(
+        "dlpm",
+        ("quantum", "w_e", "w_q"),
+        {"quantum": 512.0, "w_e": 1.0, "w_q": 2.0},
+        needs_tree=True,
+        refills=True,
+    ),
+}
+
+
+def policy_info(name: str) -> PolicyInfo:
+    """:class:`PolicyInfo` of ``name`` (normalised as :func:`policy_name` does;
+    its errors)."""
+    return POLICY_INFO[policy_name(name)]
+
+
 def policy_name(name: str) -> str:
     """``name`` as a key of :data:`POLICIES` (case and surrounding space ignored).
 
@@ -328,7 +371,9 @@ __all__ = [
     "FCFS",
     "LPM",
     "POLICIES",
+    "POLICY_INFO",
     "POLICY_OPTIONS",
+    "PolicyInfo",
     "VARIANTS",
     "VTC",
     "Admission",
@@ -336,5 +381,6 @@ __all__ = [
     "Scheduler",
     "admit",
     "make_scheduler",
+    "policy_info",
     "policy_name",
 ]
