@@ -10,11 +10,11 @@ extras (YAML, matplotlib, transformers) load only when used.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fairq._core import QueueFull
 from fairq._core import __version__ as __version__
+from fairq._lazy import lazy_attributes
 
 # name -> module that defines it. Each feature module owns its names.
 _LAZY: dict[str, str] = {
@@ -29,6 +29,7 @@ _LAZY: dict[str, str] = {
     # Prefix cache model and local schedulers
     "RadixTree": "fairq.radix",
     "LocalScheduler": "fairq.sched",
+    "PolicyInfo": "fairq.sched",
     "FCFS": "fairq.sched",
     "LPM": "fairq.sched",
     "VTC": "fairq.sched",
@@ -48,17 +49,7 @@ _LAZY: dict[str, str] = {
 __all__ = ["QueueFull", "__version__", *sorted(_LAZY)]
 
 
-def __getattr__(name: str) -> Any:
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'fairq' has no attribute {name!r}")
-    value = getattr(importlib.import_module(mod), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes("fairq", _LAZY, globals())
 
 
 if TYPE_CHECKING:  # pragma: no cover - type checkers see the real names
@@ -81,5 +72,6 @@ if TYPE_CHECKING:  # pragma: no cover - type checkers see the real names
     from fairq.sched import VTC as VTC
     from fairq.sched import Admission as Admission
     from fairq.sched import LocalScheduler as LocalScheduler
+    from fairq.sched import PolicyInfo as PolicyInfo
     from fairq.sched import make_scheduler as make_scheduler
     from fairq.wfq import WFQQueue as WFQQueue

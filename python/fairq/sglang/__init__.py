@@ -11,9 +11,9 @@ SGLang is never imported by this package until :func:`install` is called.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from fairq._lazy import lazy_attributes
 from fairq.sglang.tenants import POLICIES, TenantResolver, make_options
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -27,14 +27,4 @@ TESTED_VERSIONS = ("0.5.23",)
 _LAZY = {"install": "fairq.sglang._install", "uninstall": "fairq.sglang._install"}
 
 
-def __getattr__(name: str) -> Any:
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'fairq.sglang' has no attribute {name!r}")
-    value = getattr(importlib.import_module(mod), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes("fairq.sglang", _LAZY, globals())

@@ -12,9 +12,9 @@ vLLM is never imported by this package; :func:`install` does that on demand.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
+from fairq._lazy import lazy_attributes
 from fairq.vllm._base import RequestQueue, SchedulingPolicy
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,17 +39,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'fairq.vllm' has no attribute {name!r}")
-    value = getattr(importlib.import_module(mod), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes("fairq.vllm", _LAZY, globals())
 
 
 def as_policy(policy: object) -> SchedulingPolicy:
