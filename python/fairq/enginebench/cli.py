@@ -157,7 +157,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _vocab(args: argparse.Namespace) -> int:
     """The model's vocabulary (the vLLM server's models have their own sizes)."""
     if args.engine in ("vllm-server", "ray-vllm"):
-        from fairq.vllm.server import MODEL_SIZES as SERVER_SIZES
+        from fairq.enginebench.server import MODEL_SIZES as SERVER_SIZES
 
         return SERVER_SIZES[args.model]["vocab_size"]
     return int(MODEL_SIZES[args.model]["vocab_size"])

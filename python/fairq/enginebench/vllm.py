@@ -1,7 +1,7 @@
 """``fairq engine-bench --engine vllm``: fair policies inside vLLM's scheduler.
 
 Two measurements, both on vLLM's real scheduler (no model: the forward pass
-is replaced by the simulator's step-time model, :mod:`fairq.vllm.harness`):
+is replaced by the simulator's step-time model, :mod:`fairq.enginebench.harness.vllm`):
 
 1. **Policies**: the multi-tenant workload of the transformers harness (one
    tenant floods with a long shared prefix) under vLLM's own FCFS scheduler
@@ -35,7 +35,8 @@ __all__ = ["run", "policy_run", "overhead_run"]
 def _classes() -> tuple[type, Any]:
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    from fairq.vllm import harness  # noqa: F401  (names vLLM's platform on a CPU machine)
+    # the harness names vLLM's platform on a CPU machine
+    from fairq.enginebench.harness import vllm as _harness  # noqa: F401
     from fairq.vllm import scheduler as fs
 
     return Scheduler, fs
@@ -73,7 +74,8 @@ def require_vllm() -> str:
     try:
         import vllm
 
-        from fairq.vllm import harness  # noqa: F401  (before vLLM: its platform on CPU)
+        # before vLLM: the harness names its platform on CPU
+        from fairq.enginebench.harness import vllm as _harness  # noqa: F401
     except ImportError as e:
         raise UsageError(
             f"--engine vllm needs vLLM 0.33 ({e}): pip install -r .ci/vllm-requirements.txt, "
@@ -85,7 +87,7 @@ def require_vllm() -> str:
 def policy_run(policy: str, workload: list[Any], args: argparse.Namespace) -> dict[str, Any]:
     """One policy over ``workload``: the summary row."""
     from fairq.sim.model import StepModel
-    from fairq.vllm import harness
+    from fairq.enginebench.harness import vllm as harness
 
     s = harness.build_scheduler(
         _scheduler_class(policy, args),
@@ -136,7 +138,7 @@ def policy_run(policy: str, workload: list[Any], args: argparse.Namespace) -> di
 def overhead_run(policy: str, args: argparse.Namespace, steps: int = 30) -> dict[str, Any]:
     """``args.waiting`` requests queued: wall ms per ``schedule()`` of vLLM
     itself and of fairq's code in it (median over ``steps`` steps)."""
-    from fairq.vllm import harness
+    from fairq.enginebench.harness import vllm as harness
 
     rng = random.Random(args.seed)
     n_tenants = 50

@@ -2,9 +2,9 @@
 
 Per policy (stock vLLM, and fairq's scheduler class with ``fcfs``, ``vtc``,
 ``lpm``, ``dlpm``...), start a real vLLM OpenAI server
-(:class:`fairq.vllm.server.VllmServer`, a random-weight Llama of
+(:class:`fairq.enginebench.server.VllmServer`, a random-weight Llama of
 ``--model`` size), drive the workload over HTTP with a real client
-(:mod:`fairq.vllm.traffic`: streaming ``/v1/completions``, token-id
+(:mod:`fairq.enginebench.traffic`: streaming ``/v1/completions``, token-id
 prompts, the tenant in ``vllm_xargs``) at the workload's arrival times, and
 report real wall-clock numbers:
 
@@ -46,8 +46,8 @@ import time
 from typing import Any
 
 from fairq.sim.metrics import jain_index, percentile
-from fairq.vllm.server import VllmServer, write_model
-from fairq.vllm.traffic import (
+from fairq.enginebench.server import VllmServer, write_model
+from fairq.enginebench.traffic import (
     HttpRequest,
     HttpResult,
     Metrics,
@@ -67,7 +67,7 @@ def http_requests(
 ) -> list[HttpRequest]:
     """The workload as streaming HTTP requests, arrivals scaled by
     ``rate_scale``; ``text``: the prompt as the words of
-    :func:`fairq.vllm.server.write_model`'s tokenizer (the same token ids
+    :func:`fairq.enginebench.server.write_model`'s tokenizer (the same token ids
     once tokenized) instead of token ids."""
     return [
         HttpRequest(
@@ -445,7 +445,7 @@ def run(args: argparse.Namespace, workload: list[Any]) -> int:
 def run_rows(args: argparse.Namespace, workload: list[Any]) -> tuple[int, list[dict[str, Any]]]:
     """:func:`run`, also returning the policy rows (exit status, rows)."""
     from fairq.cliargs import UsageError
-    from fairq.vllm.server import server_vllm_version
+    from fairq.enginebench.server import server_vllm_version
 
     check_args(args)
     if any(e.after for e in workload):
