@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from fairq.enginebench.traffic import HttpRequest, HttpResult, metric_sum
 from fairq.vllm.compat import ALLOW_UNTESTED_ENV, TESTED_SERIES, check_vllm, is_tested
 from fairq.vllm.stats import (
     CARRIER_PREFIX,
@@ -19,7 +20,6 @@ from fairq.vllm.stats import (
     decode_families,
     take_payload,
 )
-from fairq.enginebench.traffic import HttpRequest, HttpResult, metric_sum
 
 
 def test_tested_series() -> None:

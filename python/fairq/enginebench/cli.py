@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from fairq.enginebench.workload import EngineRequest, from_sim_workload, multi_client_workload
+from fairq.enginebench.args import policy_list, workload
 from fairq.engineopts import POLICIES
 from fairq.integrations.transformers.model import MODEL_SIZES
 
@@ -154,79 +154,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ray_vllm_arguments(parser)
 
 
-def _vocab(args: argparse.Namespace) -> int:
-    """The model's vocabulary (the vLLM server's models have their own sizes)."""
-    if args.engine in ("vllm-server", "ray-vllm"):
-        from fairq.enginebench.server import MODEL_SIZES as SERVER_SIZES
-
-        return SERVER_SIZES[args.model]["vocab_size"]
-    return int(MODEL_SIZES[args.model]["vocab_size"])
-
-
-def _workload(args: argparse.Namespace) -> list[EngineRequest]:
-    """The workload every engine replays, built (and a trace parsed) before
-    any work: a bad ``--workload`` or ``--trace`` is a
-    :class:`~fairq.cliargs.UsageError` naming it."""
-    from fairq.cliargs import UsageError, read_trace
-
-    vocab = _vocab(args)
-    if getattr(args, "trace", None):
-        wl = read_trace(args.trace, args.seed)
-        return from_sim_workload(wl, vocab, args.max_new_tokens)
-    if args.workload == "flood":
-        return multi_client_workload(
-            n_clients=args.clients,
-            requests_per_client=2 if args.quick else args.requests_per_client,
-            flood_factor=args.flood_factor,
-            prefix_len=args.prefix_len,
-            suffix_len=args.suffix_len,
-            max_new_tokens=4 if args.quick else args.max_new_tokens,
-            vocab_size=vocab,
-            well_behaved_gap=args.gap,
-            seed=args.seed,
-            docs_per_client=args.docs_per_client,
-            system_len=args.system_len,
-            flood_gap=args.flood_gap,
-        )
-    if args.workload.startswith("sim:"):
-        from fairq.sim.workloads import make_workload
-
-        try:
-            sim = make_workload(
-                args.workload[4:], scale=args.scale, duration=args.duration, seed=args.seed
-            )
-        except ValueError as e:
-            raise UsageError(str(e), arg="--workload") from None
-        wl_requests = from_sim_workload(sim, vocab, max_new_tokens=args.max_new_tokens)
-        if not wl_requests:
-            raise UsageError(
-                f"{args.workload} has no requests at --scale {args.scale:g} "
-                f"--duration {args.duration:g} (raise them)",
-                arg="--workload",
-            )
-        return wl_requests
-    raise UsageError(
-        f"must be flood or sim:NAME (or reasoning with --engine vllm), got {args.workload!r}",
-        arg="--workload",
-    )
-
-
-def _policy_list(args: argparse.Namespace, known: tuple[str, ...], note: str) -> list[str]:
-    """``--policies`` as a list (case-insensitive), each one of ``known``."""
-    from fairq.cliargs import UsageError
-
-    names = [p.strip().lower() for p in args.policies.split(",") if p.strip()]
-    if not names:
-        raise UsageError("names no policy", arg="--policies")
-    for p in names:
-        if p not in known:
-            raise UsageError(
-                f"{p!r} is not one of {', '.join(known)} for --engine {args.engine} ({note})",
-                arg="--policies",
-            )
-    return names
-
-
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``fairq engine-bench``: every argument, the workload
     and the engine's dependencies are checked before any work."""
@@ -241,13 +168,13 @@ def run(args: argparse.Namespace) -> int:
             )
         if args.policies is None:
             args.policies = reasoning.DEFAULT_POLICIES
-        names = _policy_list(args, ("fifo", *reasoning.POLICIES), reasoning.POLICY_NOTE)
+        names = policy_list(args, ("fifo", *reasoning.POLICIES), reasoning.POLICY_NOTE)
         return reasoning.run(args, ["vllm-fcfs" if p == "fifo" else p for p in names])
     if args.engine == "ray-vllm":
         from fairq.enginebench import ray_vllm
 
         ray_vllm.check_args(args)
-        return ray_vllm.run(args, _workload(args))
+        return ray_vllm.run(args, workload(args))
     if args.policies is None:
         args.policies = DEFAULT_POLICIES[args.engine]
     if args.engine == "vllm":
@@ -259,10 +186,10 @@ def run(args: argparse.Namespace) -> int:
         from fairq.enginebench.vllm_server import run as run_server
 
         check_args(args)
-        return run_server(args, _workload(args))
+        return run_server(args, workload(args))
     from fairq.enginebench.transformers import run as run_transformers
 
-    names = _policy_list(
+    names = policy_list(
         args, ("fifo", *POLICIES), "fifo: transformers' own scheduler; the others fairq's"
     )
-    return run_transformers(args, names, _workload(args))
+    return run_transformers(args, names, workload(args))

@@ -283,9 +283,9 @@ def run_config(
     from ray import serve
 
     from fairq.enginebench.ray import router_config
+    from fairq.enginebench.traffic import Metrics, send_all
     from fairq.enginebench.vllm_server import http_requests, summarize
     from fairq.integrations.ray.vllm import STATS_DIR_ENV, fairq_vllm_app, read_replica_stats
-    from fairq.enginebench.traffic import Metrics, send_all
 
     router, policy = CONFIGS[label]
     stats_dir = tempfile.mkdtemp(prefix="fairq-ray-stats-")

@@ -165,8 +165,8 @@ def reasoning_run(
     (default :data:`ENGINE`): the summary row (simulated seconds)."""
     import gc
 
-    from fairq.sim.model import StepModel
     from fairq.enginebench.harness import vllm as harness
+    from fairq.sim.model import StepModel
 
     gc.collect()
     s = _scheduler(policy, quantum, {**ENGINE, **(engine or {})})

@@ -24,16 +24,14 @@ from fairq.enginebench.workload import (
     EngineRequest,
 )
 from fairq.engineopts import check_policy
-from fairq.integrations.transformers.fit import (
-    StepSample,
-    fit_step_time,
-)
+from fairq.integrations.transformers.fit import StepSample
 from fairq.integrations.transformers.model import (
     SUPPORTED_TRANSFORMERS,
     build_model,
     check_scheduler_type,
     page_size_field,
 )
+from fairq.sim.fit import fit_step_time
 from fairq.sim.metrics import jain_index, percentile
 
 

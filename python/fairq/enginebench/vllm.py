@@ -86,8 +86,8 @@ def require_vllm() -> str:
 
 def policy_run(policy: str, workload: list[Any], args: argparse.Namespace) -> dict[str, Any]:
     """One policy over ``workload``: the summary row."""
-    from fairq.sim.model import StepModel
     from fairq.enginebench.harness import vllm as harness
+    from fairq.sim.model import StepModel
 
     s = harness.build_scheduler(
         _scheduler_class(policy, args),
@@ -243,16 +243,16 @@ def run(args: argparse.Namespace) -> int:
     """``fairq engine-bench --engine vllm``: policies, workload and vLLM are
     checked before any work (:class:`~fairq.cliargs.UsageError`)."""
     from fairq.cliargs import UsageError
-    from fairq.enginebench.cli import _policy_list, _workload
+    from fairq.enginebench.args import policy_list, workload
 
-    names = _policy_list(
+    names = policy_list(
         args,
         ("fifo", "vllm-fcfs", "fcfs", "vtc", "lpm", "dlpm"),
         "fifo = vllm-fcfs: vLLM's own FCFS; fcfs: fairq's FCFS queue",
     )
     names = ["vllm-fcfs" if p in ("fifo", "vllm-fcfs") else p for p in names]
-    workload = _workload(args)  # the same workload as the transformers harness
-    if any(r.after for r in workload):
+    requests = workload(args)  # the same workload as the transformers harness
+    if any(r.after for r in requests):
         raise UsageError(
             f"{args.workload} has dependent requests; --engine vllm replays arrivals "
             "(use flood, sim:qa or sim:judge)",
@@ -261,9 +261,9 @@ def run(args: argparse.Namespace) -> int:
     version = require_vllm()
     print(
         f"# fairq engine-bench --engine vllm: vLLM {version} scheduler on CPU, "
-        f"step times simulated (fairq.sim StepModel defaults), requests={len(workload)}"
+        f"step times simulated (fairq.sim StepModel defaults), requests={len(requests)}"
     )
-    rows = [policy_run(p, workload, args) for p in names]
+    rows = [policy_run(p, requests, args) for p in names]
     print(_table(rows))
     over: list[dict[str, Any]] = []
     if args.waiting:

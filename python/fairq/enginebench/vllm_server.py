@@ -45,7 +45,6 @@ import tempfile
 import time
 from typing import Any
 
-from fairq.sim.metrics import jain_index, percentile
 from fairq.enginebench.server import VllmServer, write_model
 from fairq.enginebench.traffic import (
     HttpRequest,
@@ -56,6 +55,7 @@ from fairq.enginebench.traffic import (
     send_all,
     settle_metrics,
 )
+from fairq.sim.metrics import jain_index, percentile
 
 __all__ = ["add_arguments", "run", "run_rows", "server_run", "summarize"]
 
