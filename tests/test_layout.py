@@ -241,3 +241,26 @@ def test_importing_an_integration_loads_no_bench_or_simulator() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_engine_bench_engines_come_from_one_table() -> None:
+    """``fairq engine-bench --engine`` offers exactly the table's engines,
+    each module has the ``run(args)`` the table calls (and the
+    ``add_arguments`` it promises), and the defaults come from the table."""
+    import argparse
+    import importlib
+    import inspect
+
+    from fairq.enginebench import cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    (engine_arg,) = [a for a in parser._actions if a.dest == "engine"]
+    assert tuple(engine_arg.choices or ()) == tuple(cli.ENGINES)
+    for name, engine in cli.ENGINES.items():
+        mod = importlib.import_module(engine.module)
+        assert list(inspect.signature(mod.run).parameters) == ["args"], name
+        if engine.own_arguments:
+            assert callable(mod.add_arguments), name
+        assert cli.DEFAULT_POLICIES.get(name) == engine.policies
+        assert name in (engine_arg.help or "")

@@ -559,12 +559,16 @@ def _runs_here() -> bool:
     return True
 
 
-def run(args: argparse.Namespace, workload: list[Any]) -> int:
-    """Entry point (from ``fairq engine-bench --engine ray-vllm``)."""
+def run(args: argparse.Namespace) -> int:
+    """Entry point (from ``fairq engine-bench --engine ray-vllm``): ``--configs``,
+    then the workload (:func:`fairq.enginebench.args.workload`), are checked
+    before any work."""
     from fairq.cliargs import UsageError
+    from fairq.enginebench.args import workload as args_workload
     from fairq.enginebench.server import SERVER_PYTHON_ENV, server_python, write_model
 
     names = check_args(args)
+    workload = args_workload(args)
     if not _runs_here():
         py = server_python()
         if os.path.abspath(py) == os.path.abspath(sys.executable):

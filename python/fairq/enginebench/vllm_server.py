@@ -437,9 +437,14 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError("names no policy", arg="--policies")
 
 
-def run(args: argparse.Namespace, workload: list[Any]) -> int:
-    """Entry point (from ``fairq engine-bench --engine vllm-server``)."""
-    return run_rows(args, workload)[0]
+def run(args: argparse.Namespace) -> int:
+    """Entry point (from ``fairq engine-bench --engine vllm-server``): the
+    arguments, then the workload (:func:`fairq.enginebench.args.workload`),
+    are checked before any server starts."""
+    from fairq.enginebench.args import workload
+
+    check_args(args)
+    return run_rows(args, workload(args))[0]
 
 
 def run_rows(args: argparse.Namespace, workload: list[Any]) -> tuple[int, list[dict[str, Any]]]:
