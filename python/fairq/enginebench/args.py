@@ -1,6 +1,6 @@
 """What every engine of ``fairq engine-bench`` reads from its arguments the
 same way: the workload it replays (:func:`workload`) and ``--policies``
-(:func:`policy_list`).
+(:func:`policy_list`); and how it writes ``--json`` (:func:`write_results`).
 
 Used by :mod:`fairq.enginebench.cli` and by the engines' modules; imports
 none of them.
@@ -9,10 +9,12 @@ none of them.
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import Any
 
 from fairq.enginebench.workload import EngineRequest, from_sim_workload, multi_client_workload
 
-__all__ = ["policy_list", "vocab", "workload"]
+__all__ = ["policy_list", "vocab", "workload", "write_results"]
 
 
 def vocab(args: argparse.Namespace) -> int:
@@ -90,3 +92,15 @@ def policy_list(args: argparse.Namespace, known: tuple[str, ...], note: str) -> 
                 arg="--policies",
             )
     return names
+
+
+def write_results(args: argparse.Namespace, document: dict[str, Any], *, indent: int = 1) -> None:
+    """With ``--json``: write ``document`` (:func:`fairq.cli.write_json`),
+    after a ``command`` field holding this ``fairq engine-bench`` command
+    line; nothing without it."""
+    if not args.json:
+        return
+    from fairq.cli import write_json
+
+    command = "fairq engine-bench " + " ".join(sys.argv[2:])
+    write_json(args, {"command": command, **document}, indent=indent)

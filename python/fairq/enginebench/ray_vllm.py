@@ -272,6 +272,55 @@ def fault_timeline(
     }
 
 
+def _replica_deltas(
+    before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Each replica's counters over the run (``after`` less ``before``) and
+    its prefix-cache hit rate."""
+    replicas = {}
+    for tag, doc in after.items():
+        b = before.get(tag, {})
+        d = {
+            k: doc[k] - b.get(k, 0)
+            for k in ("requests", "prompt_tokens", "cached_tokens", "output_tokens", "evictions")
+        }
+        d["hit_rate"] = d["cached_tokens"] / d["prompt_tokens"] if d["prompt_tokens"] else 0.0
+        replicas[tag] = d
+    return replicas
+
+
+def _fault_row(
+    killer: _Killer,
+    results: list[Any],
+    replicas: dict[str, dict[str, Any]],
+    failed: int,
+    bin_s: float,
+) -> dict[str, Any]:
+    """The ``fault`` part of a row run with ``--kill-after-s``."""
+    end = max(r.end for r in results)
+    return {
+        "killed": killer.killed,
+        "kill_at_s": killer.kill_at,
+        "replacement_ready_s": killer.ready_at,
+        "failed": failed,
+        # answered 200 with no error, but fewer tokens than asked
+        "short": sum(r.ok and not r.complete for r in results),
+        # requests the replacement served (it took traffic again)
+        "replacement_requests": (
+            replicas.get(killer.replacement, {}).get("requests") if killer.replacement else None
+        ),
+        "jain_before_kill": _jain_between(results, 0.0, killer.kill_at or 0.0),
+        "jain_after_replacement": (
+            _jain_between(results, killer.ready_at, end) if killer.ready_at else None
+        ),
+        "timeline": (
+            fault_timeline(results, killer.kill_at, killer.ready_at, bin_s)
+            if killer.kill_at is not None
+            else None
+        ),
+    }
+
+
 def run_config(
     label: str,
     model: str,
@@ -336,15 +385,7 @@ def run_config(
     shutil.rmtree(stats_dir, ignore_errors=True)
     if state_dir:
         shutil.rmtree(state_dir, ignore_errors=True)
-    replicas = {}
-    for tag, doc in after.items():
-        b = before.get(tag, {})
-        d = {
-            k: doc[k] - b.get(k, 0)
-            for k in ("requests", "prompt_tokens", "cached_tokens", "output_tokens", "evictions")
-        }
-        d["hit_rate"] = d["cached_tokens"] / d["prompt_tokens"] if d["prompt_tokens"] else 0.0
-        replicas[tag] = d
+    replicas = _replica_deltas(before, after)
     queries = sum(r["prompt_tokens"] for r in replicas.values())
     hits = sum(r["cached_tokens"] for r in replicas.values())
     metrics_before: Metrics = {}
@@ -365,28 +406,7 @@ def run_config(
         }
     )
     if killer is not None:
-        end = max(r.end for r in results)
-        row["fault"] = {
-            "killed": killer.killed,
-            "kill_at_s": killer.kill_at,
-            "replacement_ready_s": killer.ready_at,
-            "failed": row["failed"],
-            # answered 200 with no error, but fewer tokens than asked
-            "short": sum(r.ok and not r.complete for r in results),
-            # requests the replacement served (it took traffic again)
-            "replacement_requests": (
-                replicas.get(killer.replacement, {}).get("requests") if killer.replacement else None
-            ),
-            "jain_before_kill": _jain_between(results, 0.0, killer.kill_at or 0.0),
-            "jain_after_replacement": (
-                _jain_between(results, killer.ready_at, end) if killer.ready_at else None
-            ),
-            "timeline": (
-                fault_timeline(results, killer.kill_at, killer.ready_at, args.fault_bin_s)
-                if killer.kill_at is not None
-                else None
-            ),
-        }
+        row["fault"] = _fault_row(killer, results, replicas, row["failed"], args.fault_bin_s)
     for r in ("fairq_steps", "fairq_ms_per_step", "fairq_share_of_step", "fairq_share_of_schedule"):
         row.pop(r, None)
     return row

@@ -23,7 +23,6 @@ import json
 import os
 import random
 import statistics
-import sys
 import time
 from typing import Any
 
@@ -243,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
     """``fairq engine-bench --engine vllm``: policies, workload and vLLM are
     checked before any work (:class:`~fairq.cliargs.UsageError`)."""
     from fairq.cliargs import UsageError
-    from fairq.enginebench.args import policy_list, workload
+    from fairq.enginebench.args import policy_list, workload, write_results
 
     names = policy_list(
         args,
@@ -270,19 +269,15 @@ def run(args: argparse.Namespace) -> int:
         over = [overhead_run(p, args, steps=5 if args.quick else 30) for p in names]
         print()
         print(_overhead_table(over))
-    if args.json:
-        from fairq.cli import write_json
-
-        write_json(
-            args,
-            {
-                "command": "fairq engine-bench " + " ".join(sys.argv[2:]),
-                "engine": "vllm",
-                "vllm": version,
-                "step_times": "simulated: fairq.sim.model.StepModel defaults",
-                "results": rows,
-                "overhead": over,
-            },
-            indent=2,
-        )
+    write_results(
+        args,
+        {
+            "engine": "vllm",
+            "vllm": version,
+            "step_times": "simulated: fairq.sim.model.StepModel defaults",
+            "results": rows,
+            "overhead": over,
+        },
+        indent=2,
+    )
     return 0

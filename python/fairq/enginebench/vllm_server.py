@@ -507,19 +507,16 @@ def run_rows(args: argparse.Namespace, workload: list[Any]) -> tuple[int, list[d
     if args.plot:
         shown = tuple(p for p in ("fcfs", "vllm", "dlpm") if p in policies)[-2:]
         plot(rows, args.plot, shown or tuple(policies[:2]))
-    if args.json:
-        from fairq.cli import write_json
+    from fairq.enginebench.args import write_results
 
-        write_json(
-            args,
-            {
-                "command": "fairq engine-bench " + " ".join(sys.argv[2:]),
-                "vllm": version,
-                "model": args.model,
-                "note": "real wall-clock on this machine's CPU (vLLM's CPU build); "
-                "random-weight model",
-                "rows": rows,
-                "backlog": backlog,
-            },
-        )
+    write_results(
+        args,
+        {
+            "vllm": version,
+            "model": args.model,
+            "note": "real wall-clock on this machine's CPU (vLLM's CPU build); random-weight model",
+            "rows": rows,
+            "backlog": backlog,
+        },
+    )
     return 0, rows
