@@ -125,7 +125,9 @@ def nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
             x = np.zeros(len(live))
             x[list(cols)] = sub
             res = float(np.sum((y - a_s @ x) ** 2))
-            if res < best_res - 1e-15 * max(best_res, 1.0):
+            # strictly better, relative to the best so far (an absolute
+            # floor would hide every fit of data below ~3e-8 s)
+            if res < best_res - 1e-15 * best_res:
                 best_res, best = res, x
     out = np.zeros(n)
     out[live] = best / scale[live]
