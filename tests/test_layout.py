@@ -264,3 +264,18 @@ def test_engine_bench_engines_come_from_one_table() -> None:
             assert callable(mod.add_arguments), name
         assert cli.DEFAULT_POLICIES.get(name) == engine.policies
         assert name in (engine_arg.help or "")
+
+
+@pytest.mark.parametrize(
+    "command", ["simulate", "bench", "soak", "engine-bench", "demo", "ray-bench"]
+)
+def test_every_command_still_parses(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every ``fairq`` command (the bench ones included, wherever their code
+    lives) still builds its arguments and answers ``--help``."""
+    from fairq.cli import COMMANDS, main
+
+    assert command in COMMANDS
+    with pytest.raises(SystemExit) as e:
+        main([command, "--help"])
+    assert e.value.code == 0
+    assert f"usage: fairq {command}" in capsys.readouterr().out
