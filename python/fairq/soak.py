@@ -85,160 +85,201 @@ class _Request:
         self.client_id = client
 
 
-def make_driver(name: str, rng: random.Random) -> Driver:
-    """A driver for structure ``name`` (see :data:`STRUCTURES`)."""
+def _scheduler_driver(name: str, rng: random.Random) -> Driver:
+    """fcfs, lpm, vtc, dlpm: fairq's local scheduler over a radix tree;
+    ``take`` admits, inserts the prompts and finishes about as many as it
+    admitted, sometimes evicting."""
     import fairq
-    from fairq.dispatch import make_dispatcher
     from fairq.sched import make_scheduler
 
-    if name in ("fcfs", "lpm", "vtc", "dlpm"):
-        tree = fairq.RadixTree(capacity=200_000)
-        s = make_scheduler(name, tree, **({"quantum": 512.0} if name == "dlpm" else {}))
-        running: list[int] = []
-        prompts: dict[int, list[int]] = {}
+    tree = fairq.RadixTree(capacity=200_000)
+    s = make_scheduler(name, tree, **({"quantum": 512.0} if name == "dlpm" else {}))
+    running: list[int] = []
+    prompts: dict[int, list[int]] = {}
 
-        def add(i: int, client: str, toks: list[int]) -> None:
-            prompts[i] = toks
-            s.add(i, client, toks)
+    def add(i: int, client: str, toks: list[int]) -> None:
+        prompts[i] = toks
+        s.add(i, client, toks)
 
-        def take() -> list[int]:
-            out: list[int] = []
-            for a in s.schedule(rng.randrange(64, 4096), max_requests=32):
-                rid = int(a.request_id)
-                tree.insert(prompts.pop(rid))
-                running.append(rid)
-            # finish about as many as were admitted
-            for _ in range(min(len(running), 32)):
-                rid = running.pop(rng.randrange(len(running)))
-                s.charge_output(rid, rng.randrange(1, 32))
-                s.finish(rid)
-                out.append(rid)
-            if rng.random() < 0.01:
-                tree.evict(rng.randrange(1, 20_000))
-            return out
+    def take() -> list[int]:
+        out: list[int] = []
+        for a in s.schedule(rng.randrange(64, 4096), max_requests=32):
+            rid = int(a.request_id)
+            tree.insert(prompts.pop(rid))
+            running.append(rid)
+        # finish about as many as were admitted
+        for _ in range(min(len(running), 32)):
+            rid = running.pop(rng.randrange(len(running)))
+            s.charge_output(rid, rng.randrange(1, 32))
+            s.finish(rid)
+            out.append(rid)
+        if rng.random() < 0.01:
+            tree.evict(rng.randrange(1, 20_000))
+        return out
 
-        def remove(i: int) -> None:
-            if i in prompts:
-                s.remove(i)
-                del prompts[i]
-            else:  # running: finish it instead
-                running.remove(i)
-                s.finish(i)
+    def remove(i: int) -> None:
+        if i in prompts:
+            s.remove(i)
+            del prompts[i]
+        else:  # running: finish it instead
+            running.remove(i)
+            s.finish(i)
 
-        return Driver(add, take, remove)
-    if name == "d2lpm":
-        d = make_dispatcher("d2lpm", 4, worker_quantum=4096.0)
-        live: list[int] = []
-        # Each worker's cache holds its last 2,000 prompts and reports the
-        # eviction of older ones (their unique last token), as engines do.
-        cached: list[deque[list[int]]] = [deque() for _ in range(4)]
+    return Driver(add, take, remove)
 
-        def dadd(i: int, client: str, toks: list[int]) -> None:
-            w = d.dispatch(i, client, toks)
-            live.append(i)
-            cached[w].append(toks)
-            if len(cached[w]) > 2000:
-                old = cached[w].popleft()
-                d.on_evict(w, old, len(old) - 1)
 
-        def dtake() -> list[int]:
-            out = []
-            for _ in range(min(len(live), 8)):
-                rid = live.pop(rng.randrange(len(live)))
-                d.on_finish(rid, rng.randrange(1, 64))
-                out.append(rid)
-            return out
+def _d2lpm_driver(name: str, rng: random.Random) -> Driver:
+    """d2lpm: the dispatcher over 4 workers whose caches report evictions."""
+    from fairq.dispatch import make_dispatcher
 
-        def dremove(i: int) -> None:
-            live.remove(i)
-            d.on_finish(i, 0)
+    d = make_dispatcher("d2lpm", 4, worker_quantum=4096.0)
+    live: list[int] = []
+    # Each worker's cache holds its last 2,000 prompts and reports the
+    # eviction of older ones (their unique last token), as engines do.
+    cached: list[deque[list[int]]] = [deque() for _ in range(4)]
 
-        return Driver(dadd, dtake, dremove)
-    if name == "drr":
-        q = fairq.DRRQueue(
-            [
-                fairq.PolicyClass(c, quantum, o)
-                for c, quantum, o in [("a", 1000, "fcfs"), ("b", 3000, "wspt"), ("c", 500, "fcfs")]
-            ]
-        )
-        tickets: dict[int, int] = {}
+    def dadd(i: int, client: str, toks: list[int]) -> None:
+        w = d.dispatch(i, client, toks)
+        live.append(i)
+        cached[w].append(toks)
+        if len(cached[w]) > 2000:
+            old = cached[w].popleft()
+            d.on_evict(w, old, len(old) - 1)
 
-        def qadd(i: int, client: str, toks: list[int]) -> None:
-            tickets[i] = q.push(i, "abc"[i % 3], len(toks) * 8 + 1, arrival=float(i))
+    def dtake() -> list[int]:
+        out = []
+        for _ in range(min(len(live), 8)):
+            rid = live.pop(rng.randrange(len(live)))
+            d.on_finish(rid, rng.randrange(1, 64))
+            out.append(rid)
+        return out
 
-        def qtake() -> list[int]:
-            out = []
-            for _ in range(8):
-                got = q.pop()
-                if got is None:
-                    break
-                del tickets[got[1]]
-                out.append(got[1])
-            return out
+    def dremove(i: int) -> None:
+        live.remove(i)
+        d.on_finish(i, 0)
 
-        def qremove(i: int) -> None:
-            assert q.remove(tickets.pop(i)) == i
+    return Driver(dadd, dtake, dremove)
 
-        return Driver(qadd, qtake, qremove)
-    if name in ("wfq", "wfq-vllm"):
-        vllm = name == "wfq-vllm"
+
+def _drr_driver(name: str, rng: random.Random) -> Driver:
+    """drr: a DRR queue over three policy classes."""
+    import fairq
+
+    q = fairq.DRRQueue(
+        [
+            fairq.PolicyClass(c, quantum, o)
+            for c, quantum, o in [("a", 1000, "fcfs"), ("b", 3000, "wspt"), ("c", 500, "fcfs")]
+        ]
+    )
+    tickets: dict[int, int] = {}
+
+    def qadd(i: int, client: str, toks: list[int]) -> None:
+        tickets[i] = q.push(i, "abc"[i % 3], len(toks) * 8 + 1, arrival=float(i))
+
+    def qtake() -> list[int]:
+        out = []
+        for _ in range(8):
+            got = q.pop()
+            if got is None:
+                break
+            del tickets[got[1]]
+            out.append(got[1])
+        return out
+
+    def qremove(i: int) -> None:
+        assert q.remove(tickets.pop(i)) == i
+
+    return Driver(qadd, qtake, qremove)
+
+
+def _wfq_driver(name: str, rng: random.Random) -> Driver:
+    """wfq, wfq-vllm: fairq's WFQ queue, alone or as vLLM's request queue."""
+    import fairq
+
+    vllm = name == "wfq-vllm"
+    if vllm:
+        from fairq.vllm.wfq import WFQRequestQueue
+
+        w: Any = WFQRequestQueue()
+    else:
+        w = fairq.WFQQueue(virtual_clock="finish")
+    objs: dict[int, Any] = {}
+
+    def wadd(i: int, client: str, toks: list[int]) -> None:
+        r = _Request(i, client, len(toks))
+        objs[i] = r
         if vllm:
-            from fairq.vllm.wfq import WFQRequestQueue
-
-            w: Any = WFQRequestQueue()
+            w.add_request(r)
         else:
-            w = fairq.WFQQueue(virtual_clock="finish")
-        objs: dict[int, Any] = {}
+            w.add(r, tokens=len(toks) + 16, flow=client)
 
-        def wadd(i: int, client: str, toks: list[int]) -> None:
-            r = _Request(i, client, len(toks))
-            objs[i] = r
-            if vllm:
-                w.add_request(r)
-            else:
-                w.add(r, tokens=len(toks) + 16, flow=client)
+    def wtake() -> list[int]:
+        out = []
+        for _ in range(min(len(objs), 8)):
+            r = w.pop_request() if vllm else w.pop()
+            del objs[r.request_id]
+            out.append(r.request_id)
+        return out
 
-        def wtake() -> list[int]:
-            out = []
-            for _ in range(min(len(objs), 8)):
-                r = w.pop_request() if vllm else w.pop()
-                del objs[r.request_id]
-                out.append(r.request_id)
-            return out
+    def wremove(i: int) -> None:
+        r = objs.pop(i)
+        if vllm:
+            w.remove_request(r)
+        else:
+            w.remove(r)
 
-        def wremove(i: int) -> None:
-            r = objs.pop(i)
-            if vllm:
-                w.remove_request(r)
-            else:
-                w.remove(r)
+    return Driver(wadd, wtake, wremove)
 
-        return Driver(wadd, wtake, wremove)
-    if name == "dualphase":
-        p = fairq.DualPhaseQueue()
-        ids: set[int] = set()
 
-        def padd(i: int, client: str, toks: list[int]) -> None:
-            p.add(i, phase="think" if i % 2 else "output")
-            ids.add(i)
+def _dualphase_driver(name: str, rng: random.Random) -> Driver:
+    """dualphase: the dual-phase queue, requests changing phase at random."""
+    import fairq
 
-        def ptake() -> list[int]:
-            out = []
-            for rid, _ in p.schedule(8, 64):
-                if rng.random() < 0.15:
-                    p.on_phase_event(rid)
-                if rng.random() < 0.25:
-                    p.remove(rid)
-                    ids.discard(rid)
-                    out.append(rid)
-            return out
+    p = fairq.DualPhaseQueue()
+    ids: set[int] = set()
 
-        def premove(i: int) -> None:
-            p.remove(i)
-            ids.discard(i)
+    def padd(i: int, client: str, toks: list[int]) -> None:
+        p.add(i, phase="think" if i % 2 else "output")
+        ids.add(i)
 
-        return Driver(padd, ptake, premove)
-    raise ValueError(f"structure must be one of {', '.join(STRUCTURES)}, got {name!r}")
+    def ptake() -> list[int]:
+        out = []
+        for rid, _ in p.schedule(8, 64):
+            if rng.random() < 0.15:
+                p.on_phase_event(rid)
+            if rng.random() < 0.25:
+                p.remove(rid)
+                ids.discard(rid)
+                out.append(rid)
+        return out
+
+    def premove(i: int) -> None:
+        p.remove(i)
+        ids.discard(i)
+
+    return Driver(padd, ptake, premove)
+
+
+def make_driver(name: str, rng: random.Random) -> Driver:
+    """A driver for structure ``name`` (see :data:`STRUCTURES`)."""
+    build = _DRIVERS.get(name)
+    if build is None:
+        raise ValueError(f"structure must be one of {', '.join(STRUCTURES)}, got {name!r}")
+    return build(name, rng)
+
+
+#: The driver builder of each structure.
+_DRIVERS: dict[str, Callable[[str, random.Random], Driver]] = {
+    "fcfs": _scheduler_driver,
+    "lpm": _scheduler_driver,
+    "vtc": _scheduler_driver,
+    "dlpm": _scheduler_driver,
+    "d2lpm": _d2lpm_driver,
+    "drr": _drr_driver,
+    "wfq": _wfq_driver,
+    "wfq-vllm": _wfq_driver,
+    "dualphase": _dualphase_driver,
+}
 
 
 def soak(

@@ -54,32 +54,30 @@ class PyRadixTree:
         self.root = _PyNode([], None)
 
     def match(self, tokens: Sequence[int]) -> int:
-        node = self.root
-        pos = 0
-        n = len(tokens)
-        while pos < n:
-            child = node.children.get(tokens[pos])
-            if child is None:
-                break
-            m = _key_match(child.key, tokens[pos:])
-            pos += m
-            if m < len(child.key):
-                break
-            node = child
-        return pos
+        """Length of the longest cached prefix of ``tokens``."""
+        return self._walk(tokens, insert=False)
 
     def insert(self, tokens: Sequence[int]) -> int:
+        """Cache ``tokens``; returns how many were cached before."""
+        return self._walk(tokens, insert=True)
+
+    def _walk(self, tokens: Sequence[int], *, insert: bool) -> int:
+        """Follow ``tokens`` down the tree as far as they match; with
+        ``insert``, split the edge where they diverge and hang the rest
+        below. Returns the matched length."""
         node = self.root
         pos = 0
         n = len(tokens)
         while pos < n:
             child = node.children.get(tokens[pos])
             if child is None:
-                new = _PyNode(list(tokens[pos:]), node)
-                node.children[tokens[pos]] = new
+                if insert:
+                    node.children[tokens[pos]] = _PyNode(list(tokens[pos:]), node)
                 return pos
             m = _key_match(child.key, tokens[pos:])
             if m < len(child.key):
+                if not insert:
+                    return pos + m
                 mid = _PyNode(child.key[:m], node)
                 child.key = child.key[m:]
                 child.parent = mid

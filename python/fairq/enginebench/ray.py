@@ -202,24 +202,22 @@ def deploy(
     from fairq.integrations.ray.engine import EngineReplica
 
     deployment: Any = serve.deployment  # typed as a decorator; called with a class here
+
+    def shared() -> dict[str, Any]:
+        """What both deployments take (fresh each time: Serve keeps the dicts)."""
+        return {"max_ongoing_requests": max_ongoing_requests, "ray_actor_options": {"num_cpus": 0}}
+
     engine = deployment(
         EngineReplica,
         name="Engine",
         num_replicas=replicas,
-        max_ongoing_requests=max_ongoing_requests,
-        ray_actor_options={"num_cpus": 0},
         request_router_config=router_config(router, stats_period_s, **(d2lpm_options or {})),
         health_check_period_s=1.0,
         graceful_shutdown_timeout_s=2.0,
+        **shared(),
     ).bind(**(engine_options or {}))
     if ingress:
-        root = deployment(
-            Ingress,
-            name="Ingress",
-            num_replicas=ingress,
-            max_ongoing_requests=max_ongoing_requests,
-            ray_actor_options={"num_cpus": 0},
-        ).bind(engine)
+        root = deployment(Ingress, name="Ingress", num_replicas=ingress, **shared()).bind(engine)
     else:
         root = engine
     return serve.run(root, name=app, route_prefix=route_prefix)

@@ -55,9 +55,9 @@ CONFIGS: dict[str, tuple[str, str | None]] = {
 
 
 def replica_env() -> dict[str, str]:
-    """The vLLM replicas' environment: :func:`fairq.vllm.server.engine_env`
+    """The vLLM replicas' environment: :func:`fairq.enginebench.server.engine_env`
     and one OpenMP thread per engine (several engines share the cores)."""
-    from fairq.vllm.server import engine_env
+    from fairq.enginebench.server import engine_env
 
     return {**engine_env(), "OMP_NUM_THREADS": "1"}
 
@@ -88,7 +88,7 @@ def wait_ready(url: str, model_id: str, *, text: bool = False, timeout: float = 
     """Send a one-token probe (tenant ``"ready"``) until the application
     answers it; RuntimeError after ``timeout`` seconds. ``text``: the probe's
     prompt as text (for ``PrefixCacheAffinityRouter``)."""
-    from fairq.vllm.traffic import HttpRequest, send_all
+    from fairq.enginebench.traffic import HttpRequest, send_all
 
     extra = {"prompt": "t3 t4 t5"} if text else {}
     probe = HttpRequest("ready", "ready", [3, 4, 5], 1, extra=extra)
@@ -272,6 +272,55 @@ def fault_timeline(
     }
 
 
+def _replica_deltas(
+    before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Each replica's counters over the run (``after`` less ``before``) and
+    its prefix-cache hit rate."""
+    replicas = {}
+    for tag, doc in after.items():
+        b = before.get(tag, {})
+        d = {
+            k: doc[k] - b.get(k, 0)
+            for k in ("requests", "prompt_tokens", "cached_tokens", "output_tokens", "evictions")
+        }
+        d["hit_rate"] = d["cached_tokens"] / d["prompt_tokens"] if d["prompt_tokens"] else 0.0
+        replicas[tag] = d
+    return replicas
+
+
+def _fault_row(
+    killer: _Killer,
+    results: list[Any],
+    replicas: dict[str, dict[str, Any]],
+    failed: int,
+    bin_s: float,
+) -> dict[str, Any]:
+    """The ``fault`` part of a row run with ``--kill-after-s``."""
+    end = max(r.end for r in results)
+    return {
+        "killed": killer.killed,
+        "kill_at_s": killer.kill_at,
+        "replacement_ready_s": killer.ready_at,
+        "failed": failed,
+        # answered 200 with no error, but fewer tokens than asked
+        "short": sum(r.ok and not r.complete for r in results),
+        # requests the replacement served (it took traffic again)
+        "replacement_requests": (
+            replicas.get(killer.replacement, {}).get("requests") if killer.replacement else None
+        ),
+        "jain_before_kill": _jain_between(results, 0.0, killer.kill_at or 0.0),
+        "jain_after_replacement": (
+            _jain_between(results, killer.ready_at, end) if killer.ready_at else None
+        ),
+        "timeline": (
+            fault_timeline(results, killer.kill_at, killer.ready_at, bin_s)
+            if killer.kill_at is not None
+            else None
+        ),
+    }
+
+
 def run_config(
     label: str,
     model: str,
@@ -283,9 +332,9 @@ def run_config(
     from ray import serve
 
     from fairq.enginebench.ray import router_config
+    from fairq.enginebench.traffic import Metrics, send_all
     from fairq.enginebench.vllm_server import http_requests, summarize
     from fairq.integrations.ray.vllm import STATS_DIR_ENV, fairq_vllm_app, read_replica_stats
-    from fairq.vllm.traffic import Metrics, send_all
 
     router, policy = CONFIGS[label]
     stats_dir = tempfile.mkdtemp(prefix="fairq-ray-stats-")
@@ -336,15 +385,7 @@ def run_config(
     shutil.rmtree(stats_dir, ignore_errors=True)
     if state_dir:
         shutil.rmtree(state_dir, ignore_errors=True)
-    replicas = {}
-    for tag, doc in after.items():
-        b = before.get(tag, {})
-        d = {
-            k: doc[k] - b.get(k, 0)
-            for k in ("requests", "prompt_tokens", "cached_tokens", "output_tokens", "evictions")
-        }
-        d["hit_rate"] = d["cached_tokens"] / d["prompt_tokens"] if d["prompt_tokens"] else 0.0
-        replicas[tag] = d
+    replicas = _replica_deltas(before, after)
     queries = sum(r["prompt_tokens"] for r in replicas.values())
     hits = sum(r["cached_tokens"] for r in replicas.values())
     metrics_before: Metrics = {}
@@ -365,28 +406,7 @@ def run_config(
         }
     )
     if killer is not None:
-        end = max(r.end for r in results)
-        row["fault"] = {
-            "killed": killer.killed,
-            "kill_at_s": killer.kill_at,
-            "replacement_ready_s": killer.ready_at,
-            "failed": row["failed"],
-            # answered 200 with no error, but fewer tokens than asked
-            "short": sum(r.ok and not r.complete for r in results),
-            # requests the replacement served (it took traffic again)
-            "replacement_requests": (
-                replicas.get(killer.replacement, {}).get("requests") if killer.replacement else None
-            ),
-            "jain_before_kill": _jain_between(results, 0.0, killer.kill_at or 0.0),
-            "jain_after_replacement": (
-                _jain_between(results, killer.ready_at, end) if killer.ready_at else None
-            ),
-            "timeline": (
-                fault_timeline(results, killer.kill_at, killer.ready_at, args.fault_bin_s)
-                if killer.kill_at is not None
-                else None
-            ),
-        }
+        row["fault"] = _fault_row(killer, results, replicas, row["failed"], args.fault_bin_s)
     for r in ("fairq_steps", "fairq_ms_per_step", "fairq_share_of_step", "fairq_share_of_schedule"):
         row.pop(r, None)
     return row
@@ -559,12 +579,16 @@ def _runs_here() -> bool:
     return True
 
 
-def run(args: argparse.Namespace, workload: list[Any]) -> int:
-    """Entry point (from ``fairq engine-bench --engine ray-vllm``)."""
+def run(args: argparse.Namespace) -> int:
+    """Entry point (from ``fairq engine-bench --engine ray-vllm``): ``--configs``,
+    then the workload (:func:`fairq.enginebench.args.workload`), are checked
+    before any work."""
     from fairq.cliargs import UsageError
-    from fairq.vllm.server import SERVER_PYTHON_ENV, server_python, write_model
+    from fairq.enginebench.args import workload as args_workload
+    from fairq.enginebench.server import SERVER_PYTHON_ENV, server_python, write_model
 
     names = check_args(args)
+    workload = args_workload(args)
     if not _runs_here():
         py = server_python()
         if os.path.abspath(py) == os.path.abspath(sys.executable):

@@ -2,7 +2,7 @@
 (think / output) policy on vLLM's real scheduler.
 
 A reasoning workload replayed through vLLM's ``Scheduler`` in-process
-(:mod:`fairq.vllm.harness`; no model: each request samples a plain token
+(:mod:`fairq.enginebench.harness.vllm`; no model: each request samples a plain token
 until, at an output position the workload chose, the end-of-think id, then
 plain tokens again). Step times are **simulated** (``fairq.sim.model.StepModel``
 defaults: Llama-3.1-8B on an A100), not wall clock.
@@ -128,7 +128,7 @@ def reasoning_workload(
 def _scheduler(policy: str, quantum: float, engine: dict[str, int]) -> Any:
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    from fairq.vllm import harness
+    from fairq.enginebench.harness import vllm as harness
     from fairq.vllm import scheduler as fs
 
     if policy == "vllm-fcfs":
@@ -154,6 +154,37 @@ def _scheduler(policy: str, quantum: float, engine: dict[str, int]) -> Any:
     )
 
 
+def _output_window(
+    rep: Any, workload: list[Any], think: dict[str, int], tenants: list[str]
+) -> tuple[float, float, dict[str, int]]:
+    """The window while every tenant has work (from the last tenant's first
+    arrival to the first tenant's last finish) and each tenant's visible
+    (output-phase) tokens in it: ``(start, stop, {tenant: tokens})``."""
+    start = max(min(rep.arrival[r.request_id] for r in workload if r.client == t) for t in tenants)
+    stop = min(max(rep.finish[r.request_id] for r in workload if r.client == t) for t in tenants)
+    window = dict.fromkeys(tenants, 0)
+    for r in workload:
+        k = think[r.request_id]
+        visible = rep.token_times[r.request_id][k + 1 :]
+        window[r.client] += sum(1 for x in visible if start < x <= stop)
+    return start, stop, window
+
+
+def _client_row(
+    rep: Any, workload: list[Any], tenant: str, gaps: list[float], first_visible: list[float]
+) -> dict[str, float]:
+    """One tenant's part of a summary row."""
+    latencies = [
+        rep.finish[r.request_id] - rep.arrival[r.request_id] for r in workload if r.client == tenant
+    ]
+    return {
+        "output_itl_p50_ms": 1e3 * percentile(gaps, 50),
+        "output_itl_p99_ms": 1e3 * percentile(gaps, 99),
+        "first_visible_p50_s": percentile(first_visible, 50),
+        "latency_p50_s": percentile(latencies, 50),
+    }
+
+
 def reasoning_run(
     policy: str,
     workload: list[Any],
@@ -165,8 +196,8 @@ def reasoning_run(
     (default :data:`ENGINE`): the summary row (simulated seconds)."""
     import gc
 
+    from fairq.enginebench.harness import vllm as harness
     from fairq.sim.model import StepModel
-    from fairq.vllm import harness
 
     gc.collect()
     s = _scheduler(policy, quantum, {**ENGINE, **(engine or {})})
@@ -207,15 +238,7 @@ def reasoning_run(
         gaps[r.client] += [b - a for a, b in zip(times[k:-1], times[k + 1 :], strict=True)]
         if k + 1 < len(times):
             first_visible[r.client].append(times[k + 1] - rep.arrival[rid])
-    # the window while every tenant has work: from the last tenant's first
-    # arrival to the first tenant's last finish
-    start = max(min(rep.arrival[r.request_id] for r in workload if r.client == t) for t in tenants)
-    stop = min(max(rep.finish[r.request_id] for r in workload if r.client == t) for t in tenants)
-    window = dict.fromkeys(tenants, 0)
-    for r in workload:
-        k = think[r.request_id]
-        visible = rep.token_times[r.request_id][k + 1 :]
-        window[r.client] += sum(1 for x in visible if start < x <= stop)
+    start, stop, window = _output_window(rep, workload, think, tenants)
     all_gaps = [g for t in tenants for g in gaps[t]]
     well_gaps = [g for t in well for g in gaps[t]]
     dual = getattr(s, "fairq_dualphase", None)
@@ -242,22 +265,7 @@ def reasoning_run(
         "preemptions": pre,
         "forced_reservations": int(qm.get("budget_force_triggered_total", 0)),
         "reserved_ahead": int(dual.reserved_ahead_total) if dual is not None else 0,
-        "clients": {
-            t: {
-                "output_itl_p50_ms": 1e3 * percentile(gaps[t], 50),
-                "output_itl_p99_ms": 1e3 * percentile(gaps[t], 99),
-                "first_visible_p50_s": percentile(first_visible[t], 50),
-                "latency_p50_s": percentile(
-                    [
-                        rep.finish[r.request_id] - rep.arrival[r.request_id]
-                        for r in workload
-                        if r.client == t
-                    ],
-                    50,
-                ),
-            }
-            for t in tenants
-        },
+        "clients": {t: _client_row(rep, workload, t, gaps[t], first_visible[t]) for t in tenants},
     }
 
 
@@ -331,22 +339,20 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
                 file=sys.stderr,
             )
     print(summary_table(by_policy))
-    if args.json:
-        from fairq.cli import write_json
+    from fairq.enginebench.args import write_results
 
-        write_json(
-            args,
-            {
-                "command": "fairq engine-bench " + " ".join(sys.argv[2:]),
-                "engine": "vllm",
-                "workload": "reasoning",
-                "vllm": version,
-                "step_times": "simulated: fairq.sim.model.StepModel defaults",
-                "engine_limits": ENGINE,
-                "dual_phase": DUAL,
-                "seeds": seeds,
-                "results": runs,
-            },
-            indent=2,
-        )
+    write_results(
+        args,
+        {
+            "engine": "vllm",
+            "workload": "reasoning",
+            "vllm": version,
+            "step_times": "simulated: fairq.sim.model.StepModel defaults",
+            "engine_limits": ENGINE,
+            "dual_phase": DUAL,
+            "seeds": seeds,
+            "results": runs,
+        },
+        indent=2,
+    )
     return 0

@@ -14,26 +14,22 @@ The scheduler named ``fifo`` in the output is transformers' own FIFO scheduler
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairq.cli import write_json
 from fairq.enginebench.workload import (
     EngineRequest,
 )
-from fairq.engineopts import check_policy
-from fairq.integrations.transformers.fit import (
-    StepSample,
-    fit_step_time,
-)
+from fairq.engineopts import POLICIES, check_policy
+from fairq.integrations.transformers.fit import StepSample
 from fairq.integrations.transformers.model import (
     SUPPORTED_TRANSFORMERS,
     build_model,
     check_scheduler_type,
     page_size_field,
 )
+from fairq.sim.fit import fit_step_time
 from fairq.sim.metrics import jain_index, percentile
 
 
@@ -47,6 +43,40 @@ class EngineRun:
     outputs: dict[str, Any]
     wall_s: float
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _manager(model: Any, scheduler_type: str, max_new_tokens: int, limits: dict[str, Any]) -> Any:
+    """A continuous-batching manager of ``model`` (not started) with
+    ``scheduler_type``, the engine ``limits`` (page size, blocks, batch),
+    block sharing on, synchronous batching and greedy decoding with EOS
+    disabled (every request generates exactly its ``max_new_tokens``)."""
+    from transformers import ContinuousBatchingConfig, GenerationConfig
+
+    cb_config = ContinuousBatchingConfig(
+        **limits,
+        allow_block_sharing=True,
+        use_async_batching=False,
+        scheduler_type=scheduler_type,
+    )
+    gen_config = GenerationConfig(
+        do_sample=False,
+        eos_token_id=-1,
+        pad_token_id=0,
+        max_new_tokens=max_new_tokens,
+    )
+    return model.init_continuous_batching(
+        generation_config=gen_config, continuous_batching_config=cb_config
+    )
+
+
+def _check_dependencies(workload: list[EngineRequest]) -> None:
+    """ValueError naming the first request that depends on one not in
+    ``workload``."""
+    known = {r.request_id for r in workload}
+    for r in workload:
+        missing = [d for d in r.after if d not in known]
+        if missing:
+            raise ValueError(f"request {r.request_id!r} depends on unknown requests {missing}")
 
 
 def run_engine(
@@ -69,42 +99,21 @@ def run_engine(
     request generates exactly ``max_new_tokens``.
 
     Raises:
-        ValueError: unregistered ``scheduler_type``.
+        ValueError: unregistered ``scheduler_type``, or a request depends on
+            one not in ``workload``.
         RuntimeError: the running scheduler is not the requested class, or the
             engine stopped before every request finished.
     """
-    from transformers import ContinuousBatchingConfig, GenerationConfig
-
     from fairq.integrations.transformers import scheduler as fs
 
     check_scheduler_type(scheduler_type)
+    _check_dependencies(workload)
     expected = fs.SCHEDULER_MAPPING[scheduler_type]
-    page_kw: dict[str, Any] = {page_size_field(): page_size}
-    cb_config = ContinuousBatchingConfig(
-        **page_kw,
-        num_blocks=num_blocks,
-        max_batch_tokens=max_batch_tokens,
-        max_requests_per_batch=max_requests_per_batch,
-        allow_block_sharing=True,
-        use_async_batching=False,
-        scheduler_type=scheduler_type,
-    )
-    gen_config = GenerationConfig(
-        do_sample=False,
-        eos_token_id=-1,
-        pad_token_id=0,
-        max_new_tokens=max(r.max_new_tokens for r in workload),
-    )
     fs.LAST_SCHEDULER.clear()
-    manager = model.init_continuous_batching(
-        generation_config=gen_config, continuous_batching_config=cb_config
-    )
+    limits: dict[str, Any] = {page_size_field(): page_size, "num_blocks": num_blocks}
+    limits.update(max_batch_tokens=max_batch_tokens, max_requests_per_batch=max_requests_per_batch)
+    manager = _manager(model, scheduler_type, max(r.max_new_tokens for r in workload), limits)
     outputs: dict[str, Any] = {}
-    known = {r.request_id for r in workload}
-    for r in workload:
-        missing = [d for d in r.after if d not in known]
-        if missing:
-            raise ValueError(f"request {r.request_id!r} depends on unknown requests {missing}")
     independent = [r for r in workload if not r.after]
     dependent = [r for r in workload if r.after]
     ready_at: list[tuple[float, EngineRequest]] = []  # dependents whose parents finished
@@ -152,9 +161,8 @@ def run_engine(
                 dependent.remove(dep)
                 ready_at.append((time.perf_counter() + (dep.arrival if realtime else 0.0), dep))
         wall = time.perf_counter() - t0
-        sched = fs.running_scheduler(manager) or (
-            fs.LAST_SCHEDULER[-1] if fs.LAST_SCHEDULER else None
-        )
+        last = fs.LAST_SCHEDULER[-1] if fs.LAST_SCHEDULER else None
+        sched = fs.running_scheduler(manager) or last
     finally:
         manager.stop(block=True)
     if type(sched) is not expected:
@@ -270,12 +278,20 @@ def markdown(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace, names: list[str], workload: list[EngineRequest]) -> int:
-    """``fairq engine-bench --engine transformers``: replay ``workload`` under
-    each of ``names`` (``fifo``: transformers' own scheduler; the others
-    fairq's) and print the table (and JSON with ``--json``)."""
+def run(args: argparse.Namespace) -> int:
+    """``fairq engine-bench --engine transformers``: replay the workload
+    (:func:`fairq.enginebench.args.workload`) under each of ``--policies``
+    (``fifo``: transformers' own scheduler; the others fairq's) and print the
+    table (and JSON with ``--json``). Policies and workload are checked
+    before torch is needed."""
     from fairq.cliargs import need
+    from fairq.enginebench.args import policy_list, write_results
+    from fairq.enginebench.args import workload as args_workload
 
+    names = policy_list(
+        args, ("fifo", *POLICIES), "fifo: transformers' own scheduler; the others fairq's"
+    )
+    workload = args_workload(args)
     need("engine", what="--engine transformers", modules=("torch", "transformers"))
     try:
         import torch
@@ -339,17 +355,15 @@ def run(args: argparse.Namespace, names: list[str], workload: list[EngineRequest
             f"+ {fit.c_decode:.4g}*batch_size + {fit.c_kv:.4g}*kv_tokens_read  (seconds)\n"
             f"simulator calibrated to this engine: fairq simulate {fit.simulate_args()}"
         )
-    if args.json:
-        payload = {
-            "command": "fairq engine-bench " + " ".join(sys.argv[2:]),
-            "model": args.model,
-            "params": n_params,
-            "device": device,
-            "machine": machine,
-            "results": results,
-            "step_time_fit": fit.as_dict() if fit else None,
-        }
-        write_json(args, payload, indent=2)
-        if args.json != "-":
-            print(f"wrote {args.json}")
+    payload = {
+        "model": args.model,
+        "params": n_params,
+        "device": device,
+        "machine": machine,
+        "results": results,
+        "step_time_fit": fit.as_dict() if fit else None,
+    }
+    write_results(args, payload, indent=2)
+    if args.json and args.json != "-":
+        print(f"wrote {args.json}")
     return 0

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fairq.sim.engine import LOCAL_POLICIES, MEMORY_MODELS, SimConfig, Simulator, simulate
+from fairq.sim.config import LOCAL_POLICIES, MEMORY_MODELS, SimConfig
+from fairq.sim.engine import Simulator, simulate
 from fairq.sim.metrics import (
     deprecated_name,
     jain_index,

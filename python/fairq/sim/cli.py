@@ -28,7 +28,7 @@ from fairq.cliargs import (
     positive,
     read_trace,
 )
-from fairq.sim.engine import LOCAL_POLICIES, MEMORY_MODELS
+from fairq.sim.config import LOCAL_POLICIES, MEMORY_MODELS
 from fairq.sim.model import PRESETS
 from fairq.sim.runner import (
     DEFAULT_PRESET,

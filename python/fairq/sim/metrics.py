@@ -170,23 +170,10 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q))
 
 
-def summarize(sim: Simulator) -> dict[str, Any]:
-    """All metrics of a finished simulation as a JSON-ready dict."""
-    wl = sim.workload
-    reqs = wl.requests
-    done = [r for r in reqs if r.rid in sim.finish]
-    makespan = max(sim.finish.values()) if sim.finish else 0.0
-    in_tok = sum(r.input_len for r in done)
-    out_tok = sum(r.output_len for r in done)
-    svc = in_tok + 2 * out_tok
-    good = set(wl.well_behaved) or set(wl.clients)
-    e2e = [sim.finish[r.rid] - sim.arrival[r.rid] for r in done if r.client in good]
-    ttft = [
-        sim.first_token[r.rid] - sim.arrival[r.rid]
-        for r in reqs
-        if r.client in good and r.rid in sim.first_token
-    ]
-    # programs
+def _program_latencies(sim: Simulator, good: set[str]) -> list[float]:
+    """End-to-end latency of every finished program (a request alone is its
+    own program) of a client in ``good``: first arrival to last finish."""
+    reqs = sim.workload.requests
     prog_start: dict[int, float] = {}
     prog_end: dict[int, float] = {}
     prog_client: dict[int, str] = {}
@@ -206,7 +193,13 @@ def summarize(sim: Simulator) -> dict[str, Any]:
         for p in prog_end
         if prog_done.get(p) and prog_client[p] in good and p in prog_start
     ]
-    # Jain over the all-active window
+    return prog_lat
+
+
+def _window_fairness(sim: Simulator) -> dict[str, float]:
+    """Jain's index of the service (and of the actual cost) over the
+    intervals that start with every client backlogged, its length, Jain's
+    index on demand and the largest backlogged gap (service, cost)."""
     ts = np.asarray(sim.samples_t)
     serv = np.asarray(sim.samples_service)
     act = np.asarray(sim.samples_actual)
@@ -227,6 +220,34 @@ def summarize(sim: Simulator) -> dict[str, Any]:
     jain_d = jain_on_demand(serv, back) if len(ts) > 1 else float("nan")
     gap = max_backlogged_gap(serv, back) if len(ts) else 0.0
     gap_actual = max_backlogged_gap(act, back) if len(ts) else 0.0
+    return {
+        "jain_client": jain_v,
+        "jain_cost": jain_a,
+        "jain_demand": jain_d,
+        "jain_window_s": window,
+        "max_gap_client": gap,
+        "max_gap_cost": gap_actual,
+    }
+
+
+def summarize(sim: Simulator) -> dict[str, Any]:
+    """All metrics of a finished simulation as a JSON-ready dict."""
+    wl = sim.workload
+    reqs = wl.requests
+    done = [r for r in reqs if r.rid in sim.finish]
+    makespan = max(sim.finish.values()) if sim.finish else 0.0
+    in_tok = sum(r.input_len for r in done)
+    out_tok = sum(r.output_len for r in done)
+    svc = in_tok + 2 * out_tok
+    good = set(wl.well_behaved) or set(wl.clients)
+    e2e = [sim.finish[r.rid] - sim.arrival[r.rid] for r in done if r.client in good]
+    ttft = [
+        sim.first_token[r.rid] - sim.arrival[r.rid]
+        for r in reqs
+        if r.client in good and r.rid in sim.first_token
+    ]
+    prog_lat = _program_latencies(sim, good)
+    fair = _window_fairness(sim)
     per_client = {
         c: {
             "service": float(sim.service[i]),
@@ -254,12 +275,12 @@ def summarize(sim: Simulator) -> dict[str, Any]:
         "tokens_per_s": (in_tok + out_tok) / makespan if makespan else 0.0,
         "requests_per_s": len(done) / makespan if makespan else 0.0,
         "cache_hit": sim.cached_tokens / sim.input_tokens if sim.input_tokens else 0.0,
-        "jain_client": jain_v,
-        "jain_cost": jain_a,
-        "jain_demand": jain_d,
-        "jain_window_s": window,
-        "max_gap_client": gap,
-        "max_gap_cost": gap_actual,
+        "jain_client": fair["jain_client"],
+        "jain_cost": fair["jain_cost"],
+        "jain_demand": fair["jain_demand"],
+        "jain_window_s": fair["jain_window_s"],
+        "max_gap_client": fair["max_gap_client"],
+        "max_gap_cost": fair["max_gap_cost"],
         "e2e_p50_s": percentile(e2e, 50),
         "e2e_p99_s": percentile(e2e, 99),
         "ttft_p50_s": percentile(ttft, 50),

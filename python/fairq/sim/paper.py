@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from fairq.sim.engine import SimConfig
+from fairq.sim.config import SimConfig
 from fairq.sim.model import StepModel
 from fairq.sim.runner import Run, WorkloadSpec, execute
 

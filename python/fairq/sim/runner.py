@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from fairq.sim.engine import LOCAL_POLICIES, SimConfig, Simulator
+from fairq.sim.config import LOCAL_POLICIES, SimConfig
+from fairq.sim.engine import Simulator
 from fairq.sim.metrics import service_over_time, summarize
 from fairq.sim.model import StepModel
 from fairq.sim.workloads import Workload, make_workload

@@ -234,6 +234,71 @@ class Replay:
         return self.prefix_hits / self.prefix_queries if self.prefix_queries else 0.0
 
 
+def _charge_prompts(
+    scheduler: Any,
+    out: Any,
+    tenant: dict[str, str],
+    served: dict[str, float],
+    cost: dict[str, float],
+    high: dict[str, int],
+    w_e: float,
+) -> tuple[int, int, int]:
+    """One step's shape ``(prefill tokens, decoding requests, KV tokens they
+    read)``; charges each tenant's service ``w_e`` per prompt position
+    computed for the first time (``high``: the highest position computed per
+    request) and its cost ``w_e`` per prompt position at its first
+    admission."""
+    prefill = decode = kv = 0
+    for rid, n in out.num_scheduled_tokens.items():
+        r = scheduler.requests[rid]
+        before = r.num_computed_tokens - n
+        if before < r.num_prompt_tokens:
+            prefill += n
+            if rid not in high:
+                cost[tenant[rid]] += w_e * r.num_prompt_tokens
+                high[rid] = 0
+            end = min(before + n, r.num_prompt_tokens)
+            first = end - max(before, high.get(rid, 0))
+            if first > 0:
+                served[tenant[rid]] += w_e * first
+                high[rid] = end
+        else:
+            decode += 1
+            kv += r.num_computed_tokens
+    return prefill, decode, kv
+
+
+def _record_outputs(
+    rep: Replay,
+    engine_outputs: Any,
+    served: dict[str, float],
+    cost: dict[str, float],
+    w_q: float,
+    token_times: bool,
+) -> None:
+    """What ``update_from_output`` returned, into ``rep``: prefix-cache
+    stats, first tokens, output tokens (``w_q`` each to the tenant's service
+    and cost), their times with ``token_times``, finishes."""
+    for o in engine_outputs.values():
+        stats = getattr(o, "scheduler_stats", None)
+        pcs = getattr(stats, "prefix_cache_stats", None)
+        if pcs is not None:
+            rep.prefix_queries += pcs.queries
+            rep.prefix_hits += pcs.hits
+        for ro in o.outputs:
+            rid = ro.request_id
+            if ro.new_token_ids:
+                rep.first_token.setdefault(rid, rep.clock)
+                rep.output_tokens += len(ro.new_token_ids)
+                served[rep.tenant[rid]] += w_q * len(ro.new_token_ids)
+                cost[rep.tenant[rid]] += w_q * len(ro.new_token_ids)
+                if token_times:
+                    rep.token_times.setdefault(rid, []).extend([rep.clock] * len(ro.new_token_ids))
+            if ro.finish_reason is not None:
+                rep.finish[rid] = rep.clock
+                rep.finished_count[rid] = rep.finished_count.get(rid, 0) + 1
+
+
 def replay(
     scheduler: Any,
     workload: Sequence[Any],
@@ -293,23 +358,7 @@ def replay(
         t0 = time.perf_counter()
         out = scheduler.schedule()
         t1 = time.perf_counter()
-        prefill = decode = kv = 0
-        for rid, n in out.num_scheduled_tokens.items():
-            r = scheduler.requests[rid]
-            before = r.num_computed_tokens - n
-            if before < r.num_prompt_tokens:
-                prefill += n
-                if rid not in high:
-                    cost[rep.tenant[rid]] += w_e * r.num_prompt_tokens
-                    high[rid] = 0
-                end = min(before + n, r.num_prompt_tokens)
-                first = end - max(before, high.get(rid, 0))
-                if first > 0:
-                    served[rep.tenant[rid]] += w_e * first
-                    high[rid] = end
-            else:
-                decode += 1
-                kv += r.num_computed_tokens
+        prefill, decode, kv = _charge_prompts(scheduler, out, rep.tenant, served, cost, high, w_e)
         mro = model_output(scheduler, out, tokens=tokens)
         rep.clock += step_model.step_time(prefill, decode, kv)
         t2 = time.perf_counter()
@@ -318,26 +367,7 @@ def replay(
         rep.schedule_s += t1 - t0
         rep.update_s += t3 - t2
         rep.steps += 1
-        for o in eco.values():
-            stats = getattr(o, "scheduler_stats", None)
-            pcs = getattr(stats, "prefix_cache_stats", None)
-            if pcs is not None:
-                rep.prefix_queries += pcs.queries
-                rep.prefix_hits += pcs.hits
-            for ro in o.outputs:
-                rid = ro.request_id
-                if ro.new_token_ids:
-                    rep.first_token.setdefault(rid, rep.clock)
-                    rep.output_tokens += len(ro.new_token_ids)
-                    served[rep.tenant[rid]] += w_q * len(ro.new_token_ids)
-                    cost[rep.tenant[rid]] += w_q * len(ro.new_token_ids)
-                    if token_times:
-                        rep.token_times.setdefault(rid, []).extend(
-                            [rep.clock] * len(ro.new_token_ids)
-                        )
-                if ro.finish_reason is not None:
-                    rep.finish[rid] = rep.clock
-                    rep.finished_count[rid] = rep.finished_count.get(rid, 0) + 1
+        _record_outputs(rep, eco, served, cost, w_q, token_times)
         waiting: dict[str, int] = dict.fromkeys(tenants, 0)
         for r in getattr(scheduler, "waiting", []):
             t = rep.tenant.get(r.request_id)

@@ -1,0 +1,79 @@
+"""What the simulator runs (:class:`SimConfig`): workers, the local policy
+(:data:`LOCAL_POLICIES`), the dispatcher, the KV memory model
+(:data:`MEMORY_MODELS`, described in :mod:`fairq.sim.engine`) and the step
+model. :mod:`fairq.sim.engine` runs it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fairq.dispatch import LABELS
+from fairq.sched import POLICIES, VARIANTS, policy_name
+from fairq.sim.model import StepModel
+
+__all__ = ["LOCAL_LABELS", "LOCAL_POLICIES", "MEMORY_MODELS", "SimConfig", "base_policy"]
+
+#: Local policies the simulator runs: fairq's four and the named engine
+#: variants (``lpm-sglang``: LPM as SGLang runs it; ``preble-local``: Preble's
+#: multi-level priority wait queue over LPM's prefix matches).
+LOCAL_POLICIES = (*POLICIES, *VARIANTS)
+
+#: KV memory models of :class:`SimConfig` (:mod:`fairq.sim.engine`'s docs, "Memory").
+MEMORY_MODELS = ("estimate", "oracle")
+
+#: How a local policy reads in results.
+LOCAL_LABELS = {"lpm-sglang": "LPM-SGLang", "preble-local": "Preble-local"}
+
+
+def base_policy(name: str) -> str:
+    """The fairq policy behind a :data:`LOCAL_POLICIES` name (``lpm-sglang``
+    -> ``lpm``); ValueError naming the known ones for anything else."""
+    key = name.strip().lower() if isinstance(name, str) else name
+    if key in VARIANTS:
+        return VARIANTS[key][0]
+    try:
+        return policy_name(name)
+    except ValueError:
+        raise ValueError(
+            f"policy must be one of {', '.join(LOCAL_POLICIES)}; got {name!r}"
+        ) from None
+
+
+@dataclass
+class SimConfig:
+    """What to simulate: workers, local policy, dispatcher and knobs."""
+
+    workers: int = 1
+    policy: str = "dlpm"
+    dispatcher: str | None = None  # None with 1 worker; else a fairq.dispatch name
+    user_quantum: float = 2000.0  # DLPM's Q_u
+    worker_quantum: float = 20000.0  # D2LPM's Q_w
+    w_e: float = 1.0
+    w_q: float = 2.0
+    model: StepModel = field(default_factory=StepModel)
+    max_time: float = 36_000.0  # simulated seconds before giving up
+    #: KV memory model (fairq.sim.engine's docs, "Memory"): "estimate" (output lengths
+    #: unknown to the engine: SGLang's new-token-ratio reservation, retraction
+    #: and recomputation) or "oracle" (each request's whole output reserved
+    #: at admission, as fairq's simulator did before; the pool may overcommit)
+    memory: str = "estimate"
+    #: "estimate": the max_new_tokens every request carries (None: the
+    #: workload's longest output, as a client sets max_tokens to cover its
+    #: task); at least every request's output length
+    max_new_tokens: int | None = None
+    #: check at every step that the KV pool is not exceeded (tests)
+    validate: bool = False
+
+    def __post_init__(self) -> None:
+        if self.memory not in MEMORY_MODELS:
+            raise ValueError(
+                f"memory must be one of {', '.join(MEMORY_MODELS)}; got {self.memory!r}"
+            )
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens!r}")
+
+    def label(self) -> str:
+        local = LOCAL_LABELS.get(self.policy, self.policy.upper())
+        if self.workers == 1 or not self.dispatcher:
+            return local
+        return f"{LABELS.get(self.dispatcher, self.dispatcher)}+{local}"
