@@ -1,4 +1,4 @@
-"""fairq.integrations.ray.kvevents.BlockChains: vLLM's KV-cache events as
+"""fairq.ray.kvevents.BlockChains: vLLM's KV-cache events as
 token-prefix evictions (no vLLM or ZMQ needed)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairq.integrations.ray.kvevents import BlockChains
+from fairq.ray.kvevents import BlockChains
 
 
 @dataclass

@@ -36,7 +36,7 @@ from ray.serve._private.test_utils import (  # noqa: E402
 )
 
 import fairq  # noqa: E402
-from fairq.integrations.ray import (  # noqa: E402
+from fairq.ray import (  # noqa: E402
     ReplicaFeedback,
     RouterOptions,
     default_tenant,
@@ -44,7 +44,7 @@ from fairq.integrations.ray import (  # noqa: E402
     fairq_router_config,
     text_to_pseudo_tokens,
 )
-from fairq.integrations.ray.router import FairqD2LPMRouter  # noqa: E402
+from fairq.ray.router import FairqD2LPMRouter  # noqa: E402
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:

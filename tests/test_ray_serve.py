@@ -2,7 +2,7 @@
 
 One local Ray cluster (loopback, 2 CPUs) for the module, shut down at the end.
 The engine replicas run transformers' continuous batching with ``fairq-dlpm``
-on a tiny random-weight model (fairq.integrations.ray.engine). Every wait is
+on a tiny random-weight model (fairq.ray.engine). Every wait is
 bounded. Run with:  python -m pytest -m ray tests/test_ray_serve.py
 Needs fairq[ray] and fairq[engine]; skipped otherwise.
 """
@@ -27,7 +27,7 @@ from ray import serve  # noqa: E402
 
 from fairq.enginebench import ray as bench  # noqa: E402
 from fairq.enginebench.ray import BenchRequest  # noqa: E402
-from fairq.integrations.ray.router import FairqD2LPMRouter  # noqa: E402
+from fairq.ray.router import FairqD2LPMRouter  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.engine]
 

@@ -61,8 +61,8 @@ def served() -> Any:
     from fairq.enginebench.traffic import send_all
     from fairq.enginebench.vllm_server import http_requests
     from fairq.enginebench.workload import multi_client_workload
-    from fairq.integrations.ray import fairq_router_config
-    from fairq.integrations.ray.vllm import STATS_DIR_ENV, fairq_vllm_app, read_replica_stats
+    from fairq.ray import fairq_router_config
+    from fairq.ray.vllm import STATS_DIR_ENV, fairq_vllm_app, read_replica_stats
 
     tmp = tempfile.mkdtemp(prefix="fairq-test-ray-vllm-")
     stats = os.path.join(tmp, "stats")
@@ -168,8 +168,8 @@ def test_ingress_affinity_puts_the_session_router_on_the_ingress() -> None:
     """``ingress_affinity=True``: Serve's proxy routes to the ingress
     replicas with Ray's session router (one router per tenant when the client
     sends its tenant as ``x-session-id``); the LLM deployment keeps D2LPM."""
-    from fairq.integrations.ray import ROUTER_PATH
-    from fairq.integrations.ray.vllm import SESSION_ROUTER_CLS, fairq_vllm_app
+    from fairq.ray import ROUTER_PATH
+    from fairq.ray.vllm import SESSION_ROUTER_CLS, fairq_vllm_app
 
     app = fairq_vllm_app("/unused", num_replicas=2, ingress_replicas=2, ingress_affinity=True)
     ingress = app._bound_deployment

@@ -1,7 +1,7 @@
 """``fairq ray-bench``: D2LPM vs Ray Serve's own routers on a local Ray cluster.
 
 Starts a local Ray cluster bound to loopback, deploys ``N`` replicas of
-:class:`~fairq.integrations.ray.engine.EngineReplica` (transformers continuous
+:class:`~fairq.ray.engine.EngineReplica` (transformers continuous
 batching with ``fairq-dlpm`` on a random-weight model, CPU by default) once per
 router, replays the same multi-tenant workload through a real
 ``DeploymentHandle`` and reports, per router: per-tenant service and Jain's
@@ -153,7 +153,7 @@ def router_config(name: str, stats_period_s: float = 0.5, **d2lpm_options: Any) 
     """The ``RequestRouterConfig`` of a router by short name (see :data:`ROUTERS`)."""
     from ray.serve.config import RequestRouterConfig
 
-    from fairq.integrations.ray import fairq_router_config
+    from fairq.ray import fairq_router_config
 
     if name == "d2lpm":
         return fairq_router_config(request_routing_stats_period_s=stats_period_s, **d2lpm_options)
@@ -199,7 +199,7 @@ def deploy(
     by ``router``; returns the app's handle once every replica is up."""
     from ray import serve
 
-    from fairq.integrations.ray.engine import EngineReplica
+    from fairq.ray.engine import EngineReplica
 
     deployment: Any = serve.deployment  # typed as a decorator; called with a class here
 

@@ -1,8 +1,8 @@
 """``fairq engine-bench --engine ray-vllm``: vLLM replicas on Ray Serve behind a router.
 
 Starts a local Ray cluster (loopback), deploys ``--replicas`` vLLM replicas
-with ``ray.serve.llm`` (:func:`fairq.integrations.ray.vllm.fairq_vllm_app`:
-its OpenAI ingress, :class:`~fairq.integrations.ray.vllm.FairqLLMServer`
+with ``ray.serve.llm`` (:func:`fairq.ray.vllm.fairq_vllm_app`:
+its OpenAI ingress, :class:`~fairq.ray.vllm.FairqLLMServer`
 replicas reporting finishes and KV evictions from vLLM itself), once per
 configuration, and replays the engine benches' workload over HTTP with a
 real client, in real wall-clock time. Configurations (``--configs``):
@@ -136,7 +136,7 @@ class _Killer:
     def _run(self) -> None:
         import ray
 
-        from fairq.integrations.ray.vllm import read_replica_stats
+        from fairq.ray.vllm import read_replica_stats
 
         time.sleep(self.after_s)
         names = _replica_actors()
@@ -334,7 +334,7 @@ def run_config(
     from fairq.enginebench.ray import router_config
     from fairq.enginebench.traffic import Metrics, send_all
     from fairq.enginebench.vllm_server import http_requests, summarize
-    from fairq.integrations.ray.vllm import STATS_DIR_ENV, fairq_vllm_app, read_replica_stats
+    from fairq.ray.vllm import STATS_DIR_ENV, fairq_vllm_app, read_replica_stats
 
     router, policy = CONFIGS[label]
     stats_dir = tempfile.mkdtemp(prefix="fairq-ray-stats-")

@@ -177,7 +177,7 @@ def engine_env() -> dict[str, str]:
     downloaded), no usage stats, and the CPU build's KV-cache size (1 GiB)
     and thread binding (none: a shared machine) unless already set. Used by
     :class:`VllmServer` and by the Ray Serve replicas of
-    :mod:`fairq.integrations.ray.vllm`'s bench and tests."""
+    :mod:`fairq.ray.vllm`'s bench and tests."""
     return {
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",

@@ -9,11 +9,11 @@ pieces fairq uses work unchanged with 0.32, see docs/USAGE.md). fairq adds:
 * inside each replica, vLLM's ``scheduler_cls`` is fairq's scheduler
   (``FAIRQ_VLLM_POLICY``, default ``dlpm``; ``None``: vLLM's own FCFS);
 * in front, the LLM deployment's request router is
-  :class:`~fairq.integrations.ray.router.FairqD2LPMRouter` (or any other
+  :class:`~fairq.ray.router.FairqD2LPMRouter` (or any other
   ``RequestRouterConfig``);
 * :class:`FairqLLMServer`, the ``LLMServer`` subclass each replica runs,
   reports to the routers what only the engine knows (through
-  :class:`~fairq.integrations.ray.feedback.ReplicaFeedback` and Serve's
+  :class:`~fairq.ray.feedback.ReplicaFeedback` and Serve's
   routing-stats hook):
 
   - **finishes** from the engine's own outputs: it wraps the engine client's
@@ -21,7 +21,7 @@ pieces fairq uses work unchanged with 0.32, see docs/USAGE.md). fairq adds:
     output tokens vLLM generated for it (also when the client went away);
   - **evictions** from vLLM's KV-cache events: the engine publishes them
     (``kv_events_config``, a ZMQ ``ipc://`` socket private to the replica)
-    and :class:`~fairq.integrations.ray.kvevents.KVEventListener` turns each
+    and :class:`~fairq.ray.kvevents.KVEventListener` turns each
     evicted block into the token prefix it ended.
 
   It also keeps per-replica counters (requests, prompt tokens, cached prompt
@@ -34,7 +34,7 @@ pieces fairq uses work unchanged with 0.32, see docs/USAGE.md). fairq adds:
 For eviction feedback to line up with the router's prefix tree, the router
 must see the token ids the engine caches: send prompts as token ids
 (``/v1/completions`` with ``"prompt": [ids]``). Text prompts route on
-pseudo-tokens (:mod:`fairq.integrations.ray.extract`), which the engine's
+pseudo-tokens (:mod:`fairq.ray.extract`), which the engine's
 events do not name; their evictions are then missed and affinity can stay
 on a replica that lost the prefix until the tenant's deficit moves it.
 """
@@ -53,8 +53,8 @@ from typing import Any
 
 from ray.serve.llm import LLMConfig, LLMServer
 
-from fairq.integrations.ray.feedback import ReplicaFeedback, current_request_id
-from fairq.integrations.ray.kvevents import KVEventListener
+from fairq.ray.feedback import ReplicaFeedback, current_request_id
+from fairq.ray.kvevents import KVEventListener
 
 logger = logging.getLogger("ray.serve")
 
@@ -275,7 +275,7 @@ def fairq_vllm_app(
     ``lpm``, ``fcfs``...; ``None``: vLLM's own scheduler) with
     ``fairq_options`` (``FAIRQ_VLLM_OPTIONS``). ``router_config``: the LLM
     deployment's ``RequestRouterConfig`` (default: fairq's D2LPM with its
-    default options; see :func:`fairq.integrations.ray.fairq_router_config`).
+    default options; see :func:`fairq.ray.fairq_router_config`).
     ``engine_kwargs``: more vLLM engine arguments. ``env``: more environment
     for the replicas. ``state_dir``: each replica saves its fairness state
     there and a replacement replica loads it (``FAIRQ_RAY_STATE_DIR``).
@@ -293,7 +293,7 @@ def fairq_vllm_app(
     """
     from ray.serve.llm import build_openai_app
 
-    from fairq.integrations.ray import fairq_router_config
+    from fairq.ray import fairq_router_config
 
     if router_config is None:
         router_config = fairq_router_config()

@@ -33,8 +33,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from fairq.integrations.ray.extract import default_tenant
-from fairq.integrations.ray.feedback import ReplicaFeedback, current_request_id
+from fairq.ray.extract import default_tenant
+from fairq.ray.feedback import ReplicaFeedback, current_request_id
 
 
 def _as_dict(body: Any) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 Quick start::
 
     from ray import serve
-    from fairq.integrations.ray import ReplicaFeedback, fairq_router_config
+    from fairq.ray import ReplicaFeedback, fairq_router_config
 
     @serve.deployment(
         num_replicas=4,
@@ -39,17 +39,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from fairq.integrations.ray.extract import (
+from fairq.ray.extract import (
     PAGE_BYTES,
     default_tenant,
     default_tokens,
     text_to_pseudo_tokens,
 )
-from fairq.integrations.ray.feedback import FEEDBACK_KEY, ReplicaFeedback
-from fairq.integrations.ray.options import RouterOptions
+from fairq.ray.feedback import FEEDBACK_KEY, ReplicaFeedback
+from fairq.ray.options import RouterOptions
 
 #: The router class as Ray's ``request_router_class`` import path.
-ROUTER_PATH = "fairq.integrations.ray.router:FairqD2LPMRouter"
+ROUTER_PATH = "fairq.ray.router:FairqD2LPMRouter"
 
 __all__ = [
     "FEEDBACK_KEY",
@@ -86,7 +86,7 @@ def fairq_router_config(*, request_routing_stats_period_s: float = 1.0, **option
 
 def __getattr__(name: str) -> Any:
     if name == "FairqD2LPMRouter":
-        from fairq.integrations.ray.router import FairqD2LPMRouter
+        from fairq.ray.router import FairqD2LPMRouter
 
         globals()[name] = FairqD2LPMRouter
         return FairqD2LPMRouter

@@ -18,7 +18,7 @@ through its parent). The map holds at most the engine's number of KV blocks.
 :class:`KVEventListener` subscribes to the engine's endpoint in a daemon
 thread, decodes the batches with vLLM's own types and feeds
 :class:`BlockChains`; each eviction goes to a callback (the replica's
-:class:`~fairq.integrations.ray.feedback.ReplicaFeedback`). Only the
+:class:`~fairq.ray.feedback.ReplicaFeedback`). Only the
 listener imports ZMQ and vLLM.
 """
 

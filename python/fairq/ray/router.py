@@ -10,7 +10,7 @@ core's ``fairq.D2LPM``; this class only maps Ray's lifecycle onto it:
   global prefix tree and resets every tenant's deficit there, so routing
   never waits on, or keeps affinity to, a replica that is gone;
 * ``choose_replicas``: the tenant and prompt tokens come from the extractors
-  (:mod:`fairq.integrations.ray.extract`); ``D2LPM.dispatch_among`` picks a
+  (:mod:`fairq.ray.extract`); ``D2LPM.dispatch_among`` picks a
   replica among the live ones and records the dispatch at once (so requests
   routed in the same burst see each other's charges). The pick is rank 0;
   with ``spill`` the other replicas form rank 1, which Ray's selection uses
@@ -21,7 +21,7 @@ core's ``fairq.D2LPM``; this class only maps Ray's lifecycle onto it:
   (``withdraw`` + ``dispatch_among([that replica])``);
 * ``on_request_completed``: ``on_finish(request, 0)`` frees the replica's queue
   slot; the output tokens arrive from the replica through the routing-stats
-  hook (:mod:`fairq.integrations.ray.feedback`) and are charged with
+  hook (:mod:`fairq.ray.feedback`) and are charged with
   ``charge_output``; KV-cache evictions reported there go to ``on_evict``;
 * a request cancelled before it was routed is withdrawn (its charge refunded).
 
@@ -48,8 +48,8 @@ from ray.serve.request_router import (
 )
 
 import fairq
-from fairq.integrations.ray.extract import EMPTY, default_tenant, default_tokens
-from fairq.integrations.ray.options import RouterOptions
+from fairq.ray.extract import EMPTY, default_tenant, default_tokens
+from fairq.ray.options import RouterOptions
 
 logger = logging.getLogger("ray.serve")
 
@@ -72,11 +72,11 @@ class _Request:
 class FairqD2LPMRouter(RequestRouter):
     """Ray Serve request router running D2LPM from fairq's Rust core.
 
-    Configure it with :func:`fairq.integrations.ray.fairq_router_config`
+    Configure it with :func:`fairq.ray.fairq_router_config`
     (which validates the options in the caller's process) or directly::
 
         RequestRouterConfig(
-            request_router_class="fairq.integrations.ray:FairqD2LPMRouter",
+            request_router_class="fairq.ray:FairqD2LPMRouter",
             request_router_kwargs={"worker_quantum": 4096},
             request_routing_stats_period_s=1.0,
         )

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import fairq
-from fairq.integrations.ray.extract import TenantExtractor, TokensExtractor
-from fairq.integrations.ray.feedback import FEEDBACK_KEY
+from fairq.ray.extract import TenantExtractor, TokensExtractor
+from fairq.ray.feedback import FEEDBACK_KEY
 
 
 def _load(field: str, spec: Any) -> Callable[..., Any] | None:
@@ -42,7 +42,7 @@ class RouterOptions:
         default_tenant: tenant of a request the extractor finds none for.
         tenant_header: HTTP header read for the tenant of proxy requests.
         tenant_extractor: ``(args, kwargs) -> str``, or ``"module:attr"``;
-            None: :func:`fairq.integrations.ray.extract.default_tenant`.
+            None: :func:`fairq.ray.extract.default_tenant`.
         tokens_extractor: ``(args, kwargs) -> token ids``, or
             ``"module:attr"``; None: ``default_tokens``.
         spill: when the D2LPM choice cannot take the request now (its queue is
