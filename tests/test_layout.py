@@ -39,7 +39,7 @@ ALLOWED_EDGES: frozenset[tuple[str, str]] = frozenset(
 
 #: The engine integrations: they translate an engine's events to fairq's
 #: core and import neither the benches nor the simulator.
-INTEGRATIONS = ("fairq.vllm", "fairq.sglang", "fairq.integrations")
+INTEGRATIONS = ("fairq.vllm", "fairq.sglang", "fairq.ray", "fairq.integrations")
 BENCH_AND_SIM = ("fairq.enginebench", "fairq.sim", "fairq.bench", "fairq.benchmarks", "fairq.soak")
 
 
