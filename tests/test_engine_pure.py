@@ -1,4 +1,5 @@
-"""Pure-Python parts of the engine integration (no torch / transformers needed)."""
+"""Pure-Python parts of the engine integration and of its bench (no torch /
+transformers needed)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fairq.enginebench.workload import multi_client_workload
 from fairq.integrations.transformers import (
     POLICIES,
     ClientResolver,
     StepSample,
     check_policy,
-    fit_step_time,
-    jain_index,
-    multi_client_workload,
-    percentile,
     policy_options,
 )
+from fairq.sim.fit import fit_step_time
+from fairq.sim.metrics import jain_index, percentile
 
 # ----------------------------------------------------------------- clients
 

@@ -57,12 +57,12 @@ def served() -> Any:
 
     from fairq.enginebench.ray import local_cluster
     from fairq.enginebench.ray_vllm import replica_env, wait_ready
+    from fairq.enginebench.server import write_model
+    from fairq.enginebench.traffic import send_all
     from fairq.enginebench.vllm_server import http_requests
     from fairq.enginebench.workload import multi_client_workload
     from fairq.integrations.ray import fairq_router_config
     from fairq.integrations.ray.vllm import STATS_DIR_ENV, fairq_vllm_app, read_replica_stats
-    from fairq.vllm.server import write_model
-    from fairq.vllm.traffic import send_all
 
     tmp = tempfile.mkdtemp(prefix="fairq-test-ray-vllm-")
     stats = os.path.join(tmp, "stats")

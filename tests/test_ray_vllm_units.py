@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fairq.enginebench.ray_vllm import fault_timeline
-from fairq.vllm.traffic import HttpRequest, HttpResult
+from fairq.enginebench.traffic import HttpRequest, HttpResult
 
 
 def _result(tenant: str, sent: float, times: list[float], cached: int = 0) -> HttpResult:

@@ -5,7 +5,7 @@ where SGLang is not importable. Covered: SGLang's own ``SchedulePolicy``
 (its ``lpm`` as the baseline, fairq's subclass), ``PrefillAdder`` (real
 budgets, chunked prefill, locks), ``RadixCache`` over a CPU
 ``TokenToKVPoolAllocator``, and ``Req`` (retraction via ``reset_for_retract``),
-driven step by step by :class:`fairq.sglang.harness.Engine` with outputs the
+driven step by step by :class:`fairq.enginebench.harness.sglang.Engine` with outputs the
 test makes. Not covered: SGLang's ``Scheduler`` class itself (building it
 needs a model runner), overlap scheduling, mixed chunks, LoRA, hicache.
 """
@@ -33,7 +33,7 @@ except ImportError as e:  # pragma: no cover - depends on the venv
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairq.sglang.harness import (
+from fairq.enginebench.harness.sglang import (
     Engine,
     contention,
     greedy_workload,

@@ -18,7 +18,7 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the venv
     pytest.skip(f"SGLang 0.5.23 is not importable here ({e})", allow_module_level=True)
 
-from fairq.sglang.harness import publish_server_args
+from fairq.enginebench.harness.sglang import publish_server_args
 
 
 def _tokenized(cls: type, rid: str) -> object:

@@ -23,7 +23,7 @@ except ImportError as e:  # pragma: no cover - depends on the venv
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairq.sglang.harness import Engine, publish_server_args
+from fairq.enginebench.harness.sglang import Engine, publish_server_args
 from fairq.sglang.queue import TrackedAttribute, WaitingList
 
 POLICIES = ["fairq-fcfs", "fairq-lpm", "fairq-vtc", "fairq-dlpm"]

@@ -1,7 +1,7 @@
 """The dual-phase (think / output) policy inside vLLM's real scheduler (issue 24).
 
 vLLM's own ``Scheduler`` / ``AsyncScheduler`` subclasses from
-``fairq.vllm.scheduler`` over a local model config (``fairq.vllm.harness``);
+``fairq.vllm.scheduler`` over a local model config (``fairq.enginebench.harness.vllm``);
 the test builds each step's model output and decides which request emits the
 end-of-think token when. Skipped without vLLM 0.32 or 0.33.
 """
@@ -18,7 +18,7 @@ from reference.vllm import require_tested_vllm
 
 vllm = require_tested_vllm()
 
-from fairq.vllm import harness  # noqa: E402, I001
+from fairq.enginebench.harness import vllm as harness  # noqa: E402, I001
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
 
 from fairq.vllm import scheduler as fsched  # noqa: E402

@@ -3,7 +3,7 @@
 Builds vLLM's own ``Scheduler`` / ``AsyncScheduler`` subclasses from
 ``fairq.vllm.scheduler`` over a local model config (no hub, no weights) and
 drives ``schedule()`` / ``update_from_output()`` for hundreds of steps with
-model-runner outputs the test builds (``fairq.vllm.harness``, as vLLM's own
+model-runner outputs the test builds (``fairq.enginebench.harness.vllm``, as vLLM's own
 scheduler tests do). Skipped without vLLM 0.32 or 0.33 (``.ci/run`` installs
 both: 0.33 in its environment, the CPU build 0.32 in the server's).
 """
@@ -23,7 +23,7 @@ vllm = require_tested_vllm()
 
 # harness first: on a CPU-only machine it names vLLM's platform before vLLM
 # resolves it
-from fairq.vllm import harness  # noqa: E402, I001
+from fairq.enginebench.harness import vllm as harness  # noqa: E402, I001
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 
 from fairq.enginebench.workload import EngineRequest, multi_client_workload  # noqa: E402

@@ -1,7 +1,7 @@
 """Fairness state that survives a restart (``state_file``, fairq.vllm.persist).
 
 Against vLLM 0.33's (in the CPU build's environment, 0.32's) real scheduler
-(``fairq.vllm.harness``, as
+(``fairq.enginebench.harness.vllm``, as
 ``tests/test_vllm_fair.py``): a greedy tenant gets ahead, the state is saved
 (interval, before vLLM's abort of every request, at shutdown), and a new
 scheduler built with the same file keeps that tenant behind; atomic writes;
@@ -23,7 +23,7 @@ from reference.vllm import require_tested_vllm
 
 vllm = require_tested_vllm()
 
-from fairq.vllm import harness  # noqa: E402, I001
+from fairq.enginebench.harness import vllm as harness  # noqa: E402, I001
 from vllm.v1.request import RequestStatus  # noqa: E402
 
 from fairq.vllm import persist  # noqa: E402

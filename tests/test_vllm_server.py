@@ -2,8 +2,8 @@
 
 Each test starts ``python -m vllm.entrypoints.openai.api_server`` as a
 subprocess on 127.0.0.1 (a random-weight tiny Llama written here, nothing
-downloaded; :mod:`fairq.vllm.server`), sends concurrent multi-tenant traffic
-with a real HTTP client (:mod:`fairq.vllm.traffic`) and reads fairq's and
+downloaded; :mod:`fairq.enginebench.server`), sends concurrent multi-tenant traffic
+with a real HTTP client (:mod:`fairq.enginebench.traffic`) and reads fairq's and
 vLLM's metrics from the server's own ``/metrics``. The server always stops
 (SIGTERM, then SIGKILL of its process group).
 
@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from fairq.vllm.server import ServerError, VllmServer, write_model
-from fairq.vllm.traffic import (
+from fairq.enginebench.server import ServerError, VllmServer, write_model
+from fairq.enginebench.traffic import (
     HttpRequest,
     HttpResult,
     metric_sum,

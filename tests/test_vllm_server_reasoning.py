@@ -4,7 +4,7 @@ parser (issue 24, item 4).
 One server (one start, ~45-60 s on 2 cores): fairq's scheduler class with
 ``dlpm`` and ``dual_phase`` on, ``--reasoning-parser deepseek_r1`` over a
 random-weight tiny Llama whose word-level tokenizer has ``<think>`` and
-``</think>`` (:func:`fairq.vllm.server.write_model` with
+``</think>`` (:func:`fairq.enginebench.server.write_model` with
 ``think_tokens=True``). fairq reads the end-of-think id from vLLM's parser
 (nothing in ``dual_phase`` names it).
 
@@ -25,8 +25,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from fairq.vllm.server import VllmServer, think_token_ids, write_model
-from fairq.vllm.traffic import HttpRequest, HttpResult, metric_sum, scrape, send_all
+from fairq.enginebench.server import VllmServer, think_token_ids, write_model
+from fairq.enginebench.traffic import HttpRequest, HttpResult, metric_sum, scrape, send_all
 
 from reference.vllm import require_serving_vllm
 

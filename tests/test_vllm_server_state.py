@@ -1,6 +1,6 @@
 """Fairness state across real vLLM server restarts (``state_file``, issue 19).
 
-A real vLLM OpenAI server (:mod:`fairq.vllm.server`) with fairq's scheduler
+A real vLLM OpenAI server (:mod:`fairq.enginebench.server`) with fairq's scheduler
 class, policy ``vtc``, ``--max-num-seqs 1`` (one request runs at a time, so
 completions come in admission order) and ``{"state_file": ..., "state_interval_s":
 1}``. One server lifetime after another on the same state file:
@@ -38,8 +38,8 @@ from typing import Any
 
 import pytest
 
-from fairq.vllm.server import VllmServer, write_model
-from fairq.vllm.traffic import HttpRequest, HttpResult, metric_sum, scrape, send_all
+from fairq.enginebench.server import VllmServer, write_model
+from fairq.enginebench.traffic import HttpRequest, HttpResult, metric_sum, scrape, send_all
 
 from reference.vllm import require_serving_vllm
 

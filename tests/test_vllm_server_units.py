@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from fairq.enginebench.traffic import HttpRequest, HttpResult, metric_sum
 from fairq.vllm.compat import ALLOW_UNTESTED_ENV, TESTED_SERIES, check_vllm, is_tested
 from fairq.vllm.stats import (
     CARRIER_PREFIX,
@@ -19,7 +20,6 @@ from fairq.vllm.stats import (
     decode_families,
     take_payload,
 )
-from fairq.vllm.traffic import HttpRequest, HttpResult, metric_sum
 
 
 def test_tested_series() -> None:
@@ -195,7 +195,7 @@ def test_write_model(tmp_path: Any) -> None:
     pytest.importorskip("tokenizers")
     from tokenizers import Tokenizer
 
-    from fairq.vllm.server import MODEL_SIZES, write_model
+    from fairq.enginebench.server import MODEL_SIZES, write_model
 
     path = write_model(tmp_path / "m", "tiny")
     cfg = json.loads((tmp_path / "m" / "config.json").read_text())
@@ -213,7 +213,7 @@ def test_write_model_with_think_tokens(tmp_path: Any) -> None:
     pytest.importorskip("tokenizers")
     from tokenizers import Tokenizer
 
-    from fairq.vllm.server import MODEL_SIZES, think_token_ids, write_model
+    from fairq.enginebench.server import MODEL_SIZES, think_token_ids, write_model
 
     start, end = think_token_ids("tiny")
     assert (start, end) == (4094, 4095)
@@ -237,7 +237,7 @@ def test_metric_sum_and_label_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
     import io
     import urllib.request
 
-    from fairq.vllm import traffic
+    from fairq.enginebench import traffic
 
     text = (
         "# HELP x\n"

@@ -44,7 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "a vLLM server",
     ),
     "demo": (
-        "fairq.vllm.demo",
+        "fairq.enginebench.demo",
         "stock vLLM vs fairq's DLPM in a real (tiny, CPU) vLLM server under a flood",
     ),
     "ray-bench": (

@@ -207,7 +207,7 @@ _SERVING: list[str | None] = []
 def require_serving_vllm() -> str:
     """The version of the vLLM that can serve here (``$FAIRQ_VLLM_SERVER_PYTHON``),
     asked once per session; else skip the calling test module."""
-    from fairq.vllm.server import server_vllm_version
+    from fairq.enginebench.server import server_vllm_version
 
     if not _SERVING:
         _SERVING.append(server_vllm_version())

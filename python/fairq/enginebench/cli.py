@@ -1,21 +1,72 @@
-"""``fairq engine-bench``: its arguments, the workload every engine replays,
-and the dispatch to the engine's module (:mod:`fairq.enginebench.transformers`,
-:mod:`fairq.enginebench.vllm`, :mod:`fairq.enginebench.vllm_server`)."""
+"""``fairq engine-bench``: its arguments and the table of engines
+(:data:`ENGINES`): each ``--engine`` names the module that benches it
+(:mod:`fairq.enginebench.transformers`, :mod:`fairq.enginebench.vllm`,
+:mod:`fairq.enginebench.vllm_server`, :mod:`fairq.enginebench.ray_vllm`),
+whose ``run(args)`` reads the workload and ``--policies`` the same way
+(:mod:`fairq.enginebench.args`)."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+from dataclasses import dataclass
 
-from fairq.enginebench.workload import EngineRequest, from_sim_workload, multi_client_workload
+from fairq.enginebench.args import policy_list
 from fairq.engineopts import POLICIES
 from fairq.integrations.transformers.model import MODEL_SIZES
 
-#: ``--policies`` of each ``--engine`` when not given
-DEFAULT_POLICIES = {
-    "transformers": "fifo,fcfs,lpm,vtc,dlpm",
-    "vllm": "fifo,fcfs,vtc,lpm,dlpm",
-    "vllm-server": "vllm,fcfs,vtc,lpm,dlpm",
+
+@dataclass(frozen=True)
+class Engine:
+    """One ``--engine``.
+
+    ``module``: the module that benches it; its ``run(args) -> int`` checks
+    the engine's arguments and the workload before any work.
+    ``own_arguments``: the module's ``add_arguments(parser)`` adds options
+    of this engine alone (added to ``fairq engine-bench`` in table order).
+    ``policies``: the default ``--policies`` (``None``: the engine takes
+    none). ``help``: its line in ``--engine``'s help.
+    """
+
+    module: str
+    own_arguments: bool
+    policies: str | None
+    help: str
+
+
+#: Every ``--engine``, in the order of ``--help``.
+ENGINES: dict[str, Engine] = {
+    "transformers": Engine(
+        "fairq.enginebench.transformers",
+        own_arguments=False,
+        policies="fifo,fcfs,lpm,vtc,dlpm",
+        help="its continuous-batching engine with a random-weight model "
+        "(needs the engine extra: pip install '.[engine]')",
+    ),
+    "vllm": Engine(
+        "fairq.enginebench.vllm",
+        own_arguments=False,
+        policies="fifo,fcfs,vtc,lpm,dlpm",
+        help="vLLM's real scheduler, step times simulated (fairq.enginebench.vllm)",
+    ),
+    "vllm-server": Engine(
+        "fairq.enginebench.vllm_server",
+        own_arguments=True,
+        policies="vllm,fcfs,vtc,lpm,dlpm",
+        help="real vLLM OpenAI servers under HTTP traffic (fairq.enginebench.vllm_server; "
+        "policies: vllm for stock vLLM, fairq's fcfs, vtc, lpm, dlpm...)",
+    ),
+    "ray-vllm": Engine(
+        "fairq.enginebench.ray_vllm",
+        own_arguments=True,
+        policies=None,
+        help="vLLM replicas on Ray Serve behind a router (fairq.enginebench.ray_vllm; "
+        "--configs, not --policies)",
+    ),
 }
+
+#: ``--policies`` of each ``--engine`` when not given
+DEFAULT_POLICIES = {name: e.policies for name, e in ENGINES.items() if e.policies is not None}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,15 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument(
         "--engine",
-        choices=("transformers", "vllm", "vllm-server", "ray-vllm"),
+        choices=tuple(ENGINES),
         default="transformers",
-        help="transformers: its continuous-batching engine with a random-weight model "
-        "(needs the engine extra: pip install '.[engine]'); "
-        "vllm: vLLM's real scheduler, step times simulated (fairq.enginebench.vllm); "
-        "vllm-server: real vLLM OpenAI servers under HTTP traffic (fairq.enginebench.vllm_server; "
-        "policies: vllm for stock vLLM, fairq's fcfs, vtc, lpm, dlpm...); "
-        "ray-vllm: vLLM replicas on Ray Serve behind a router (fairq.enginebench.ray_vllm; "
-        "--configs, not --policies)",
+        help="; ".join(f"{name}: {e.help}" for name, e in ENGINES.items()),
     )
     parser.add_argument(
         "--waiting",
@@ -147,84 +192,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="flood workload: seconds between the flooding client's requests (0: all at once)",
     )
-    from fairq.enginebench.ray_vllm import add_arguments as ray_vllm_arguments
-    from fairq.enginebench.vllm_server import add_arguments as server_arguments
-
-    server_arguments(parser)
-    ray_vllm_arguments(parser)
-
-
-def _vocab(args: argparse.Namespace) -> int:
-    """The model's vocabulary (the vLLM server's models have their own sizes)."""
-    if args.engine in ("vllm-server", "ray-vllm"):
-        from fairq.vllm.server import MODEL_SIZES as SERVER_SIZES
-
-        return SERVER_SIZES[args.model]["vocab_size"]
-    return int(MODEL_SIZES[args.model]["vocab_size"])
-
-
-def _workload(args: argparse.Namespace) -> list[EngineRequest]:
-    """The workload every engine replays, built (and a trace parsed) before
-    any work: a bad ``--workload`` or ``--trace`` is a
-    :class:`~fairq.cliargs.UsageError` naming it."""
-    from fairq.cliargs import UsageError, read_trace
-
-    vocab = _vocab(args)
-    if getattr(args, "trace", None):
-        wl = read_trace(args.trace, args.seed)
-        return from_sim_workload(wl, vocab, args.max_new_tokens)
-    if args.workload == "flood":
-        return multi_client_workload(
-            n_clients=args.clients,
-            requests_per_client=2 if args.quick else args.requests_per_client,
-            flood_factor=args.flood_factor,
-            prefix_len=args.prefix_len,
-            suffix_len=args.suffix_len,
-            max_new_tokens=4 if args.quick else args.max_new_tokens,
-            vocab_size=vocab,
-            well_behaved_gap=args.gap,
-            seed=args.seed,
-            docs_per_client=args.docs_per_client,
-            system_len=args.system_len,
-            flood_gap=args.flood_gap,
-        )
-    if args.workload.startswith("sim:"):
-        from fairq.sim.workloads import make_workload
-
-        try:
-            sim = make_workload(
-                args.workload[4:], scale=args.scale, duration=args.duration, seed=args.seed
-            )
-        except ValueError as e:
-            raise UsageError(str(e), arg="--workload") from None
-        wl_requests = from_sim_workload(sim, vocab, max_new_tokens=args.max_new_tokens)
-        if not wl_requests:
-            raise UsageError(
-                f"{args.workload} has no requests at --scale {args.scale:g} "
-                f"--duration {args.duration:g} (raise them)",
-                arg="--workload",
-            )
-        return wl_requests
-    raise UsageError(
-        f"must be flood or sim:NAME (or reasoning with --engine vllm), got {args.workload!r}",
-        arg="--workload",
-    )
-
-
-def _policy_list(args: argparse.Namespace, known: tuple[str, ...], note: str) -> list[str]:
-    """``--policies`` as a list (case-insensitive), each one of ``known``."""
-    from fairq.cliargs import UsageError
-
-    names = [p.strip().lower() for p in args.policies.split(",") if p.strip()]
-    if not names:
-        raise UsageError("names no policy", arg="--policies")
-    for p in names:
-        if p not in known:
-            raise UsageError(
-                f"{p!r} is not one of {', '.join(known)} for --engine {args.engine} ({note})",
-                arg="--policies",
-            )
-    return names
+    for engine in ENGINES.values():
+        if engine.own_arguments:
+            importlib.import_module(engine.module).add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -241,28 +211,9 @@ def run(args: argparse.Namespace) -> int:
             )
         if args.policies is None:
             args.policies = reasoning.DEFAULT_POLICIES
-        names = _policy_list(args, ("fifo", *reasoning.POLICIES), reasoning.POLICY_NOTE)
+        names = policy_list(args, ("fifo", *reasoning.POLICIES), reasoning.POLICY_NOTE)
         return reasoning.run(args, ["vllm-fcfs" if p == "fifo" else p for p in names])
-    if args.engine == "ray-vllm":
-        from fairq.enginebench import ray_vllm
-
-        ray_vllm.check_args(args)
-        return ray_vllm.run(args, _workload(args))
+    engine = ENGINES[args.engine]
     if args.policies is None:
-        args.policies = DEFAULT_POLICIES[args.engine]
-    if args.engine == "vllm":
-        from fairq.enginebench.vllm import run as run_vllm
-
-        return run_vllm(args)
-    if args.engine == "vllm-server":
-        from fairq.enginebench.vllm_server import check_args
-        from fairq.enginebench.vllm_server import run as run_server
-
-        check_args(args)
-        return run_server(args, _workload(args))
-    from fairq.enginebench.transformers import run as run_transformers
-
-    names = _policy_list(
-        args, ("fifo", *POLICIES), "fifo: transformers' own scheduler; the others fairq's"
-    )
-    return run_transformers(args, names, _workload(args))
+        args.policies = engine.policies
+    return int(importlib.import_module(engine.module).run(args))

@@ -55,9 +55,9 @@ CONFIGS: dict[str, tuple[str, str | None]] = {
 
 
 def replica_env() -> dict[str, str]:
-    """The vLLM replicas' environment: :func:`fairq.vllm.server.engine_env`
+    """The vLLM replicas' environment: :func:`fairq.enginebench.server.engine_env`
     and one OpenMP thread per engine (several engines share the cores)."""
-    from fairq.vllm.server import engine_env
+    from fairq.enginebench.server import engine_env
 
     return {**engine_env(), "OMP_NUM_THREADS": "1"}
 
@@ -88,7 +88,7 @@ def wait_ready(url: str, model_id: str, *, text: bool = False, timeout: float = 
     """Send a one-token probe (tenant ``"ready"``) until the application
     answers it; RuntimeError after ``timeout`` seconds. ``text``: the probe's
     prompt as text (for ``PrefixCacheAffinityRouter``)."""
-    from fairq.vllm.traffic import HttpRequest, send_all
+    from fairq.enginebench.traffic import HttpRequest, send_all
 
     extra = {"prompt": "t3 t4 t5"} if text else {}
     probe = HttpRequest("ready", "ready", [3, 4, 5], 1, extra=extra)
@@ -283,9 +283,9 @@ def run_config(
     from ray import serve
 
     from fairq.enginebench.ray import router_config
+    from fairq.enginebench.traffic import Metrics, send_all
     from fairq.enginebench.vllm_server import http_requests, summarize
     from fairq.integrations.ray.vllm import STATS_DIR_ENV, fairq_vllm_app, read_replica_stats
-    from fairq.vllm.traffic import Metrics, send_all
 
     router, policy = CONFIGS[label]
     stats_dir = tempfile.mkdtemp(prefix="fairq-ray-stats-")
@@ -559,12 +559,16 @@ def _runs_here() -> bool:
     return True
 
 
-def run(args: argparse.Namespace, workload: list[Any]) -> int:
-    """Entry point (from ``fairq engine-bench --engine ray-vllm``)."""
+def run(args: argparse.Namespace) -> int:
+    """Entry point (from ``fairq engine-bench --engine ray-vllm``): ``--configs``,
+    then the workload (:func:`fairq.enginebench.args.workload`), are checked
+    before any work."""
     from fairq.cliargs import UsageError
-    from fairq.vllm.server import SERVER_PYTHON_ENV, server_python, write_model
+    from fairq.enginebench.args import workload as args_workload
+    from fairq.enginebench.server import SERVER_PYTHON_ENV, server_python, write_model
 
     names = check_args(args)
+    workload = args_workload(args)
     if not _runs_here():
         py = server_python()
         if os.path.abspath(py) == os.path.abspath(sys.executable):

@@ -2,7 +2,7 @@
 (think / output) policy on vLLM's real scheduler.
 
 A reasoning workload replayed through vLLM's ``Scheduler`` in-process
-(:mod:`fairq.vllm.harness`; no model: each request samples a plain token
+(:mod:`fairq.enginebench.harness.vllm`; no model: each request samples a plain token
 until, at an output position the workload chose, the end-of-think id, then
 plain tokens again). Step times are **simulated** (``fairq.sim.model.StepModel``
 defaults: Llama-3.1-8B on an A100), not wall clock.
@@ -128,7 +128,7 @@ def reasoning_workload(
 def _scheduler(policy: str, quantum: float, engine: dict[str, int]) -> Any:
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    from fairq.vllm import harness
+    from fairq.enginebench.harness import vllm as harness
     from fairq.vllm import scheduler as fs
 
     if policy == "vllm-fcfs":
@@ -165,8 +165,8 @@ def reasoning_run(
     (default :data:`ENGINE`): the summary row (simulated seconds)."""
     import gc
 
+    from fairq.enginebench.harness import vllm as harness
     from fairq.sim.model import StepModel
-    from fairq.vllm import harness
 
     gc.collect()
     s = _scheduler(policy, quantum, {**ENGINE, **(engine or {})})

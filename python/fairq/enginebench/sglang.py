@@ -32,7 +32,7 @@ import time
 from array import array
 from typing import Any
 
-from fairq.sglang.harness import publish_server_args
+from fairq.enginebench.harness.sglang import publish_server_args
 from fairq.sglang.queue import TrackedAttribute
 
 
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> None:
 def outcomes() -> None:
     """Steps, hit rate, Theorem 4.1's gap and the greedy tenant's share on
     the greedy workload; steps and hit rate with 320 waiting."""
-    from fairq.sglang.harness import (
+    from fairq.enginebench.harness.sglang import (
         Engine,
         contention,
         greedy_workload,

@@ -7,8 +7,8 @@ engine core and, with ``--executor uni`` (the default), the model run here;
 ``--executor mp`` puts the model in a worker process as vLLM's server does
 on CPU: about 1.2 ms more per step here, and noisier) on the random-weight
 Llama of the vLLM server bench
-(:func:`fairq.vllm.server.write_model`, ``--load-format dummy``,
-:func:`fairq.vllm.server.engine_env`), drives it through a design of
+(:func:`fairq.enginebench.server.write_model`, ``--load-format dummy``,
+:func:`fairq.enginebench.server.engine_env`), drives it through a design of
 controlled batch shapes, and records for every engine step (the engine
 core's ``step()``: schedule, forward, sample, update; not the detokenizer,
 which the server runs in another process):
@@ -268,7 +268,7 @@ def _engine(
     folder: str,
     executor: str = "uni",
 ) -> tuple[Any, dict[str, Any]]:
-    from fairq.vllm.server import MODEL_SIZES, engine_env, write_model
+    from fairq.enginebench.server import MODEL_SIZES, engine_env, write_model
 
     os.environ.update(engine_env())
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -381,7 +381,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         args.executor,
     )
     startup = time.perf_counter() - t0
-    from fairq.vllm.server import MODEL_SIZES
+    from fairq.enginebench.server import MODEL_SIZES
 
     drv = _Driver(engine, MODEL_SIZES[args.model]["vocab_size"], args.seed)
     pts = design(args.quick, args.max_decode_kv)
@@ -627,7 +627,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--model",
         choices=("tiny", "small"),
         default="tiny",
-        help="random-weight Llama size (fairq.vllm.server.MODEL_SIZES)",
+        help="random-weight Llama size (fairq.enginebench.server.MODEL_SIZES)",
     )
     p.add_argument("--reps", type=count(1), default=5, help="repeats per shape and round")
     p.add_argument(

@@ -23,17 +23,15 @@ from fairq.cli import write_json
 from fairq.enginebench.workload import (
     EngineRequest,
 )
-from fairq.engineopts import check_policy
-from fairq.integrations.transformers.fit import (
-    StepSample,
-    fit_step_time,
-)
+from fairq.engineopts import POLICIES, check_policy
+from fairq.integrations.transformers.fit import StepSample
 from fairq.integrations.transformers.model import (
     SUPPORTED_TRANSFORMERS,
     build_model,
     check_scheduler_type,
     page_size_field,
 )
+from fairq.sim.fit import fit_step_time
 from fairq.sim.metrics import jain_index, percentile
 
 
@@ -270,12 +268,20 @@ def markdown(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace, names: list[str], workload: list[EngineRequest]) -> int:
-    """``fairq engine-bench --engine transformers``: replay ``workload`` under
-    each of ``names`` (``fifo``: transformers' own scheduler; the others
-    fairq's) and print the table (and JSON with ``--json``)."""
+def run(args: argparse.Namespace) -> int:
+    """``fairq engine-bench --engine transformers``: replay the workload
+    (:func:`fairq.enginebench.args.workload`) under each of ``--policies``
+    (``fifo``: transformers' own scheduler; the others fairq's) and print the
+    table (and JSON with ``--json``). Policies and workload are checked
+    before torch is needed."""
     from fairq.cliargs import need
+    from fairq.enginebench.args import policy_list
+    from fairq.enginebench.args import workload as args_workload
 
+    names = policy_list(
+        args, ("fifo", *POLICIES), "fifo: transformers' own scheduler; the others fairq's"
+    )
+    workload = args_workload(args)
     need("engine", what="--engine transformers", modules=("torch", "transformers"))
     try:
         import torch

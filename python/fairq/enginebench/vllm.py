@@ -1,7 +1,7 @@
 """``fairq engine-bench --engine vllm``: fair policies inside vLLM's scheduler.
 
 Two measurements, both on vLLM's real scheduler (no model: the forward pass
-is replaced by the simulator's step-time model, :mod:`fairq.vllm.harness`):
+is replaced by the simulator's step-time model, :mod:`fairq.enginebench.harness.vllm`):
 
 1. **Policies**: the multi-tenant workload of the transformers harness (one
    tenant floods with a long shared prefix) under vLLM's own FCFS scheduler
@@ -35,7 +35,8 @@ __all__ = ["run", "policy_run", "overhead_run"]
 def _classes() -> tuple[type, Any]:
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    from fairq.vllm import harness  # noqa: F401  (names vLLM's platform on a CPU machine)
+    # the harness names vLLM's platform on a CPU machine
+    from fairq.enginebench.harness import vllm as _harness  # noqa: F401
     from fairq.vllm import scheduler as fs
 
     return Scheduler, fs
@@ -73,7 +74,8 @@ def require_vllm() -> str:
     try:
         import vllm
 
-        from fairq.vllm import harness  # noqa: F401  (before vLLM: its platform on CPU)
+        # before vLLM: the harness names its platform on CPU
+        from fairq.enginebench.harness import vllm as _harness  # noqa: F401
     except ImportError as e:
         raise UsageError(
             f"--engine vllm needs vLLM 0.33 ({e}): pip install -r .ci/vllm-requirements.txt, "
@@ -84,8 +86,8 @@ def require_vllm() -> str:
 
 def policy_run(policy: str, workload: list[Any], args: argparse.Namespace) -> dict[str, Any]:
     """One policy over ``workload``: the summary row."""
+    from fairq.enginebench.harness import vllm as harness
     from fairq.sim.model import StepModel
-    from fairq.vllm import harness
 
     s = harness.build_scheduler(
         _scheduler_class(policy, args),
@@ -136,7 +138,7 @@ def policy_run(policy: str, workload: list[Any], args: argparse.Namespace) -> di
 def overhead_run(policy: str, args: argparse.Namespace, steps: int = 30) -> dict[str, Any]:
     """``args.waiting`` requests queued: wall ms per ``schedule()`` of vLLM
     itself and of fairq's code in it (median over ``steps`` steps)."""
-    from fairq.vllm import harness
+    from fairq.enginebench.harness import vllm as harness
 
     rng = random.Random(args.seed)
     n_tenants = 50
@@ -241,16 +243,16 @@ def run(args: argparse.Namespace) -> int:
     """``fairq engine-bench --engine vllm``: policies, workload and vLLM are
     checked before any work (:class:`~fairq.cliargs.UsageError`)."""
     from fairq.cliargs import UsageError
-    from fairq.enginebench.cli import _policy_list, _workload
+    from fairq.enginebench.args import policy_list, workload
 
-    names = _policy_list(
+    names = policy_list(
         args,
         ("fifo", "vllm-fcfs", "fcfs", "vtc", "lpm", "dlpm"),
         "fifo = vllm-fcfs: vLLM's own FCFS; fcfs: fairq's FCFS queue",
     )
     names = ["vllm-fcfs" if p in ("fifo", "vllm-fcfs") else p for p in names]
-    workload = _workload(args)  # the same workload as the transformers harness
-    if any(r.after for r in workload):
+    requests = workload(args)  # the same workload as the transformers harness
+    if any(r.after for r in requests):
         raise UsageError(
             f"{args.workload} has dependent requests; --engine vllm replays arrivals "
             "(use flood, sim:qa or sim:judge)",
@@ -259,9 +261,9 @@ def run(args: argparse.Namespace) -> int:
     version = require_vllm()
     print(
         f"# fairq engine-bench --engine vllm: vLLM {version} scheduler on CPU, "
-        f"step times simulated (fairq.sim StepModel defaults), requests={len(workload)}"
+        f"step times simulated (fairq.sim StepModel defaults), requests={len(requests)}"
     )
-    rows = [policy_run(p, workload, args) for p in names]
+    rows = [policy_run(p, requests, args) for p in names]
     print(_table(rows))
     over: list[dict[str, Any]] = []
     if args.waiting:

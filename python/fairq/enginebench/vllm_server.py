@@ -2,9 +2,9 @@
 
 Per policy (stock vLLM, and fairq's scheduler class with ``fcfs``, ``vtc``,
 ``lpm``, ``dlpm``...), start a real vLLM OpenAI server
-(:class:`fairq.vllm.server.VllmServer`, a random-weight Llama of
+(:class:`fairq.enginebench.server.VllmServer`, a random-weight Llama of
 ``--model`` size), drive the workload over HTTP with a real client
-(:mod:`fairq.vllm.traffic`: streaming ``/v1/completions``, token-id
+(:mod:`fairq.enginebench.traffic`: streaming ``/v1/completions``, token-id
 prompts, the tenant in ``vllm_xargs``) at the workload's arrival times, and
 report real wall-clock numbers:
 
@@ -45,9 +45,8 @@ import tempfile
 import time
 from typing import Any
 
-from fairq.sim.metrics import jain_index, percentile
-from fairq.vllm.server import VllmServer, write_model
-from fairq.vllm.traffic import (
+from fairq.enginebench.server import VllmServer, write_model
+from fairq.enginebench.traffic import (
     HttpRequest,
     HttpResult,
     Metrics,
@@ -56,6 +55,7 @@ from fairq.vllm.traffic import (
     send_all,
     settle_metrics,
 )
+from fairq.sim.metrics import jain_index, percentile
 
 __all__ = ["add_arguments", "run", "run_rows", "server_run", "summarize"]
 
@@ -67,7 +67,7 @@ def http_requests(
 ) -> list[HttpRequest]:
     """The workload as streaming HTTP requests, arrivals scaled by
     ``rate_scale``; ``text``: the prompt as the words of
-    :func:`fairq.vllm.server.write_model`'s tokenizer (the same token ids
+    :func:`fairq.enginebench.server.write_model`'s tokenizer (the same token ids
     once tokenized) instead of token ids."""
     return [
         HttpRequest(
@@ -437,15 +437,20 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError("names no policy", arg="--policies")
 
 
-def run(args: argparse.Namespace, workload: list[Any]) -> int:
-    """Entry point (from ``fairq engine-bench --engine vllm-server``)."""
-    return run_rows(args, workload)[0]
+def run(args: argparse.Namespace) -> int:
+    """Entry point (from ``fairq engine-bench --engine vllm-server``): the
+    arguments, then the workload (:func:`fairq.enginebench.args.workload`),
+    are checked before any server starts."""
+    from fairq.enginebench.args import workload
+
+    check_args(args)
+    return run_rows(args, workload(args))[0]
 
 
 def run_rows(args: argparse.Namespace, workload: list[Any]) -> tuple[int, list[dict[str, Any]]]:
     """:func:`run`, also returning the policy rows (exit status, rows)."""
     from fairq.cliargs import UsageError
-    from fairq.vllm.server import server_vllm_version
+    from fairq.enginebench.server import server_vllm_version
 
     check_args(args)
     if any(e.after for e in workload):

@@ -32,6 +32,11 @@ the constants with the smallest true (``max``) loss.
 interleaved halves (every other point in measurement order, so both halves
 span the design), each half is fitted and evaluated on the other, and the
 absolute percentage errors of both are pooled (median, p90, max).
+
+:func:`fit_step_time` is the four-constant form (``t = c0 + c_prefill * P +
+c_decode * B + c_kv * K``, plain NNLS of the absolute error) that ``fairq
+engine-bench --engine transformers`` fits to the steps fairq's transformers
+schedulers record (:class:`StepTimeModel`).
 """
 
 from __future__ import annotations
@@ -40,11 +45,11 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from itertools import combinations
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from fairq.sim.model import StepModel, step_time
+from fairq.sim.model import STEP_COSTS, StepModel, step_time
 
 __all__ = [
     "LINEAR_TERMS",
@@ -60,6 +65,9 @@ __all__ = [
     "holdout",
     "fit_report",
     "as_model",
+    "MeasuredStep",
+    "StepTimeModel",
+    "fit_step_time",
 ]
 
 #: The constants each form fits (``c_weights`` only exists in the roofline form).
@@ -308,3 +316,81 @@ def fit_report(steps: Sequence[Step], *, relative: bool = True) -> dict[str, Any
             "predicted_s": [float(x) for x in pred],
         }
     return out
+
+
+class MeasuredStep(Protocol):
+    """What :func:`fit_step_time` reads of a measured step (a transformers
+    scheduler's :class:`fairq.integrations.transformers.fit.StepSample`, or a
+    :class:`Step`)."""
+
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def prefill_tokens(self) -> int: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def kv_tokens_read(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class StepTimeModel:
+    """Fitted ``t = c0 + c_prefill*P + c_decode*B + c_kv*K`` (seconds)."""
+
+    c0: float
+    c_prefill: float
+    c_decode: float
+    c_kv: float
+    r2: float
+    n_steps: int
+
+    def predict(self, prefill_tokens: float, batch_size: float, kv_tokens_read: float) -> float:
+        """Predicted step time in seconds (:func:`fairq.sim.model.step_time`)."""
+        return step_time(self, prefill_tokens, batch_size, kv_tokens_read)
+
+    def as_dict(self) -> dict[str, float]:
+        """Plain dict (for JSON)."""
+        return {k: float(v) for k, v in asdict(self).items()}
+
+    def simulate_args(self) -> str:
+        """The ``fairq simulate`` options that use these constants."""
+        return " ".join(f"--model {k}={getattr(self, k):.6g}" for k in STEP_COSTS)
+
+
+def fit_step_time(samples: Sequence[MeasuredStep], nonnegative: bool = True) -> StepTimeModel:
+    """Least-squares fit of the step-time constants.
+
+    Needs at least 4 steps. With ``nonnegative`` (default) every constant is
+    constrained to be >= 0 (exact NNLS over column subsets), as the simulator
+    requires; otherwise plain least squares (minimum-norm when the steps never
+    vary in some column, e.g. no prefill at all).
+
+    Raises:
+        ValueError: fewer than 4 samples, or a non-finite / negative value.
+    """
+    if len(samples) < 4:
+        raise ValueError(f"samples: need at least 4 measured steps to fit, got {len(samples)}")
+    rows = []
+    ys = []
+    for i, s in enumerate(samples):
+        values = (s.seconds, s.prefill_tokens, s.batch_size, s.kv_tokens_read)
+        if any(not math.isfinite(float(v)) or float(v) < 0 for v in values):
+            raise ValueError(f"samples[{i}]: values must be finite and >= 0, got {s!r}")
+        rows.append((1.0, float(s.prefill_tokens), float(s.batch_size), float(s.kv_tokens_read)))
+        ys.append(float(s.seconds))
+    a = np.asarray(rows, dtype=np.float64)
+    y = np.asarray(ys, dtype=np.float64)
+    if nonnegative:
+        # the one exact NNLS of the step-model fits (fairq.sim.fit)
+        coef = nnls(a, y)
+    else:
+        # scaled so the solve is well conditioned (token counts dwarf the intercept)
+        scale = np.maximum(np.abs(a).max(axis=0), 1e-12)
+        coef_scaled, *_ = np.linalg.lstsq(a / scale, y, rcond=None)
+        coef = coef_scaled / scale
+    pred = a @ coef
+    ss_res = float(np.sum((y - pred) ** 2))
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else (1.0 if ss_res == 0 else 0.0)
+    c0, cp, cd, ck = (float(c) for c in coef)
+    return StepTimeModel(c0, cp, cd, ck, r2, len(samples))

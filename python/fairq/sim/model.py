@@ -64,7 +64,7 @@ def step_time(
 
     ``costs``: anything with the :data:`STEP_COSTS` attributes (a
     :class:`StepModel`, or a fitted
-    :class:`fairq.integrations.transformers.StepTimeModel`); ``c_weights``,
+    :class:`fairq.sim.fit.StepTimeModel`); ``c_weights``,
     ``c_attn`` and ``roofline`` are read when present (else 0).
     """
     c_weights = getattr(costs, "c_weights", 0.0)

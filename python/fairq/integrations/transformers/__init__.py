@@ -12,9 +12,15 @@ Usage::
     manager.add_request(prompt_ids, request_id="alice/1", max_new_tokens=32)
 
 Clients come from request ids (``"alice/1"`` -> ``"alice"``; see
-``ClientResolver``). The pure-Python parts (``ClientResolver``, the workload,
-``fit_step_time``, ``jain_index``, the policy table) import without torch; the
-scheduler classes import transformers on first use.
+``ClientResolver``). The pure-Python parts (``ClientResolver``,
+``StepSample``, the policy table) import without torch; the scheduler
+classes import transformers on first use.
+
+The integration imports no bench or simulator code. The names this package
+exported before they moved to their homes (the workload:
+:mod:`fairq.enginebench.workload`; ``jain_index``, ``percentile``:
+:mod:`fairq.sim.metrics`; ``fit_step_time``, ``StepTimeModel``:
+:mod:`fairq.sim.fit`) still resolve here, imported on first use.
 """
 
 from __future__ import annotations
@@ -22,15 +28,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from fairq.enginebench.workload import EngineRequest, multi_client_workload
 from fairq.engineopts import POLICIES, check_policy, policy_options
 from fairq.integrations.transformers.clients import ClientResolver
-from fairq.integrations.transformers.fit import (
-    StepSample,
-    StepTimeModel,
-    fit_step_time,
-)
-from fairq.sim.metrics import jain_index, percentile
+from fairq.integrations.transformers.fit import StepSample
 
 _ENGINE_NAMES = {
     "FairqScheduler",
@@ -44,17 +44,23 @@ _ENGINE_NAMES = {
     "SUPPORTED_TRANSFORMERS",
 }
 
+#: Names exported here before they moved out of the integration: where each
+#: lives now (resolved on first use, so importing the integration imports
+#: neither the benches nor the simulator).
+_MOVED = {
+    "EngineRequest": "fairq.enginebench.workload",
+    "multi_client_workload": "fairq.enginebench.workload",
+    "jain_index": "fairq.sim.metrics",
+    "percentile": "fairq.sim.metrics",
+    "StepTimeModel": "fairq.sim.fit",
+    "fit_step_time": "fairq.sim.fit",
+}
+
 __all__ = [
     "POLICIES",
     "ClientResolver",
-    "EngineRequest",
     "StepSample",
-    "StepTimeModel",
     "check_policy",
-    "fit_step_time",
-    "jain_index",
-    "multi_client_workload",
-    "percentile",
     "policy_options",
     *sorted(_ENGINE_NAMES),
 ]
@@ -62,8 +68,15 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _ENGINE_NAMES:
-        mod = importlib.import_module("fairq.integrations.transformers.scheduler")
-        value = getattr(mod, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        home = "fairq.integrations.transformers.scheduler"
+    elif name in _MOVED:
+        home = _MOVED[name]
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _ENGINE_NAMES | set(_MOVED))

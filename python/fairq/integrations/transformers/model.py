@@ -83,8 +83,10 @@ def page_size_field() -> str:
 
 
 def check_scheduler_type(name: str) -> str:
-    """Refuse names transformers would silently replace by FIFO."""
-    from fairq.integrations.transformers.scheduler import SCHEDULER_MAPPING
+    """Refuse names transformers would silently replace by FIFO: names not in
+    transformers' ``SCHEDULER_MAPPING`` (fairq's scheduler module registers
+    its classes there when imported)."""
+    from transformers.generation.continuous_batching.scheduler import SCHEDULER_MAPPING
 
     if name not in SCHEDULER_MAPPING:
         raise ValueError(

@@ -36,9 +36,9 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``fairq demo``."""
     import dataclasses
 
+    from fairq.enginebench.server import MODEL_SIZES
     from fairq.enginebench.vllm_server import FLOOD, check_args, run_rows
     from fairq.enginebench.workload import multi_client_workload
-    from fairq.vllm.server import MODEL_SIZES
 
     ns = argparse.Namespace(
         policies=args.policies,

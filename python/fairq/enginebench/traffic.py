@@ -3,7 +3,7 @@
 :func:`send_all` sends :class:`HttpRequest` s, each at its arrival time, with
 a real HTTP client (``httpx``), concurrently, to ``/v1/completions`` (the
 prompt as token ids, so prefixes are exact) or ``/v1/chat/completions`` (the
-prompt as words ``t<id>`` of :func:`fairq.vllm.server.write_model`'s
+prompt as words ``t<id>`` of :func:`fairq.enginebench.server.write_model`'s
 tokenizer), streaming or not, and returns one :class:`HttpResult` per
 request: HTTP status, tokens received, time of the first token and of every
 streamed chunk, the end. A request's tenant travels in the body
