@@ -196,11 +196,23 @@ class Ledger:
         self.version += 1
         return tenant
 
-    def admit(self, k: int | None = None) -> list[Any]:
+    def admit(
+        self,
+        k: int | None = None,
+        *,
+        token_budget: int = UNBOUNDED,
+        oversize_budget: int | None = None,
+    ) -> list[Any]:
         """Admit the policy's next ``k`` requests (default :attr:`batch`)
         of the lowest tier that has one admissible; returns their items in
         order (also appended to :attr:`admitted`). Each is charged an
         estimate at once, so the next choice already sees it.
+
+        ``token_budget``: the extend tokens the admissions may take in all
+        (default unbounded: the engine checks its own); ``oversize_budget``:
+        the core's oversize rule for the first admission (``None``: any
+        size; 0: off), see :func:`fairq.sched.admit`. An engine that admits
+        only what fits its step (transformers) passes both.
 
         One loop shape for every engine, demand-driven. A policy that
         refills credit (DLPM) makes one admission that may refill
@@ -225,9 +237,11 @@ class Ledger:
             return []
         for tier in sorted(self._scheds):
             sched = self._scheds[tier]
-            adm = list(sched.schedule(UNBOUNDED, 1 if self.refills else k))
+            first = 1 if self.refills else k
+            adm = list(sched.schedule(token_budget, first, oversize_budget=oversize_budget))
             if adm and self.refills and k > 1:
-                adm += sched.schedule_within_credit(UNBOUNDED, k - 1)
+                left = max(token_budget - sum(a.extend_len for a in adm), 0)
+                adm += sched.schedule_within_credit(left, k - 1, oversize_budget=0)
             if adm:
                 items = []
                 for a in adm:

@@ -88,9 +88,17 @@ logger = logging.getLogger(__name__)
 #: The envelope's ``format`` of vLLM's files (the default).
 FORMAT = "fairq.vllm.state"
 #: The engines' names of their formats (in messages).
-_ENGINES = {FORMAT: "vLLM", "fairq.sglang.state": "SGLang"}
+_ENGINES = {
+    FORMAT: "vLLM",
+    "fairq.sglang.state": "SGLang",
+    "fairq.transformers.state": "transformers",
+}
 #: The logger of each engine's format (vLLM's as it always was).
-_LOGGERS = {FORMAT: "fairq.vllm.persist", "fairq.sglang.state": "fairq.sglang.persist"}
+_LOGGERS = {
+    FORMAT: "fairq.vllm.persist",
+    "fairq.sglang.state": "fairq.sglang.persist",
+    "fairq.transformers.state": "fairq.integrations.transformers",
+}
 #: The envelope version this build writes and reads.
 VERSION = 1
 
