@@ -341,6 +341,8 @@ def test_scheduler_type_names() -> None:
     assert fs.scheduler_type("fairq-vtc") == "fairq-vtc"
     assert fs.scheduler_type("fifo") == "fifo"
     assert "fifo-observed" in fs.SCHEDULER_MAPPING
+    # one class per local policy of the core (a policy added there: no edit here)
+    assert {f"fairq-{p}" for p in fairq.sched.POLICY_INFO} <= set(fs.register())
 
 
 def test_page_size_field_name() -> None:
