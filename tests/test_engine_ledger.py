@@ -2,8 +2,7 @@
 (CPU, a tiny random-weight model): the state file across a restart, the
 save when the engine goes idle, and the per-tenant metrics.
 
-Run with:  python -m pytest -m engine tests/test_engine_ledger.py
-Needs ``pip install '.[engine]'`` (torch + transformers); skipped otherwise.
+Skipped without the ``engine`` extra (torch + transformers).
 """
 
 from __future__ import annotations
@@ -16,10 +15,9 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="engine tests need torch (pip install '.[engine]')")
-transformers = pytest.importorskip(
-    "transformers", reason="engine tests need transformers (pip install '.[engine]')"
-)
+_NEEDS = "engine tests need torch and transformers (pip install '.[engine]')"
+for _module in ("torch", "transformers"):
+    pytest.importorskip(_module, reason=_NEEDS)
 
 from fairq import metrics  # noqa: E402
 from fairq.integrations.transformers import model as tf_model  # noqa: E402
@@ -77,7 +75,7 @@ def _serve(
         manager.add_request(prompt, request_id=rid, max_new_tokens=NEW_TOKENS)
     manager.start()
     try:
-        done = set()
+        done: set[str] = set()
         while len(done) < len(requests):
             out = manager.get_result(timeout=60)
             assert out is not None, f"engine stopped; finished {sorted(done)}"
@@ -94,7 +92,7 @@ def _serve(
 def _saved_tier(path: Path) -> dict[str, Any]:
     doc = json.loads(path.read_text())
     assert doc["format"] == fs.STATE_FORMAT and doc["policy"] == "dlpm"
-    empty = {"clients": [], "running": []}  # saved before any request
+    empty: dict[str, Any] = {"clients": [], "running": []}  # saved before any request
     tier: dict[str, Any] = doc["state"]["tiers"].get("0", empty)
     return tier
 
