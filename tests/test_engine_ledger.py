@@ -22,6 +22,7 @@ for _module in ("torch", "transformers"):
 from fairq import metrics  # noqa: E402
 from fairq.integrations.transformers import model as tf_model  # noqa: E402
 from fairq.integrations.transformers import scheduler as fs  # noqa: E402
+from fairq.ledger import TenantTally  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
@@ -177,8 +178,12 @@ def test_per_tenant_metrics(model: Any, monkeypatch: pytest.MonkeyPatch) -> None
         assert value("fairq_transformers_requests_total", labels) == 4
         assert value("fairq_transformers_prompt_tokens_total", labels) == 4 * 48
         assert value("fairq_transformers_requests_total", {**labels, "tenant": "light"}) == 1
+        # another policy's scheduler publishes the same families beside it
+        fs._publish_tally(TenantTally(), "transformers-other")
+        assert value("fairq_transformers_requests_total", labels) == 4
     finally:
         for published in (metrics._published, fs._tallies):
-            collector = published.pop(name, None)
-            if collector is not None:
-                prometheus_client.REGISTRY.unregister(collector)
+            for key in (name, "transformers-other"):
+                collector = published.pop(key, None)
+                if collector is not None:
+                    prometheus_client.REGISTRY.unregister(collector)

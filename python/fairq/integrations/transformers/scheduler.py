@@ -648,6 +648,9 @@ class _TallyCollector:
         self.tally = tally
         self.name = name
 
+    def describe(self) -> list[Any]:
+        return []  # as FairqCollector: one scheduler per policy shares the names
+
     def collect(self) -> Iterator[Any]:
         return iter(self.tally.families("transformers", self.name))
 
