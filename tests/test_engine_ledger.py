@@ -8,6 +8,7 @@ Skipped without the ``engine`` extra (torch + transformers).
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ for _module in ("torch", "transformers"):
 from fairq import metrics  # noqa: E402
 from fairq.integrations.transformers import model as tf_model  # noqa: E402
 from fairq.integrations.transformers import scheduler as fs  # noqa: E402
+from fairq.integrations.transformers import stats as tf_stats  # noqa: E402
 from fairq.ledger import TenantTally  # noqa: E402
 
 pytestmark = pytest.mark.engine
@@ -179,10 +181,10 @@ def test_per_tenant_metrics(model: Any, monkeypatch: pytest.MonkeyPatch) -> None
         assert value("fairq_transformers_prompt_tokens_total", labels) == 4 * 48
         assert value("fairq_transformers_requests_total", {**labels, "tenant": "light"}) == 1
         # another policy's scheduler publishes the same families beside it
-        fs._publish_tally(TenantTally(), "transformers-other")
+        tf_stats.publish_tally(TenantTally(), "transformers-other", threading.RLock())
         assert value("fairq_transformers_requests_total", labels) == 4
     finally:
-        for published in (metrics._published, fs._tallies):
+        for published in (metrics._published, tf_stats._tallies):
             for key in (name, "transformers-other"):
                 collector = published.pop(key, None)
                 if collector is not None:

@@ -57,11 +57,12 @@ with the same id) stay running in the ledger and are re-placed before anything e
 
 from __future__ import annotations
 
+import functools
 import logging
-import os
+import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -78,9 +79,9 @@ from fairq.engineopts import POLICIES, check_policy
 from fairq.integrations.transformers.clients import ClientResolver
 from fairq.integrations.transformers.fit import StepSample
 from fairq.integrations.transformers.model import SUPPORTED_TRANSFORMERS
+from fairq.integrations.transformers.stats import publish_tally
 from fairq.integrations.transformers.tenants import FAIR_POLICIES, FairOptions, make_options
 from fairq.ledger import Hooks, Ledger, Persistence, PersistHook, TenantTally
-from fairq.metrics import ENV_VAR as METRICS_ENV_VAR
 from fairq.metrics import publish
 
 _REQUIRED = ("_process_candidates", "_cleanup_waiting_queue", "add_waiting_request", "reset")
@@ -266,6 +267,18 @@ class ObservedFIFOScheduler(_Observer, FIFOScheduler):
         self._mark_idle_if_done()
 
 
+def _locked(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a scheduler method under its lock (the ledger's: the per-tenant
+    tally's collector and any other reader of the ledger take it too)."""
+
+    @functools.wraps(method)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return run
+
+
 @dataclass
 class _Entry:
     """What the scheduler keeps of one request fairq holds (the ledger keeps
@@ -335,9 +348,11 @@ class FairqScheduler(_Observer, Scheduler):
         if safety_margin is None:
             safety_margin = DEFAULT_SAFETY_MARGIN
         self.page_size = engine_page_size(cache)
+        self._lock = threading.RLock()
         super().__init__(cache, safety_margin, max_requests_per_batch)
 
     # ----------------------------------------------------------------- state
+    @_locked
     def reset(self) -> None:
         """Fresh engine queues, ledger, mirror tree and measurements. The
         previous ledger's state is saved first (a manager restarted), and
@@ -356,9 +371,10 @@ class FairqScheduler(_Observer, Scheduler):
             name="transformers",
             on_new_scheduler=lambda s, _name: publish(s, f"transformers-{policy}"),
         )
+        self.ledger.lock = self._lock
         self.persist = _persistence(self.ledger, options)
         self.tally = TenantTally(options.tenant)
-        _publish_tally(self.tally, f"transformers-{policy}")
+        publish_tally(self.tally, f"transformers-{policy}", self._lock)
         self.fairq_hooks = Hooks([PersistHook(self.persist)] if self.persist else [])
         self._entries: dict[str, _Entry] = {}
         self._requeued: deque[str] = deque()
@@ -369,10 +385,12 @@ class FairqScheduler(_Observer, Scheduler):
         """The fairq policy object (the ledger's one tier)."""
         return self.ledger.scheduler(0)
 
+    @_locked
     def service(self, client: str) -> float:
         """fairq's service counter of ``client`` (``w_e*extend + w_q*output``)."""
         return self.ledger.service(client)
 
+    @_locked
     def flush(self) -> None:
         """Apply pending finishes and output charges to fairq (done
         automatically every step), and, once the engine has no request,
@@ -392,6 +410,7 @@ class FairqScheduler(_Observer, Scheduler):
             _never_raise(self.flush)
         return pending
 
+    @_locked
     def add_waiting_request(self, state: Any) -> None:
         """Queue a new request in fairq (or re-place an offloaded one first)."""
         rid = state.request_id
@@ -420,6 +439,7 @@ class FairqScheduler(_Observer, Scheduler):
         self._record(state).client = client
         super().add_waiting_request(state)
 
+    @_locked
     def finish_request(self, request_id: str) -> None:
         """Charge the last outputs; the fairq finish is applied at the next step
         (an offload re-queues the same id right after this call)."""
@@ -435,6 +455,7 @@ class FairqScheduler(_Observer, Scheduler):
         super().finish_request(request_id)
         self._mark_idle_if_done()
 
+    @_locked
     def clear_cancelled_requests(self) -> Any:
         """Cancelled requests leave fairq too, in whatever state they were."""
         cancelled = super().clear_cancelled_requests()
@@ -451,6 +472,7 @@ class FairqScheduler(_Observer, Scheduler):
             self._unlock(entry)
         return cancelled
 
+    @_locked
     def schedule_batch(self, token_budget: int, cache_budget: int) -> Any:
         """Running requests first (engine order), then fairq's admissions."""
         self._begin_step()
@@ -638,41 +660,6 @@ def _persistence(ledger: Ledger, options: FairOptions) -> Persistence | None:
     if not p.load():
         p.save()
     return p
-
-
-class _TallyCollector:
-    """``prometheus_client`` collector of a :class:`TenantTally`
-    (``fairq_transformers_requests_total``... labels ``name``, ``tenant``)."""
-
-    def __init__(self, tally: TenantTally, name: str) -> None:
-        self.tally = tally
-        self.name = name
-
-    def describe(self) -> list[Any]:
-        return []  # as FairqCollector: one scheduler per policy shares the names
-
-    def collect(self) -> Iterator[Any]:
-        return iter(self.tally.families("transformers", self.name))
-
-
-_tallies: dict[str, _TallyCollector] = {}
-
-
-def _publish_tally(tally: TenantTally, name: str) -> None:
-    """With ``$FAIRQ_METRICS`` set (as :func:`fairq.metrics.publish`),
-    register ``tally``'s collector under ``name``, replacing the last one."""
-    if os.environ.get(METRICS_ENV_VAR, "").strip().lower() not in ("1", "true", "yes"):
-        return
-    try:
-        import prometheus_client
-    except ImportError:
-        return  # fairq.metrics.publish has warned
-    old = _tallies.pop(name, None)
-    if old is not None:
-        prometheus_client.REGISTRY.unregister(old)
-    collector = _TallyCollector(tally, name)
-    prometheus_client.REGISTRY.register(collector)
-    _tallies[name] = collector
 
 
 def scheduler_class(
