@@ -122,10 +122,11 @@ class RequestRecord:
         engine_cached: prompt tokens the engine's prefix match served from
             cache when the request was first placed (None until placed).
         predicted_cached: the mirror tree's prediction at admission (fairq
-            policies only; None for the FIFO observer).
+            policies that keep a mirror, LPM and DLPM; else None).
         charged_extend: extend tokens fairq charges for the request: the
-            prediction ``prompt_len - predicted_cached`` until the engine
-            places it, then ``prompt_len - engine_cached`` (fairq policies
+            admission's estimate (``prompt_len - predicted_cached``) until
+            the engine places it, then the prompt positions it has computed
+            (``prompt_len - engine_cached`` once prefilled) (fairq policies
             only; None for the FIFO observer).
         output_tokens: tokens generated so far (charged to fairq).
         placed_step: step index at which the engine first placed it.
