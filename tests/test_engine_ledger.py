@@ -156,6 +156,17 @@ def test_state_file_keeps_the_heavy_tenant_behind_after_a_restart(
     assert fresh.service("heavy") == pytest.approx(40 + 2 * NEW_TOKENS)
 
 
+def test_a_reset_saves_and_loads_back(model: Any, tmp_path: Path) -> None:
+    """The engine resets its scheduler when the same manager starts again:
+    the state is saved, then loaded into the fresh ledger."""
+    first = _serve(model, _register(tmp_path / "fairq.json"), BURST)
+    before = {t: (first.fq.deficit(t), first.service(t)) for t in ("heavy", "light")}
+    old = first.ledger
+    first.reset()
+    assert first.ledger is not old and len(first.ledger) == 0
+    assert {t: (first.fq.deficit(t), first.service(t)) for t in before} == before
+
+
 def test_a_bad_state_file_is_moved_aside_and_the_engine_starts(model: Any, tmp_path: Path) -> None:
     path = tmp_path / "fairq.json"
     path.write_text("{not json")
