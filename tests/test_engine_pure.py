@@ -17,6 +17,7 @@ from fairq.integrations.transformers import (
     check_policy,
     policy_options,
 )
+from fairq.integrations.transformers import tenants as tf_tenants
 from fairq.sim.fit import fit_step_time
 from fairq.sim.metrics import jain_index, percentile
 
@@ -59,6 +60,78 @@ def test_client_resolver_rejects_bad_config(kwargs: dict, field: str) -> None:
 @given(st.text(min_size=1, max_size=8).filter(lambda s: "/" not in s), st.text(max_size=8))
 def test_client_prefix_property(client: str, rest: str) -> None:
     assert ClientResolver()(f"{client}/{rest}") == client
+
+
+def test_client_resolver_is_the_shared_source_order() -> None:
+    """ClientResolver is the engines' SourceOrder, with sources in an order
+    and the request's id read from a RequestState as from a bare id."""
+    from types import SimpleNamespace
+
+    from fairq.tenancy import SourceOrder
+
+    assert ClientResolver is tf_tenants.TenantResolver
+    assert issubclass(ClientResolver, SourceOrder)
+    r = ClientResolver(mapping={"a/1": "vip"})
+    assert r(SimpleNamespace(request_id="a/1")) == "vip" and r("a/2") == "a"
+    ids_only = ClientResolver(mapping={"a/1": "vip"}, order=["request_id"])
+    assert ids_only("a/1") == "a"
+    with pytest.raises(ValueError, match=r"tenant.order\[0\] must be one of mapping, request_id"):
+        ClientResolver(order=["rid"])
+    with pytest.raises(TypeError, match="tenant.mapping must be a mapping"):
+        ClientResolver(mapping=[("a", "b")])  # type: ignore[arg-type]
+
+
+def test_options_are_every_engines() -> None:
+    o = tf_tenants.make_options(
+        "fairq-dlpm",
+        {
+            "quantum": 64,
+            "tenant_weights": {"gold": 2},
+            "tenant": {"separator": ":", "mapping": {"x": "vip"}},
+            "state_file": "/tmp/fairq-state.json",
+            "state_interval_s": 2,
+        },
+    )
+    assert isinstance(o, tf_tenants.FairOptions) and o.policy == "dlpm"
+    assert o.policy_options == {"quantum": 64.0, "w_e": 1.0, "w_q": 2.0}
+    assert o.tenant_weights == {"gold": 2.0}
+    assert (o.tenant("gold:1"), o.tenant("x"), o.tenant("a/1")) == ("gold", "vip", "default")
+    assert (o.state_file, o.state_interval_s) == ("/tmp/fairq-state.json", 2.0)
+    # the older keywords
+    old = tf_tenants.make_options("vtc", None, client_of=str.upper, weights={"A": 3})
+    assert old.tenant("a/1") == "A/1" and old.tenant_weights == {"A": 3.0}
+    # every local policy of the core, with no list of its own
+    from fairq.sched import POLICY_INFO
+
+    assert tf_tenants.FAIR_POLICIES == tuple(POLICY_INFO)
+    for policy in POLICY_INFO:
+        assert tf_tenants.make_options(policy).policy == policy
+
+
+@pytest.mark.parametrize(
+    ("policy", "raw", "kw", "field"),
+    [
+        ("dlpm", {"quantm": 1}, {}, "unknown option 'quantm' for policy 'dlpm'"),
+        ("dlpm", {"quantum": 0}, {}, "'quantum' must be a finite number > 0"),
+        ("vtc", {"quantum": 5}, {}, "'quantum'"),
+        ("lpm", {"tenant_weights": {"a": -1}}, {}, r"tenant_weights\['a'\]"),
+        ("lpm", {}, {"weights": {"a": 0}}, r"tenant_weights\['a'\]"),
+        ("lpm", {"tenant_weights": [1]}, {}, "tenant_weights"),
+        ("lpm", {"tenant": {"order": ["rid"]}}, {}, r"tenant.order\[0\]"),
+        ("lpm", {"tenant": {"order": "mapping"}}, {}, "tenant.order must be a list"),
+        ("lpm", {"tenant": {"extra_args_key": "t"}}, {}, "unknown option tenant.extra_args_key"),
+        ("lpm", {"tenant": {"default": ""}}, {}, "tenant.default"),
+        ("lpm", {"tenant": {"mapping": {"r": 3}}}, {}, r"tenant.mapping\['r'\]"),
+        ("lpm", {"state_file": ""}, {}, "state_file must be a non-empty path"),
+        ("lpm", {"state_interval_s": 0}, {}, "state_interval_s must be finite and > 0"),
+        ("lpm", {"tenant_weights": {}}, {"weights": {}}, "not both"),
+        ("lpm", {"tenant": {}}, {"client_of": str}, "not both"),
+        ("wfq", {}, {}, "unknown fairq policy 'wfq'"),
+    ],
+)
+def test_bad_options_name_the_field(policy: str, raw: dict, kw: dict, field: str) -> None:
+    with pytest.raises((TypeError, ValueError), match=field):
+        tf_tenants.make_options(policy, raw, **kw)
 
 
 # ---------------------------------------------------------------- policies

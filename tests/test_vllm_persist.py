@@ -445,3 +445,80 @@ def test_bad_state_options_name_the_field(
     policy_env(policy, **options)
     with pytest.raises(error, match=match):
         build()
+
+
+# -- flushed when the engine goes idle ---------------------------------------------
+
+
+def _service_shipped(stats: Any, tenant: str) -> float:
+    from fairq.vllm.stats import decode_families, take_payload
+
+    payload = take_payload(stats)
+    assert payload is not None
+    fams = {f.name: f for f in decode_families(payload, {"engine": "0"})}
+    fam = fams["fairq_scheduler_service_tokens"]
+    return sum(
+        smp.value
+        for smp in fam.samples
+        if smp.labels.get("tenant") == tenant and smp.name.endswith("_total")
+    )
+
+
+def test_a_burst_is_in_the_file_and_the_last_stats_once_idle(
+    policy_env: Any, tmp_path: Path
+) -> None:
+    """A burst, then silence: with a save interval of an hour and metrics
+    shipped at most once a second, the step that leaves no unfinished
+    request saves the state file and ships fairq's families as they are
+    after its hooks (the finished requests charged and gone), so neither a
+    SIGKILL nor a ``/metrics`` scrape during the silence misses the end of
+    the burst."""
+    path = tmp_path / "state.json"
+    policy_env("vtc", state_file=str(path), state_interval_s=3600)
+    s = build(max_num_seqs=16)
+    s._fairq_packer.interval_s = 3600.0
+    saves = s.fairq_persist.saves
+    add_tenants(s, "x")
+    last: dict[int, Any] = {}
+    while s.has_unfinished_requests():
+        _, last = harness.step(s)
+    assert s.fairq_persist.saves == saves + 1
+    doc = saved(path)["state"]["tiers"]["0"]
+    served = {c["name"]: c["service"] for c in doc["clients"]}
+    assert served[GREEDY] == pytest.approx(s.fairq.service(GREEDY)) == 4 * (256 + 2 * 2)
+    assert doc["running"] == []
+    stats = next(e.scheduler_stats for e in last.values() if e.scheduler_stats is not None)
+    assert _service_shipped(stats, GREEDY) == pytest.approx(4 * (256 + 2 * 2))
+    # silence: a trailing step changes nothing, and nothing is saved again
+    harness.step(s)
+    s.shutdown()
+    assert s.fairq_persist.saves == saves + 1
+
+
+def test_an_abort_while_idle_is_flushed_in_the_background(
+    policy_env: Any, tmp_path: Path
+) -> None:
+    """Requests aborted while nothing runs (clients gone): no step follows,
+    so the state file is saved at once and the background flusher sends
+    fairq's families through the engine core's output queue."""
+    import queue
+
+    from fairq.vllm.stats import EngineCoreLink
+
+    path = tmp_path / "state.json"
+    policy_env("vtc", state_file=str(path), state_interval_s=3600)
+    s = build()
+    add_tenants(s, "x")
+    harness.step(s)
+    out_q: queue.Queue[Any] = queue.Queue()
+    s._fairq_link = EngineCoreLink(out_q)
+    saves = s.fairq_persist.saves
+    s.finish_requests(list(s.requests), RequestStatus.FINISHED_ABORTED)
+    assert s.fairq_persist.saves == saves + 1 and not s.fairq.tenant_of
+    s.fairq_flusher.run_once()
+    client, eco = out_q.get_nowait()
+    assert client == 0
+    assert _service_shipped(eco.scheduler_stats, GREEDY) == pytest.approx(s.fairq.service(GREEDY))
+    s.fairq_flusher.run_once()  # nothing changed: nothing sent again
+    assert out_q.empty()
+    s.shutdown()

@@ -21,7 +21,7 @@ from typing import Any
 from fairq.enginebench.workload import (
     EngineRequest,
 )
-from fairq.engineopts import POLICIES, check_policy
+from fairq.engineopts import check_policy
 from fairq.integrations.transformers.fit import StepSample
 from fairq.integrations.transformers.model import (
     SUPPORTED_TRANSFORMERS,
@@ -29,6 +29,7 @@ from fairq.integrations.transformers.model import (
     check_scheduler_type,
     page_size_field,
 )
+from fairq.integrations.transformers.tenants import FAIR_POLICIES
 from fairq.sim.fit import fit_step_time
 from fairq.sim.metrics import jain_index, percentile
 
@@ -289,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
     from fairq.enginebench.args import workload as args_workload
 
     names = policy_list(
-        args, ("fifo", *POLICIES), "fifo: transformers' own scheduler; the others fairq's"
+        args, ("fifo", *FAIR_POLICIES), "fifo: transformers' own scheduler; the others fairq's"
     )
     workload = args_workload(args)
     need("engine", what="--engine transformers", modules=("torch", "transformers"))

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fairq.dualphase import DualPhaseQueue
+from fairq.ledger.hooks import StepHook
 
 __all__ = ["DualPhaseOptions", "DualPhasePolicy", "build_dual_phase", "OPTION"]
 
@@ -207,7 +208,7 @@ def _from_parser(
     return end_ids, ends, f"reasoning parser {name!r}"
 
 
-class DualPhasePolicy:
+class DualPhasePolicy(StepHook):
     """fairq's dual-phase state in one vLLM scheduler (see the module doc).
 
     ``queue``: the core :class:`DualPhaseQueue` holding the *running*

@@ -34,10 +34,12 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import threading
 from typing import Any
 
 from fairq.vllm._base import RequestQueue, SchedulingPolicy
-from fairq.vllm.tenants import FAIR_POLICIES
+from fairq.vllm.stats import TenantTally
+from fairq.vllm.tenants import FAIR_POLICIES, OPTIONS_ENV_VAR
 
 __all__ = [
     "ENV_VAR",
@@ -48,6 +50,8 @@ __all__ = [
     "replace_queues",
     "resolve_policy",
     "attach_fair_policy",
+    "FairPolicyName",
+    "TenantTally",
 ]
 
 # FairqScheduler / FairqAsyncScheduler are built on first access (they need
@@ -55,8 +59,8 @@ __all__ = [
 
 #: Environment variable naming the fairq policy of the waiting queues.
 ENV_VAR = "FAIRQ_VLLM_POLICY"
-#: Environment variable holding a JSON object of queue options.
-OPTIONS_ENV_VAR = "FAIRQ_VLLM_OPTIONS"
+# OPTIONS_ENV_VAR ("FAIRQ_VLLM_OPTIONS", a JSON object of options) lives in
+# fairq.vllm.tenants (which reads it) and is re-exported here.
 #: Scheduler attributes holding waiting queues (whichever exist are replaced).
 QUEUE_ATTRS = ("waiting", "kv_holding_waiting", "skipped_waiting")
 
@@ -66,8 +70,20 @@ _BASES = {
 }
 
 
-def resolve_policy(scheduler: Any) -> SchedulingPolicy:
-    """The fairq policy for ``scheduler``: ``$FAIRQ_VLLM_POLICY`` or vLLM's own.
+class FairPolicyName(str):
+    """A fair policy of :data:`fairq.vllm.tenants.FAIR_POLICIES` that
+    :class:`SchedulingPolicy` does not list (one added to the core since):
+    a string with the enum's ``value``."""
+
+    @property
+    def value(self) -> str:
+        return str(self)
+
+
+def resolve_policy(scheduler: Any) -> Any:
+    """The fairq policy for ``scheduler``: ``$FAIRQ_VLLM_POLICY`` or vLLM's own
+    (a :class:`SchedulingPolicy`, or a :class:`FairPolicyName` for a fair
+    policy the enum does not list).
 
     An unknown name in the environment variable is a ``ValueError``.
     """
@@ -78,7 +94,9 @@ def resolve_policy(scheduler: Any) -> SchedulingPolicy:
         try:
             return as_policy(name.lower())
         except ValueError:
-            known = ", ".join(p.value for p in SchedulingPolicy)
+            if name.lower() in FAIR_POLICIES:
+                return FairPolicyName(name.lower())
+            known = ", ".join(dict.fromkeys([*(p.value for p in SchedulingPolicy), *FAIR_POLICIES]))
             msg = f"{ENV_VAR}={name!r} is not a fairq policy (one of: {known})"
             raise ValueError(msg) from None
     return as_policy(getattr(scheduler, "policy", SchedulingPolicy.FCFS))
@@ -177,84 +195,6 @@ def attach_fair_policy(scheduler: Any, policy: str) -> Any:
     return state
 
 
-class TenantTally:
-    """Per tenant, under every fairq policy: requests, prompt tokens and
-    vLLM's prefix-cache hits when each request is first scheduled (its
-    ``num_computed_tokens`` then is the hit), resolved with ``resolver``.
-
-    Bounded: the first ``max_tenants`` tenants seen are counted by name, every
-    later one under :attr:`OTHER` (so memory and the exported series stay
-    bounded however many tenants a server sees, and every counter still only
-    grows, as Prometheus requires)."""
-
-    #: The tenant label that counts the tenants beyond ``max_tenants``.
-    OTHER = "(other)"
-
-    def __init__(self, resolver: Any, max_tenants: int = 1000) -> None:
-        self.resolver = resolver
-        self.max_tenants = max_tenants
-        self.requests: dict[str, int] = {}
-        self.prompt_tokens: dict[str, int] = {}
-        self.hit_tokens: dict[str, int] = {}
-        self._seen: set[str] = set()
-
-    def after_schedule(self, scheduler: Any, output: Any) -> None:
-        """Count the requests ``output`` schedules for the first time."""
-        try:
-            new = output.scheduled_new_reqs
-            if not new:
-                return
-            requests = scheduler.requests
-            seen = self._seen
-            if len(seen) > 4 * len(requests) + 1024:  # forget the finished
-                seen.intersection_update(requests)
-            for data in new:
-                rid = data.req_id
-                if rid in seen:
-                    continue
-                seen.add(rid)
-                request = requests.get(rid)
-                if request is None:
-                    continue
-                t = self.resolver(request)
-                if t not in self.requests and len(self.requests) >= self.max_tenants:
-                    t = self.OTHER
-                self.requests[t] = self.requests.get(t, 0) + 1
-                self.prompt_tokens[t] = self.prompt_tokens.get(t, 0) + int(
-                    request.num_prompt_tokens
-                )
-                hit = max(int(data.num_computed_tokens), 0)
-                self.hit_tokens[t] = self.hit_tokens.get(t, 0) + hit
-        except Exception:  # noqa: BLE001 (a tally must never stop a step)
-            return
-
-    def families(self, policy: str, clock: Any) -> list[Any]:
-        """Prometheus families of the tallies and of ``clock``."""
-        from prometheus_client.core import CounterMetricFamily
-
-        name = f"vllm-{policy}"
-        out = []
-        for key, doc, values in (
-            ("requests", "Requests first scheduled", self.requests),
-            ("prompt_tokens", "Prompt tokens of requests first scheduled", self.prompt_tokens),
-            ("prefix_hit_tokens", "Of those, vLLM's prefix-cache hits", self.hit_tokens),
-        ):
-            fam = CounterMetricFamily(f"fairq_vllm_{key}", doc, labels=["name", "tenant"])
-            for t, v in values.items():
-                fam.add_metric([name, t], v)
-            out.append(fam)
-        for key, doc, v in (
-            ("steps", "schedule() calls", clock.steps),
-            ("schedule_seconds", "Wall time in vLLM's schedule()", clock.schedule_s),
-            ("fairq_seconds", "Wall time in fairq's code (queue and hooks)", clock.fairq_s),
-            ("step_seconds", "Engine step wall time (busy steps)", clock.step_s),
-        ):
-            fam = CounterMetricFamily(f"fairq_vllm_{key}", doc, labels=["name"])
-            fam.add_metric([name], v)
-            out.append(fam)
-        return out
-
-
 def _persistence(
     scheduler: Any, source: Any, policy: str, path: str | None, interval_s: float
 ) -> Any:
@@ -265,7 +205,7 @@ def _persistence(
     parallelism each engine keeps its own file, ``<state_file>.dp<rank>``."""
     if path is None:
         return None
-    from fairq.vllm.persist import Persistence
+    from fairq.ledger.persist import Persistence
 
     parallel = getattr(getattr(scheduler, "vllm_config", None), "parallel_config", None)
     if int(getattr(parallel, "data_parallel_size", 1) or 1) > 1:
@@ -319,6 +259,70 @@ def _adopt_vllm_logging() -> None:
     ours.propagate = False
 
 
+def _queue_policy(scheduler: Any) -> Any:
+    """Set up a queue policy (``fcfs``, ``priority``, ``wfq``): replace the
+    waiting queues; for ``wfq``, its settlement (returned: the scheduler's
+    ``fairq``) and saved state."""
+    from fairq.vllm.tenants import STATE_KEYS, state_options
+
+    policy = scheduler.fairq_policy
+    options = resolve_options()
+    check_queue_env_options(policy, options)
+    state_file, interval_s = state_options(options)
+    for key in (*STATE_KEYS, "dual_phase"):
+        options.pop(key, None)
+    if policy is SchedulingPolicy.WFQ and "flow_key" not in options:
+        # one WFQ flow per tenant, resolved as for the fair policies
+        from fairq.vllm.tenants import FairOptions
+
+        tenant = FairOptions.from_mapping("vtc", {"tenant": options.pop("tenant", {})})
+        options["flow_key"] = tenant.tenant
+    replace_queues(scheduler, policy, **options)
+    if policy is not SchedulingPolicy.WFQ:
+        return None
+    from fairq.vllm.wfq import WfqSettlement
+
+    settlement = WfqSettlement(scheduler.waiting, getattr(scheduler, "requests", None))
+    scheduler.fairq_persist = _persistence(scheduler, settlement, "wfq", state_file, interval_s)
+    return settlement
+
+
+#: Seconds between two rounds of the background flusher (at most; the
+#: state file's own ``state_interval_s`` when shorter, but not below
+#: :data:`MIN_FLUSH_INTERVAL_S`).
+FLUSH_INTERVAL_S = 1.0
+MIN_FLUSH_INTERVAL_S = 0.05
+
+
+def _flush_job(ref: Any) -> Any:
+    """The background flusher's job for the scheduler ``ref()`` (a weak
+    reference: a scheduler nobody holds stops its flusher)."""
+
+    from fairq.ledger import Flusher
+
+    def job() -> Any:
+        s = ref()
+        if s is None:
+            return Flusher.DONE
+        s._fairq_flush()
+        return None
+
+    return job
+
+
+def _scheduler_hooks(s: Any) -> Any:
+    """The scheduler's step hooks, in the order they run: the dual-phase
+    policy, the fair policy (or WFQ's settlement), the saved state, the
+    per-tenant tally."""
+    from fairq.ledger import Hooks, PersistHook
+
+    hooks = Hooks([s.fairq_dualphase, s.fairq])
+    if s.fairq_persist is not None:
+        hooks.add(PersistHook(s.fairq_persist))
+    hooks.add(s.fairq_tally)
+    return hooks
+
+
 def _build(name: str) -> type:
     module, base_name = _BASES[name]
     try:
@@ -327,177 +331,222 @@ def _build(name: str) -> type:
         raise ImportError(
             f"fairq.vllm.scheduler.{name} needs vLLM ({module}.{base_name}): {e}"
         ) from e
+    cls = type(name, (_FairqMixin, base), {"__module__": __name__})
+    cls.__qualname__ = name
+    cls.__doc__ = (
+        f"vLLM ``{base_name}`` whose waiting queues are fairq queues "
+        f"(policy from ``${ENV_VAR}`` or vLLM's ``--scheduling-policy``; "
+        "the fair policies run per-tenant fairness inside its step on the "
+        "ledger, :mod:`fairq.vllm.fair`)."
+    )
+    return cls
 
-    class FairqSchedulerClass(base):  # type: ignore[misc, valid-type]
-        #: fairq's hooks in the step, or None: the fair policy's state
-        #: (:class:`fairq.vllm.fair.FairState`), or WFQ's settlement
-        #: (:class:`fairq.vllm.wfq.WfqSettlement`); a class default too, for
-        #: instances made without __init__.
-        fairq: Any = None
-        #: :class:`fairq.vllm.stats.StepClock` (None until ``__init__``)
-        fairq_clock: Any = None
-        #: the saved fairness state (:class:`fairq.vllm.persist.Persistence`)
-        #: when the option ``state_file`` is set, else None
-        fairq_persist: Any = None
-        #: the dual-phase policy (:class:`fairq.vllm.dualphase.DualPhasePolicy`)
-        #: when the option ``dual_phase`` is set, else None
-        fairq_dualphase: Any = None
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            from fairq.vllm import install
-            from fairq.vllm.compat import check_vllm
+class _FairqMixin:
+    """fairq's part of the scheduler classes (before vLLM's class in the MRO).
 
-            _adopt_vllm_logging()
-            check_vllm()
-            install()
-            # Cooperative: a vLLM class deriving from both fairq's scheduler
-            # and another Scheduler subclass (e.g. one built with
-            # ``AsyncScheduler`` as a second base) still runs every base's
-            # ``__init__``.
-            super().__init__(*args, **kwargs)
-            self.fairq_policy = resolve_policy(self)
-            if self.fairq_policy.value in FAIR_POLICIES:
-                self.fairq = attach_fair_policy(self, self.fairq_policy.value)
-            else:
-                from fairq.vllm.tenants import STATE_KEYS, state_options
+    Every entry point that reaches fairq (``add_request``, ``schedule``,
+    ``update_from_output``, ``finish_requests``, ``make_stats``,
+    ``shutdown``) runs under one lock (the ledger's), which the background
+    flusher takes too. The step hooks are one list (:attr:`fairq_hooks`,
+    :class:`fairq.ledger.Hooks`). When no unfinished request is left, the
+    hooks' ``idle()`` runs (the state file is saved if it changed) and the
+    step's ``SchedulerStats`` gets fairq's families as they are then.
+    """
 
-                options = resolve_options()
-                check_queue_env_options(self.fairq_policy, options)
-                state_file, interval_s = state_options(options)
-                for key in (*STATE_KEYS, "dual_phase"):
-                    options.pop(key, None)
-                if self.fairq_policy is SchedulingPolicy.WFQ and "flow_key" not in options:
-                    # one WFQ flow per tenant, resolved as for the fair policies
-                    from fairq.vllm.tenants import FairOptions
+    #: fairq's fair-policy or WFQ hook (:class:`fairq.vllm.fair.FairState`,
+    #: :class:`fairq.vllm.wfq.WfqSettlement`), or None; class defaults too,
+    #: for instances made without __init__.
+    fairq: Any = None
+    #: :class:`fairq.vllm.stats.StepClock` (None until ``__init__``)
+    fairq_clock: Any = None
+    #: the saved fairness state (:class:`fairq.ledger.Persistence`) or None
+    fairq_persist: Any = None
+    #: the dual-phase policy (:class:`fairq.vllm.dualphase.DualPhasePolicy`) or None
+    fairq_dualphase: Any = None
+    #: the step hooks (:class:`fairq.ledger.Hooks`), None until ``__init__``
+    fairq_hooks: Any = None
+    #: the background flusher (:class:`fairq.ledger.Flusher`) or None
+    fairq_flusher: Any = None
+    _fairq_lock: Any = contextlib.nullcontext()
 
-                    tenant = FairOptions.from_mapping("vtc", {"tenant": options.pop("tenant", {})})
-                    options["flow_key"] = tenant.tenant
-                replace_queues(self, self.fairq_policy, **options)
-                if self.fairq_policy is SchedulingPolicy.WFQ:
-                    from fairq.vllm.wfq import WfqSettlement
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from fairq.vllm import install
+        from fairq.vllm.compat import check_vllm
+        from fairq.vllm.stats import EngineCoreLink
 
-                    self.fairq = WfqSettlement(self.waiting, getattr(self, "requests", None))
-                    self.fairq_persist = _persistence(
-                        self, self.fairq, "wfq", state_file, interval_s
+        _adopt_vllm_logging()
+        check_vllm()
+        install()
+        link = EngineCoreLink.find()
+        # Cooperative: a vLLM class deriving from both fairq's scheduler
+        # and another Scheduler subclass still runs every base's __init__.
+        super().__init__(*args, **kwargs)
+        self.fairq_policy = resolve_policy(self)
+        if self.fairq_policy.value in FAIR_POLICIES:
+            self.fairq = attach_fair_policy(self, self.fairq_policy.value)
+        else:
+            self.fairq = _queue_policy(self)
+        ledger = getattr(self.fairq, "ledger", None)
+        self._fairq_lock = ledger.lock if ledger is not None else threading.RLock()
+        self.fairq_dualphase = _dual_phase(self)
+        self._fairq_observe()
+        self.fairq_hooks = _scheduler_hooks(self)
+        self._fairq_link = link
+        self._fairq_start_flusher()
+
+    def _fairq_observe(self) -> None:
+        """Per-tenant tallies, the step clock and the metrics packer
+        (:mod:`fairq.vllm.stats`)."""
+        from fairq.vllm.stats import StatsPacker, StepClock, time_fairq
+        from fairq.vllm.tenants import TenantResolver
+
+        self.fairq_clock = StepClock()
+        if self.fairq is not None:
+            time_fairq(self.fairq, self.fairq_clock)
+        if self.fairq_dualphase is not None:
+            time_fairq(self.fairq_dualphase, self.fairq_clock)
+        options = getattr(self.fairq, "options", None)
+        resolver = getattr(options, "tenant", None) or TenantResolver()
+        self.fairq_tally = TenantTally(resolver)
+        self._fairq_packer = StatsPacker()
+
+    def _fairq_start_flusher(self) -> None:
+        """A background flusher when there is something to flush: a state
+        file, or a server's ``/metrics`` (an engine core to send through)."""
+        persist = self.fairq_persist
+        if persist is None and self._fairq_link.queue is None:
+            return
+        import weakref
+
+        from fairq.ledger import Flusher
+
+        interval = FLUSH_INTERVAL_S
+        if persist is not None:
+            interval = max(min(interval, persist.interval_s), MIN_FLUSH_INTERVAL_S)
+        self.fairq_flusher = Flusher(
+            self._fairq_lock, interval, [_flush_job(weakref.ref(self))]
+        ).start()
+
+    def _fairq_flush(self) -> None:
+        """The background flusher's round (under the lock), while the engine
+        is idle (a stepping engine saves and ships from its hooks): the
+        state file if it changed and a save is due, and fairq's families
+        to ``/metrics`` if they changed since last sent."""
+        if self.has_unfinished_requests():  # type: ignore[attr-defined]
+            return
+        persist = self.fairq_persist
+        if persist is not None:
+            persist.flush(due_only=True)
+        if self._fairq_link.queue is not None:
+            packer = self._fairq_packer
+            if packer.render(self._fairq_objects, self._fairq_families) != packer.last_payload:
+                stats = super().make_stats()  # type: ignore[misc]
+                if stats is not None and packer.attach(
+                    stats, self._fairq_objects, self._fairq_families, force=True
+                ):
+                    self._fairq_link.send(stats)
+
+    def _fairq_idle(self, outputs: Any = None) -> None:
+        """No unfinished request is left: the hooks' ``idle()``, and the
+        families as they are now on this step's ``SchedulerStats``."""
+        try:
+            self.fairq_hooks.idle()
+            for eco in (outputs or {}).values():
+                stats = getattr(eco, "scheduler_stats", None)
+                if stats is not None:
+                    self._fairq_packer.attach(
+                        stats, self._fairq_objects, self._fairq_families, force=True
                     )
-            self.fairq_dualphase = _dual_phase(self)
-            self._fairq_observe()
+        except Exception:  # noqa: BLE001 (never raise in the engine's step)
+            return
 
-        def _fairq_observe(self) -> None:
-            """Per-tenant tallies, the step clock and the metrics packer
-            (:mod:`fairq.vllm.stats`)."""
-            from fairq.vllm.stats import StatsPacker, StepClock, time_fairq
-            from fairq.vllm.tenants import TenantResolver
+    def add_request(self, *args: Any, **kwargs: Any) -> Any:
+        with self._fairq_lock:
+            return super().add_request(*args, **kwargs)  # type: ignore[misc]
 
-            self.fairq_clock = StepClock()
-            if self.fairq is not None:
-                time_fairq(self.fairq, self.fairq_clock)
-            if self.fairq_dualphase is not None:
-                time_fairq(self.fairq_dualphase, self.fairq_clock)
-            options = getattr(self.fairq, "options", None)
-            resolver = getattr(options, "tenant", None) or TenantResolver()
-            self.fairq_tally = TenantTally(resolver)
-            self._fairq_packer = StatsPacker()
-
-        def schedule(self, *args: Any, **kwargs: Any) -> Any:
-            clock = self.fairq_clock
-            if clock is None:  # an instance made without __init__
-                return super().schedule(*args, **kwargs)
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        clock = self.fairq_clock
+        if clock is None:  # an instance made without __init__
+            return super().schedule(*args, **kwargs)  # type: ignore[misc]
+        with self._fairq_lock:
             started = clock.schedule_started()
-            dual = self.fairq_dualphase
-            if dual is not None:
-                dual.before_schedule(self)
-            output = super().schedule(*args, **kwargs)
-            if dual is not None:
-                dual.after_schedule(self, output)
-            if self.fairq is not None:
-                self.fairq.after_schedule(self, output)
-                if self.fairq_persist is not None:
-                    self.fairq_persist.step()
-            self.fairq_tally.after_schedule(self, output)
+            hooks = self.fairq_hooks
+            hooks.before_schedule(self)
+            output = super().schedule(*args, **kwargs)  # type: ignore[misc]
+            hooks.after_schedule(self, output)
             clock.schedule_done(started, bool(output.total_num_scheduled_tokens))
             return output
 
-        def make_stats(self, *args: Any, **kwargs: Any) -> Any:
-            stats = super().make_stats(*args, **kwargs)
+    def make_stats(self, *args: Any, **kwargs: Any) -> Any:
+        with self._fairq_lock:
+            stats = super().make_stats(*args, **kwargs)  # type: ignore[misc]
             if stats is not None and self.fairq_clock is not None:
                 self._fairq_packer.attach(stats, self._fairq_objects, self._fairq_families)
             return stats
 
-        def _fairq_objects(self) -> list[tuple[str, Any]]:
-            state = self.fairq
-            dual = self.fairq_dualphase
-            extra = [] if dual is None else [("vllm-dualphase", dual.queue)]
-            if state is not None and hasattr(state, "schedulers"):
-                pol = self.fairq_policy.value
-                return [
-                    (f"vllm-{pol}-tier{t}", s) for t, s in sorted(state.schedulers().items())
-                ] + extra
-            return [(f"vllm-{a.strip('_')}", getattr(self, a)) for a in ("waiting",)] + extra
+    def _fairq_objects(self) -> list[tuple[str, Any]]:
+        state = self.fairq
+        dual = self.fairq_dualphase
+        extra = [] if dual is None else [("vllm-dualphase", dual.queue)]
+        ledger = getattr(state, "ledger", None)
+        if ledger is not None:
+            return ledger.metric_objects() + extra
+        return [("vllm-waiting", self.waiting)] + extra  # type: ignore[attr-defined]
 
-        def _fairq_families(self) -> list[Any]:
-            out = self.fairq_tally.families(self.fairq_policy.value, self.fairq_clock)
-            if self.fairq_dualphase is not None:
-                out += self.fairq_dualphase.families("vllm-dualphase", self)
+    def _fairq_families(self) -> list[Any]:
+        out = self.fairq_tally.families(self.fairq_policy.value, self.fairq_clock)
+        if self.fairq_dualphase is not None:
+            out += self.fairq_dualphase.families("vllm-dualphase", self)
+        return out
+
+    def update_from_output(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        hooks = self.fairq_hooks
+        if hooks is None:
+            return super().update_from_output(scheduler_output, *args, **kwargs)  # type: ignore[misc]
+        with self._fairq_lock:
+            snaps = hooks.output_snapshot(scheduler_output, self.requests)  # type: ignore[attr-defined]
+            out = super().update_from_output(scheduler_output, *args, **kwargs)  # type: ignore[misc]
+            hooks.after_update(snaps)
+            if not self.has_unfinished_requests():  # type: ignore[attr-defined]
+                self._fairq_idle(out)
             return out
 
-        def update_from_output(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
-            dual = self.fairq_dualphase
-            if self.fairq is None and dual is None:
-                return super().update_from_output(scheduler_output, *args, **kwargs)
-            snapshot = (
-                None
-                if self.fairq is None
-                else self.fairq.output_snapshot(scheduler_output, self.requests)
-            )
-            dual_snap = (
-                None if dual is None else dual.output_snapshot(scheduler_output, self.requests)
-            )
-            out = super().update_from_output(scheduler_output, *args, **kwargs)
-            if self.fairq is not None:
-                self.fairq.after_update(snapshot)
-                if self.fairq_persist is not None:
-                    self.fairq_persist.tick()
-            if dual is not None:
-                dual.after_update(dual_snap)
-            return out
-
-        def finish_requests(self, request_ids: Any, *args: Any, **kwargs: Any) -> Any:
-            if self.fairq is None:
-                return super().finish_requests(request_ids, *args, **kwargs)
+    def finish_requests(self, request_ids: Any, *args: Any, **kwargs: Any) -> Any:
+        hooks = self.fairq_hooks
+        if hooks is None:
+            return super().finish_requests(request_ids, *args, **kwargs)  # type: ignore[misc]
+        with self._fairq_lock:
+            requests = self.requests  # type: ignore[attr-defined]
             if request_ids is None:
-                # vLLM aborts every request (its shutdown in abort mode):
-                # save the state first, the waiting tenants still backlogged
-                if self.fairq_persist is not None:
-                    self.fairq_persist.before_abort_all(bool(self.requests))
-                ids = list(self.requests)
+                ids = list(requests)
             elif isinstance(request_ids, str):
                 ids = [request_ids]
             else:
                 ids = list(request_ids)
-            before = {rid: self.requests.get(rid) for rid in ids}
-            out = super().finish_requests(None if request_ids is None else ids, *args, **kwargs)
-            self.fairq.after_finish(before)
+            # vLLM aborts every request (its shutdown in abort mode): the
+            # saved state first, the waiting tenants still backlogged
+            hooks.before_finish(self, None if request_ids is None else ids)
+            before = {rid: requests.get(rid) for rid in ids}
+            out = super().finish_requests(  # type: ignore[misc]
+                None if request_ids is None else ids, *args, **kwargs
+            )
+            hooks.after_finish(before)
+            if not self.has_unfinished_requests():  # type: ignore[attr-defined]
+                self._fairq_idle()
             return out
 
-        def shutdown(self, *args: Any, **kwargs: Any) -> Any:
-            # vLLM's EngineCore.shutdown() calls this when the engine core
-            # exits; the final save never raises
-            try:
-                return super().shutdown(*args, **kwargs)
-            finally:
-                if self.fairq_persist is not None:
-                    self.fairq_persist.shutdown()
-
-    FairqSchedulerClass.__name__ = FairqSchedulerClass.__qualname__ = name
-    FairqSchedulerClass.__module__ = __name__
-    FairqSchedulerClass.__doc__ = (
-        f"vLLM ``{base_name}`` whose waiting queues are fairq queues "
-        f"(policy from ``${ENV_VAR}`` or vLLM's ``--scheduling-policy``; "
-        "``vtc``/``lpm``/``dlpm`` run per-tenant fairness inside its step, "
-        ":mod:`fairq.vllm.fair`)."
-    )
-    return FairqSchedulerClass
+    def shutdown(self, *args: Any, **kwargs: Any) -> Any:
+        # vLLM's EngineCore.shutdown() calls this when the engine core
+        # exits; the final save never raises
+        try:
+            return super().shutdown(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            if self.fairq_flusher is not None:
+                self.fairq_flusher.stop()
+            if self.fairq_hooks is not None:
+                with self._fairq_lock:
+                    self.fairq_hooks.shutdown()
 
 
 def __getattr__(name: str) -> Any:

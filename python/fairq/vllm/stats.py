@@ -11,7 +11,14 @@ scheduler statistics take:
    renders fairq's metric families (:class:`fairq.metrics.FairqCollector` of
    each fairq object of the scheduler, plus the ones below) and attaches them
    to the ``SchedulerStats`` vLLM sends to the API server with each engine
-   output.
+   output. An engine that goes idle sends no more output, so two more
+   paths make the last second reach ``/metrics``: the step that leaves no
+   unfinished request attaches the families as they are after fairq's
+   hooks ran (forced, whatever the interval), and while the engine is idle
+   a background :class:`fairq.ledger.Flusher` sends a ``SchedulerStats`` of
+   its own (``make_stats()``, the families attached) through the engine
+   core's output queue (:class:`EngineCoreLink`) whenever they changed
+   (after an abort while idle, say).
 2. API server: the stat-logger plugin ``fairq`` (entry point
    ``vllm.stat_logger_plugins``, :mod:`fairq.vllm.statlogger`) receives
    every ``SchedulerStats`` before vLLM's own loggers, takes fairq's part
@@ -52,10 +59,15 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from fairq.ledger.hooks import StepHook
+from fairq.ledger.tally import TenantTally as _LedgerTally
+
 __all__ = [
     "CARRIER_PREFIX",
+    "EngineCoreLink",
     "StepClock",
     "StatsPacker",
+    "TenantTally",
     "decode_families",
     "take_payload",
 ]
@@ -183,24 +195,43 @@ class StatsPacker:
         stats: Any,
         objects: Callable[[], Iterable[tuple[str, Any]]],
         extra: Callable[[], Iterable[Any]],
+        *,
+        force: bool = False,
     ) -> bool:
         """Attach the families to ``stats`` (a ``SchedulerStats``) if
-        ``interval_s`` has passed since the last time. Returns whether it
+        ``interval_s`` has passed since the last time, or ``force``
+        (replacing families attached to it before). Returns whether it
         did. Never raises: a failure is skipped (metrics must not stop a
         step)."""
         now = time.monotonic()
-        if now - self._last < self.interval_s:
+        if not force and now - self._last < self.interval_s:
             return False
         self._last = now
         try:
-            payload = json.dumps(
-                [_family_json(f) for f in self.families(objects(), extra())],
-                separators=(",", ":"),
-            )
-            stats.num_kv_fetch_reqs_by_stage[CARRIER_PREFIX + payload] = 0
+            payload = self.render(objects, extra)
+            stages = stats.num_kv_fetch_reqs_by_stage
+            for key in [k for k in stages if isinstance(k, str) and k.startswith(CARRIER_PREFIX)]:
+                del stages[key]
+            stages[CARRIER_PREFIX + payload] = 0
         except Exception:  # noqa: BLE001
             return False
+        #: the families last shipped (the idle flusher ships only a change)
+        self.last_payload = payload
         return True
+
+    #: the JSON of the families last attached (None: none yet)
+    last_payload: str | None = None
+
+    def render(
+        self,
+        objects: Callable[[], Iterable[tuple[str, Any]]],
+        extra: Callable[[], Iterable[Any]],
+    ) -> str:
+        """The JSON of the families (what travels)."""
+        return json.dumps(
+            [_family_json(f) for f in self.families(objects(), extra())],
+            separators=(",", ":"),
+        )
 
 
 def take_payload(stats: Any) -> str | None:
@@ -228,3 +259,93 @@ def decode_families(payload: str, extra_labels: dict[str, str]) -> list[Any]:
             m.add_sample(sname, {**labels, **extra_labels}, value)
         out.append(m)
     return out
+
+
+class TenantTally(StepHook, _LedgerTally):
+    """Per tenant, under every fairq policy: requests, prompt tokens and
+    vLLM's prefix-cache hits when each request is first scheduled (its
+    ``num_computed_tokens`` then is the hit), resolved with ``resolver``
+    (:class:`fairq.ledger.TenantTally` fed from vLLM's ``SchedulerOutput``).
+    """
+
+    def after_schedule(self, scheduler: Any, output: Any) -> None:
+        """Count the requests ``output`` schedules for the first time."""
+        try:
+            new = output.scheduled_new_reqs
+            if not new:
+                return
+            requests = scheduler.requests
+            self.forget_finished(requests)
+            for data in new:
+                rid = data.req_id
+                if self.seen(rid):
+                    continue
+                request = requests.get(rid)
+                if request is None:
+                    continue
+                self.record(
+                    rid,
+                    self.resolver(request),
+                    int(request.num_prompt_tokens),
+                    int(data.num_computed_tokens),
+                )
+        except Exception:  # noqa: BLE001 (a tally must never stop a step)
+            return
+
+    def families(self, policy: str, clock: Any) -> list[Any]:
+        """Prometheus families of the tallies and of ``clock``."""
+        from prometheus_client.core import CounterMetricFamily
+
+        name = f"vllm-{policy}"
+        out = _LedgerTally.families(self, "vllm", name)
+        for key, doc, v in (
+            ("steps", "schedule() calls", clock.steps),
+            ("schedule_seconds", "Wall time in vLLM's schedule()", clock.schedule_s),
+            ("fairq_seconds", "Wall time in fairq's code (queue and hooks)", clock.fairq_s),
+            ("step_seconds", "Engine step wall time (busy steps)", clock.step_s),
+        ):
+            fam = CounterMetricFamily(f"fairq_vllm_{key}", doc, labels=["name"])
+            fam.add_metric([name], v)
+            out.append(fam)
+        return out
+
+
+class EngineCoreLink:
+    """The engine-core process's way to send a ``SchedulerStats`` of fairq's
+    own to the API server while the engine is idle: the ``output_queue`` of
+    vLLM's ``EngineCoreProc`` that built the scheduler (found on the call
+    stack while the scheduler is built: vLLM gives the scheduler no handle
+    on it). Absent (an in-process engine, a test harness): :attr:`queue` is
+    None and :meth:`send` does nothing."""
+
+    def __init__(self, queue: Any = None) -> None:
+        self.queue = queue
+
+    @classmethod
+    def find(cls, max_depth: int = 40) -> EngineCoreLink:
+        """The link of the engine core whose ``__init__`` is on the stack."""
+        import sys
+
+        frame: Any = sys._getframe(1)
+        for _ in range(max_depth):
+            if frame is None:
+                break
+            owner = frame.f_locals.get("self")
+            q = getattr(owner, "output_queue", None)
+            if q is not None and hasattr(q, "put_nowait") and hasattr(owner, "engine_index"):
+                return cls(q)
+            frame = frame.f_back
+        return cls(None)
+
+    def send(self, stats: Any) -> bool:
+        """Queue ``stats`` for the API server (client 0, as vLLM sends its
+        own ``SchedulerStats``). Returns whether it did; never raises."""
+        if self.queue is None:
+            return False
+        try:
+            from vllm.v1.engine import EngineCoreOutputs
+
+            self.queue.put_nowait((0, EngineCoreOutputs(scheduler_stats=stats)))
+        except Exception:  # noqa: BLE001
+            return False
+        return True

@@ -16,11 +16,14 @@ from typing import Any, ClassVar
 
 from fairq import engineopts as _engineopts
 from fairq.engineopts import STATE_KEYS, state_options
+from fairq.sched import POLICY_INFO
 from fairq.tenancy import SourceOrder
 
 __all__ = [
     "VLLM_ID_PREFIXES",
     "CONFIG_ENV_VAR",
+    "OPTIONS_ENV_VAR",
+    "QUEUE_POLICIES",
     "FAIR_POLICIES",
     "SOURCES",
     "FairOptions",
@@ -34,8 +37,17 @@ __all__ = [
 #: (``FAIRQ_VLLM_OPTIONS``, a JSON object, overrides its keys).
 CONFIG_ENV_VAR = "FAIRQ_VLLM_CONFIG"
 
-#: The fair policies that run inside vLLM's scheduler (not standalone queues).
-FAIR_POLICIES = ("vtc", "lpm", "dlpm")
+#: Environment variable holding a JSON object of options (over the file's).
+OPTIONS_ENV_VAR = "FAIRQ_VLLM_OPTIONS"
+
+#: The policies vLLM runs as standalone waiting queues (``fairq.vllm``'s
+#: FCFS, priority and WFQ queues), not on the ledger.
+QUEUE_POLICIES = ("fcfs", "priority", "wfq")
+
+#: The fair policies that run inside vLLM's scheduler on the ledger: every
+#: local policy of :data:`fairq.sched.POLICY_INFO` but the queue policies
+#: (a policy added to the core is one of them with no edit here).
+FAIR_POLICIES = tuple(p for p in POLICY_INFO if p not in QUEUE_POLICIES)
 
 #: Where a tenant can come from, in the default resolution order.
 SOURCES = ("extra_args", "lora", "request_id", "cache_salt")
@@ -124,6 +136,4 @@ def load_options(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The raw options: the file named by ``$FAIRQ_VLLM_CONFIG`` (YAML or
     JSON), then ``$FAIRQ_VLLM_OPTIONS`` (a JSON object) over it
     (:func:`fairq.engineopts.load_options`)."""
-    from fairq.vllm.scheduler import OPTIONS_ENV_VAR
-
     return _engineopts.load_options(env, config_var=CONFIG_ENV_VAR, options_var=OPTIONS_ENV_VAR)

@@ -50,6 +50,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, Literal
 
 from fairq._core import WFQQueue
+from fairq.ledger.hooks import StepHook
 from fairq.vllm._base import RequestQueue
 
 __all__ = ["WFQRequestQueue", "WfqSettlement", "request_tokens"]
@@ -246,7 +247,7 @@ class WFQRequestQueue(WFQQueue, RequestQueue):
         )
 
 
-class WfqSettlement:
+class WfqSettlement(StepHook):
     """The WFQ queue's hooks in fairq's vLLM scheduler classes (the same
     hooks as :class:`fairq.vllm.fair.FairState`): each finished or aborted
     request's flow is settled (:meth:`WFQRequestQueue.settle`) with what it
@@ -265,7 +266,7 @@ class WfqSettlement:
             self.hits.setdefault(new.req_id, new.num_computed_tokens)
 
     def output_snapshot(
-        self, scheduler_output: Any, requests: dict[str, Any]
+        self, scheduler_output: Any, requests: Mapping[str, Any]
     ) -> list[tuple[str, Any, int]]:
         return [
             (rid, requests[rid], 0)
@@ -276,7 +277,7 @@ class WfqSettlement:
     def after_update(self, snapshot: list[tuple[str, Any, int]]) -> None:
         self._settle(r for _, r, _ in snapshot)
 
-    def after_finish(self, before: dict[str, Any]) -> None:
+    def after_finish(self, before: Mapping[str, Any]) -> None:
         self._settle(r for r in before.values() if r is not None)
 
     def _used(self, r: Any, hit: int) -> int:

@@ -11,10 +11,13 @@ Usage::
     manager.start()
     manager.add_request(prompt_ids, request_id="alice/1", max_new_tokens=32)
 
-Clients come from request ids (``"alice/1"`` -> ``"alice"``; see
-``ClientResolver``). The pure-Python parts (``ClientResolver``,
-``StepSample``, the policy table) import without torch; the scheduler
-classes import transformers on first use.
+Clients (tenants) come from request ids (``"alice/1"`` -> ``"alice"``; see
+``TenantResolver``, also named ``ClientResolver``). Options are every
+engine's (``FairOptions``: the policy's own, ``tenant_weights``, ``tenant``,
+``state_file``, ``state_interval_s``), given to ``register(options=...)``.
+The pure-Python parts (the resolver, the options, ``StepSample``, the policy
+table) import without torch; the scheduler classes import transformers on
+first use.
 
 The integration imports no bench or simulator code. The names this package
 exported before they moved to their homes (the workload:
@@ -31,6 +34,12 @@ from typing import Any
 from fairq.engineopts import POLICIES, check_policy, policy_options
 from fairq.integrations.transformers.clients import ClientResolver
 from fairq.integrations.transformers.fit import StepSample
+from fairq.integrations.transformers.tenants import (
+    FAIR_POLICIES,
+    FairOptions,
+    TenantResolver,
+    make_options,
+)
 
 _ENGINE_NAMES = {
     "FairqScheduler",
@@ -57,8 +66,12 @@ _MOVED = {
 }
 
 __all__ = [
+    "FAIR_POLICIES",
     "POLICIES",
     "ClientResolver",
+    "FairOptions",
+    "TenantResolver",
+    "make_options",
     "StepSample",
     "check_policy",
     "policy_options",

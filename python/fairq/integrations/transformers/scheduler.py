@@ -7,41 +7,59 @@ transformers (5.17 .. 5.23) looks the scheduler class up by name in
 engine calls ``schedule_batch(token_budget, cache_budget)``.
 
 ``FairqScheduler`` keeps the engine's own mechanics and changes one decision:
-which waiting requests enter the batch and in what order.
+which waiting requests enter the batch and in what order. Its fairness is
+the engine-neutral ledger's (:class:`fairq.ledger.Ledger`, as vLLM's and
+SGLang's): the scheduler translates the engine's events into ledger calls.
 
 * Decoding requests are scheduled first and prefill chunks of admitted requests
   next, exactly as transformers' FIFO scheduler does.
-* New requests are admitted by the fairq policy (``fairq.FCFS``, ``LPM``,
-  ``VTC`` or ``DLPM``) in its order, one ``schedule()`` call per step with the
-  token budget left after running requests. An admitted request the engine
-  cannot place yet (cache full, safety margin) is *held*: it keeps its place
-  ahead of any new admission, and nothing new is admitted while one is held.
+* New requests are admitted by the fairq policy (every local policy of
+  :data:`fairq.sched.POLICY_INFO`) in its order, once per step, within the
+  token budget left after running requests (``Ledger.admit``: DLPM refills
+  at most once per admission, then admits within credit). An admitted
+  request the engine cannot place yet (cache full, safety margin) is *held*:
+  it keeps its place ahead of any new admission, and nothing new is admitted
+  while one is held.
 * The engine's ``_process_candidates`` (shared by all its schedulers) still
   decides what fits the token, KV-read and cache budgets, splits long prompts
   into chunks, and performs the prefix match on the engine's page hashes.
 * Service is charged from the engine's real progress. At admission fairq
-  charges the extend tokens it predicts from the integration's
-  ``fairq.RadixTree`` mirror of the engine's page cache (the policies need
-  match lengths before the engine sees the request). In the same
-  ``schedule_batch`` call the engine does its own prefix match on its page
-  hashes when it places the request; the scheduler reads the match (the
-  position offset it gave the request) and replaces the charge with
-  ``recharge_extend(prompt - engine match)``, so service, DLPM deficits and
-  the next admissions follow what the engine really computes. Output tokens
-  are charged with ``charge_output`` as the engine generates them (read from
-  ``state.generated_tokens`` at every step and at finish).
+  charges the extend tokens it predicts (LPM, DLPM: from the integration's
+  ``fairq.RadixTree`` mirror of the engine's page cache; the policies need
+  match lengths before the engine sees the request). Each prompt chunk the
+  engine then schedules, after its own prefix match, is charged to the
+  ledger, each prompt position once (``charge_prompt``), and replaces the
+  estimate (``recharge_extend``), so service, DLPM deficits and the next
+  admissions follow what the engine really computes. Output tokens are
+  charged as the engine generates them (read from ``state.generated_tokens``
+  at every step and at finish).
 * The mirror tree gets a request's prompt inserted and locked when its prefill
   completes and its full sequence inserted and unlocked when it finishes. The
   prediction error is kept as a diagnostic (``stats.mirror_error_tokens()``);
   if the engine matched less than the mirror predicted, the engine evicted
   cached pages and the mirror drops its unlocked entries too.
+* Options are every engine's :class:`~fairq.integrations.transformers.tenants.FairOptions`
+  (:func:`scheduler_class`, :func:`register`): the policy's own,
+  ``tenant_weights``, ``tenant`` (request id -> tenant), ``state_file`` and
+  ``state_interval_s``. With ``state_file`` the fairness state survives a
+  restart (:mod:`fairq.ledger.persist`, format ``fairq.transformers.state``):
+  loaded when the engine builds (or resets) the scheduler, saved every
+  ``state_interval_s`` while it steps, when it goes idle and at a reset.
+* With ``$FAIRQ_METRICS`` set, each scheduler's collector
+  (``name="transformers-<policy>"``, :mod:`fairq.metrics`) and its per-tenant
+  tally (``fairq_transformers_requests_total``...) are registered with
+  ``prometheus_client``'s default registry.
+* transformers' requests carry no priority, so there are no priority tiers.
 
 Requests the engine offloads (``finish_request`` then ``add_waiting_request``
-with the same id) stay admitted in fairq and are re-placed before anything else.
+with the same id) stay running in the ledger and are re-placed before anything else.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -56,17 +74,15 @@ from transformers.generation.continuous_batching.scheduler import (
     Scheduler,
 )
 
-from fairq.engineopts import (
-    POLICIES,
-    build_policy,
-    check_policy,
-    policy_options,
-)
+import fairq
+from fairq.engineopts import POLICIES, check_policy
 from fairq.integrations.transformers.clients import ClientResolver
 from fairq.integrations.transformers.fit import StepSample
 from fairq.integrations.transformers.model import SUPPORTED_TRANSFORMERS
+from fairq.integrations.transformers.stats import publish_tally
+from fairq.integrations.transformers.tenants import FAIR_POLICIES, FairOptions, make_options
+from fairq.ledger import Hooks, Ledger, Persistence, PersistHook, TenantTally
 from fairq.metrics import publish
-from fairq.sched import admit
 
 _REQUIRED = ("_process_candidates", "_cleanup_waiting_queue", "add_waiting_request", "reset")
 _missing = [name for name in _REQUIRED if not hasattr(Scheduler, name)]
@@ -76,7 +92,7 @@ if _missing:  # pragma: no cover - depends on the installed transformers
         f"{', '.join(_missing)}; fairq's integration supports transformers{SUPPORTED_TRANSFORMERS}"
     )
 
-_HUGE_BUDGET = 1 << 40
+logger = logging.getLogger(__name__)
 
 #: The most recently built scheduler instances (newest last; the benchmark reads
 #: the measurements from here after the engine stopped).
@@ -106,10 +122,11 @@ class RequestRecord:
         engine_cached: prompt tokens the engine's prefix match served from
             cache when the request was first placed (None until placed).
         predicted_cached: the mirror tree's prediction at admission (fairq
-            policies only; None for the FIFO observer).
+            policies that keep a mirror, LPM and DLPM; else None).
         charged_extend: extend tokens fairq charges for the request: the
-            prediction ``prompt_len - predicted_cached`` until the engine
-            places it, then ``prompt_len - engine_cached`` (fairq policies
+            admission's estimate (``prompt_len - predicted_cached``) until
+            the engine places it, then the prompt positions it has computed
+            (``prompt_len - engine_cached`` once prefilled) (fairq policies
             only; None for the FIFO observer).
         output_tokens: tokens generated so far (charged to fairq).
         placed_step: step index at which the engine first placed it.
@@ -251,11 +268,24 @@ class ObservedFIFOScheduler(_Observer, FIFOScheduler):
         self._mark_idle_if_done()
 
 
+def _locked(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a scheduler method under its lock (the ledger's: the per-tenant
+    tally's collector and any other reader of the ledger take it too)."""
+
+    @functools.wraps(method)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return run
+
+
 @dataclass
 class _Entry:
-    client: str
+    """What the scheduler keeps of one request fairq holds (the ledger keeps
+    its tenant, its place in the book and its charges)."""
+
     prompt: list[int]
-    admitted: bool = False
     output_charged: int = 0
     gen_offset: int = 0
     locked: list[int] | None = None
@@ -264,20 +294,48 @@ class _Entry:
     finished_state: Any = None
 
 
+#: The saved state's envelope ``format`` (:mod:`fairq.ledger.persist`).
+STATE_FORMAT = "fairq.transformers.state"
+
+
 class FairqScheduler(_Observer, Scheduler):
-    """A transformers ``Scheduler`` whose admission order is a fairq policy.
+    """A transformers ``Scheduler`` whose admission order is a fairq policy,
+    translating the engine's events into a :class:`fairq.ledger.Ledger`.
 
     Do not instantiate directly: the engine builds it from
     ``SCHEDULER_MAPPING``. Use :func:`scheduler_class` / :func:`register` to
-    make a subclass bound to a policy, its options and a client resolver.
+    make a subclass bound to a policy and its
+    :class:`~fairq.integrations.transformers.tenants.FairOptions`.
+
+    The events, in ledger calls: a new request -> ``add`` (tenant from the
+    options' resolver, applied to the request id); admission ->
+    ``admit(slots, token_budget=..., oversize_budget=...)`` (what fits the
+    step's budget left); the engine places an admitted request -> ``take``;
+    each prompt chunk the engine runs -> ``charge_prompt`` (after its own
+    prefix match; each position once) then ``settle``; generated tokens ->
+    ``charge_output``; finished or cancelled -> ``finish`` (forgotten). An
+    admitted request the engine cannot place yet (*held*) stays admitted
+    ahead of any new admission; an offloaded request (``finish_request`` then
+    ``add_waiting_request`` with the same id) stays running in the ledger,
+    keeps its charges (recomputation is free) and is re-placed first.
+    transformers' requests carry no priority, so there is one tier.
 
     Attributes (after construction):
-        fq: the fairq policy object (``fairq.DLPM`` ...), for ``service()`` etc.
-        tree: the ``fairq.RadixTree`` mirror of the engine's page cache.
+        ledger: the :class:`fairq.ledger.Ledger`.
+        fq: the ledger's fairq policy object (``fairq.DLPM`` ...).
+        tree: the ``fairq.RadixTree`` mirror of the engine's page cache
+            (policies that order by prefix match; else None).
+        persist: the saved state (:class:`fairq.ledger.Persistence`) with
+            the option ``state_file``, else None.
+        tally: per-tenant requests, prompt tokens and engine prefix hits
+            (:class:`fairq.ledger.TenantTally`).
         stats: :class:`EngineStats`.
     """
 
     policy: ClassVar[str] = "fcfs"
+    #: the validated options (``scheduler_class`` sets them)
+    fair_options: ClassVar[FairOptions] = FairOptions("fcfs")
+    #: the policy's own options and the tenant weights (read-only views)
     policy_opts: ClassVar[dict[str, float]] = {}
     client_weights: ClassVar[dict[str, float]] = {}
 
@@ -291,34 +349,69 @@ class FairqScheduler(_Observer, Scheduler):
         if safety_margin is None:
             safety_margin = DEFAULT_SAFETY_MARGIN
         self.page_size = engine_page_size(cache)
+        self._lock = threading.RLock()
         super().__init__(cache, safety_margin, max_requests_per_batch)
 
     # ----------------------------------------------------------------- state
+    @_locked
     def reset(self) -> None:
-        """Fresh engine queues, fairq policy state, mirror tree and measurements."""
-        import fairq
-
+        """Fresh engine queues, ledger, mirror tree and measurements. The
+        previous ledger's state is saved first (a manager restarted), and
+        the new one loads the state file (when the option is set)."""
+        hooks = getattr(self, "fairq_hooks", None)
+        if hooks is not None:
+            _never_raise(hooks.shutdown)
         super().reset()
         self._observer_reset()
-        self.tree = fairq.RadixTree(page_size=self.page_size)
-        self.fq = build_policy(self.policy, self.tree, self.policy_opts)
-        publish(self.fq, f"transformers-{self.policy}")  # with $FAIRQ_METRICS set
+        options = self.fair_options
+        policy = self.policy
+        self.tree = fairq.RadixTree(page_size=self.page_size) if _needs_tree(policy) else None
+        self.ledger = Ledger(
+            options,
+            tree=self.tree,
+            name="transformers",
+            on_new_scheduler=lambda s, _name: publish(s, f"transformers-{policy}"),
+        )
+        self.ledger.lock = self._lock
+        self.persist = _persistence(self.ledger, options)
+        self.tally = TenantTally(options.tenant)
+        publish_tally(self.tally, f"transformers-{policy}", self._lock)
+        self.fairq_hooks = Hooks([PersistHook(self.persist)] if self.persist else [])
         self._entries: dict[str, _Entry] = {}
-        self._held: deque[str] = deque()
         self._requeued: deque[str] = deque()
         self._finishing: list[str] = []
-        self._weighted: set[str] = set()
 
+    @property
+    def fq(self) -> Any:
+        """The fairq policy object (the ledger's one tier)."""
+        return self.ledger.scheduler(0)
+
+    @_locked
     def service(self, client: str) -> float:
         """fairq's service counter of ``client`` (``w_e*extend + w_q*output``)."""
-        return float(self.fq.service(client))
+        return self.ledger.service(client)
 
+    @_locked
     def flush(self) -> None:
-        """Apply pending finishes to fairq (done automatically every step)."""
+        """Apply pending finishes and output charges to fairq (done
+        automatically every step), and, once the engine has no request,
+        what going idle does (the state file saved if it changed)."""
         self._finalize_finished()
         self._charge_progress()
+        if not super().has_pending_requests():
+            self.fairq_hooks.idle()
 
     # ------------------------------------------------------- engine hooks
+    def has_pending_requests(self) -> bool:
+        """The engine's check; with no request left (the engine goes idle,
+        and polls this while it waits) the finishes are applied and the
+        hooks' ``idle()`` runs: the state file is saved if it changed."""
+        pending = super().has_pending_requests()
+        if not pending:
+            _never_raise(self.flush)
+        return pending
+
+    @_locked
     def add_waiting_request(self, state: Any) -> None:
         """Queue a new request in fairq (or re-place an offloaded one first)."""
         rid = state.request_id
@@ -328,8 +421,8 @@ class FairqScheduler(_Observer, Scheduler):
             self._finalize(rid)
             entry = None
         if entry is not None and entry.finishing:
-            # The engine offloaded an admitted request and queues it again: it
-            # keeps its admission (and its charges) and is re-placed first.
+            # The engine offloaded a request it ran and queues it again: it
+            # stays running in the ledger (its charges kept) and is re-placed first.
             entry.finishing = False
             self._finishing.remove(rid)
             entry.gen_offset = entry.output_charged - len(state.generated_tokens)
@@ -341,20 +434,19 @@ class FairqScheduler(_Observer, Scheduler):
             raise ValueError(f"request_id {rid!r} is already waiting or running")
         client = type(self).client_of(rid)
         tokens = [int(t) for t in state.initial_tokens]
-        self.fq.add(rid, client, tokens)  # validates first; the engine fails the request on error
-        if client in self.client_weights and client not in self._weighted:
-            self.fq.set_weight(client, self.client_weights[client])
-            self._weighted.add(client)
-        self._entries[rid] = _Entry(client=client, prompt=tokens)
+        # validates first; the engine fails the request on error
+        self.ledger.add(rid, state, tokens, tenant=client)
+        self._entries[rid] = _Entry(prompt=tokens)
         self._record(state).client = client
         super().add_waiting_request(state)
 
+    @_locked
     def finish_request(self, request_id: str) -> None:
         """Charge the last outputs; the fairq finish is applied at the next step
         (an offload re-queues the same id right after this call)."""
         state = self.active_requests.get(request_id)
         entry = self._entries.get(request_id)
-        if entry is not None and entry.admitted and not entry.finishing:
+        if entry is not None and self._admitted(request_id) and not entry.finishing:
             if state is not None:
                 self._charge_state(request_id, entry, state)
                 entry.final_tokens = list(state.initial_tokens) + list(state.generated_tokens)
@@ -364,26 +456,24 @@ class FairqScheduler(_Observer, Scheduler):
         super().finish_request(request_id)
         self._mark_idle_if_done()
 
+    @_locked
     def clear_cancelled_requests(self) -> Any:
-        """Drop cancelled requests from fairq too (waiting: remove; admitted: finish)."""
+        """Cancelled requests leave fairq too, in whatever state they were."""
         cancelled = super().clear_cancelled_requests()
         for state in cancelled or ():
             rid = state.request_id
             entry = self._entries.pop(rid, None)
             if entry is None:
                 continue
-            if entry.admitted:
-                if entry.finishing:
-                    self._finishing.remove(rid)
-                self.fq.finish(rid)
-                self._unlock(entry)
-            else:
-                self.fq.remove(rid)
-            for queue in (self._held, self._requeued):
-                if rid in queue:
-                    queue.remove(rid)
+            if entry.finishing:
+                self._finishing.remove(rid)
+            if rid in self._requeued:
+                self._requeued.remove(rid)
+            self.ledger.finish(rid)
+            self._unlock(entry)
         return cancelled
 
+    @_locked
     def schedule_batch(self, token_budget: int, cache_budget: int) -> Any:
         """Running requests first (engine order), then fairq's admissions."""
         self._begin_step()
@@ -403,7 +493,7 @@ class FairqScheduler(_Observer, Scheduler):
             used = len(decoding) + sum(len(s.remaining_prefill_tokens) for s in prefilling)
             slots = self.max_requests_per_batch - len(decoding) - len(prefilling)
             self._admit(token_budget - used, slots, chunk_running=bool(prefilling))
-            for rid in list(self._requeued) + list(self._held):
+            for rid in [*self._requeued, *self.ledger.admitted]:
                 state = self.waiting_requests.get(rid)
                 if state is not None:
                     waiting.append(state)
@@ -416,20 +506,10 @@ class FairqScheduler(_Observer, Scheduler):
                 decoding + prefilling + waiting, token_budget, cache_budget, to_remove
             )
         )
-        for rid, before in offsets.items():
-            state = self.active_requests.get(rid)
-            if state is None:
-                continue  # still waiting: stays held for the next step
-            for queue in (self._held, self._requeued):
-                if rid in queue:
-                    queue.remove(rid)
-            rec = self._note_placed(state, before)
-            if rec.placed_step == self.stats.n_steps and not getattr(
-                state, "is_cpu_offloaded", False
-            ):
-                self._recharge(rid, rec)
-                self._check_mirror(rec)
+        self._placed(offsets)
+        self._charge_chunks(scheduled)
         self._cleanup_waiting_queue(to_remove)
+        _never_raise(lambda: self.fairq_hooks.after_schedule(self, scheduled))
 
         if not scheduled and one_allocation_failed:
             self._schedule_done()
@@ -439,38 +519,81 @@ class FairqScheduler(_Observer, Scheduler):
         return scheduled, fast_path, num_q_tokens, max_kv_read
 
     # ------------------------------------------------------------ helpers
+    def _admitted(self, rid: str) -> bool:
+        led = self.ledger
+        return rid in led.running or rid in led.admitted
+
     def _admit(self, token_budget: int, slots: int, chunk_running: bool) -> None:
-        if len(self.fq) == 0 or self._held or self._requeued or slots <= 0:
+        """Admit what fits the step's budget left, unless a request is held
+        or re-placed. The policy's head does not fit one batch and no other
+        prefill runs: it is admitted anyway and prefilled in chunks (as the
+        engine does for FIFO); with another prefill under way it waits."""
+        led = self.ledger
+        if not led.waiting or led.admitted or self._requeued or slots <= 0:
             return
-        # The policy's head does not fit one batch: admit it anyway, the engine
-        # prefills it in chunks (as it does for FIFO).
-        admissions: list[Any] = admit(
-            self.fq, token_budget, slots, head_budget=None if chunk_running else _HUGE_BUDGET
-        )
-        for adm in admissions:
-            rid = adm.request_id
-            entry = self._entries[rid]
-            entry.admitted = True
+        if chunk_running and token_budget <= 0:
+            return
+        oversize = 0 if chunk_running else None
+        items = led.admit(slots, token_budget=max(token_budget, 0), oversize_budget=oversize)
+        fq = self.fq
+        for state in items:
+            rid = state.request_id
             rec = self.stats.requests[rid]
-            rec.predicted_cached = int(adm.cached_len)
-            rec.charged_extend = int(adm.extend_len)
-            self._held.append(rid)
+            rec.charged_extend = int(fq.charged_extend(rid))
+            if self.tree is not None:
+                rec.predicted_cached = rec.prompt_len - rec.charged_extend
+
+    def _placed(self, offsets: Mapping[str, int]) -> None:
+        """The candidates the engine placed (now active) are taken; the
+        first placement records the engine's prefix match."""
+        for rid, before in offsets.items():
+            state = self.active_requests.get(rid)
+            if state is None:
+                continue  # still waiting: stays held for the next step
+            if rid in self._requeued:
+                self._requeued.remove(rid)
+            self.ledger.take(rid)
+            first = self._record(state).engine_cached is None
+            rec = self._note_placed(state, before)
+            if first and rec.engine_cached is not None:
+                rec.charged_extend = 0  # now: the positions the engine computes
+                tenant = self.ledger.tenant_of.get(rid, rec.client)
+                self.tally.record(rid, tenant, rec.prompt_len, rec.engine_cached)
+                self._check_mirror(rec)
+
+    def _charge_chunks(self, scheduled: Iterable[Any] | None) -> None:
+        """Charge the prompt positions each scheduled chunk computes, after
+        the engine's prefix match (each once: recomputation after an offload
+        is free), then settle the ledger."""
+        led = self.ledger
+        for fs in scheduled or ():
+            state = fs.state
+            rid = state.request_id
+            entry = self._entries.get(rid)
+            if entry is None or rid not in led.running:
+                continue
+            start = int(state.position_offset)
+            new = led.charge_prompt(rid, start, start + int(fs.query_length), len(entry.prompt))
+            if new:
+                rec = self.stats.requests[rid]
+                rec.charged_extend = (rec.charged_extend or 0) + new
+        led.settle()
 
     def _charge_state(self, rid: str, entry: _Entry, state: Any) -> None:
         produced = entry.gen_offset + len(state.generated_tokens)
         n = produced - entry.output_charged
         if n > 0:
-            self.fq.charge_output(rid, n)
+            self.ledger.charge_output(rid, n)
             entry.output_charged = produced
             self.stats.requests[rid].output_tokens = produced
 
     def _charge_progress(self) -> None:
         for rid, state in self.active_requests.items():
             entry = self._entries.get(rid)
-            if entry is None or not entry.admitted or entry.finishing:
+            if entry is None or entry.finishing or not self._admitted(rid):
                 continue
             self._charge_state(rid, entry, state)
-            if entry.locked is None and state.generated_tokens:
+            if self.tree is not None and entry.locked is None and state.generated_tokens:
                 # Prefill is complete: the engine now holds the prompt's pages.
                 self.tree.insert(entry.prompt)
                 self.tree.lock(entry.prompt)
@@ -485,34 +608,24 @@ class FairqScheduler(_Observer, Scheduler):
     def _finalize(self, rid: str) -> None:
         entry = self._entries.pop(rid)
         self._finishing.remove(rid)
-        self.fq.finish(rid)
-        if entry.final_tokens:
+        self.ledger.finish(rid)
+        if self.tree is not None and entry.final_tokens:
             self.tree.insert(entry.final_tokens)
         self._unlock(entry)
 
     def _finalize_finished(self) -> None:
         for rid in list(self._finishing):
             self._finalize(rid)
+        self.tally.forget_finished(self._entries)
 
     def _unlock(self, entry: _Entry) -> None:
-        if entry.locked is not None:
+        if self.tree is not None and entry.locked is not None:
             self.tree.unlock(entry.locked)
-            entry.locked = None
-
-    def _recharge(self, rid: str, rec: RequestRecord) -> None:
-        """The engine just placed an admitted request for the first time and did
-        its prefix match: charge the extend tokens it really computes."""
-        entry = self._entries.get(rid)
-        if entry is None or not entry.admitted or rec.engine_cached is None:
-            return
-        extend = len(entry.prompt) - min(rec.engine_cached, len(entry.prompt))
-        if extend != rec.charged_extend:
-            self.fq.recharge_extend(rid, extend)
-            rec.charged_extend = extend
+        entry.locked = None
 
     def _check_mirror(self, rec: RequestRecord) -> None:
         predicted = rec.predicted_cached
-        if predicted is None or rec.engine_cached is None:
+        if self.tree is None or predicted is None or rec.engine_cached is None:
             return
         # The engine never matches the last prompt token and matches whole pages only.
         reachable = min(predicted, rec.prompt_len - 1)
@@ -522,48 +635,71 @@ class FairqScheduler(_Observer, Scheduler):
             self.stats.mirror_resyncs += 1
 
 
-def _check_weights(weights: Mapping[str, float] | None) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for client, w in (weights or {}).items():
-        if (
-            isinstance(w, bool)
-            or not isinstance(w, (int, float))
-            or not float(w) > 0
-            or (float(w) == float("inf"))
-        ):
-            raise ValueError(f"weights[{client!r}] must be finite and > 0, got {w!r}")
-        out[str(client)] = float(w)
-    return out
+def _needs_tree(policy: str) -> bool:
+    from fairq.sched import policy_info
+
+    return policy_info(policy).needs_tree
+
+
+def _never_raise(call: Callable[[], Any]) -> None:
+    """Run ``call``; an error is logged, never raised inside the engine's step."""
+    try:
+        call()
+    except Exception:  # noqa: BLE001 (never stop the engine)
+        logger.warning("fairq: %r failed", call, exc_info=True)
+
+
+def _persistence(ledger: Ledger, options: FairOptions) -> Persistence | None:
+    """The saved state of ``ledger`` when ``state_file`` is set (None
+    otherwise), loaded now (a fresh start saves once, so a bad path is
+    reported at once). Never raises for the file's contents."""
+    if options.state_file is None:
+        return None
+    p = Persistence(
+        ledger, options.state_file, ledger.policy, options.state_interval_s, format=STATE_FORMAT
+    )
+    if not p.load():
+        p.save()
+    return p
 
 
 def scheduler_class(
     policy: str,
     *,
-    options: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | FairOptions | None = None,
     client_of: Callable[[object], str] | None = None,
     weights: Mapping[str, float] | None = None,
 ) -> type[FairqScheduler]:
-    """Make a ``FairqScheduler`` subclass bound to ``policy`` (``"fcfs"``,
-    ``"lpm"``, ``"vtc"``, ``"dlpm"``; a ``"fairq-"`` prefix is accepted).
+    """Make a ``FairqScheduler`` subclass bound to ``policy`` (a local policy
+    of :data:`fairq.sched.POLICY_INFO`: ``"fcfs"``, ``"lpm"``, ``"vtc"``,
+    ``"dlpm"``...; a ``"fairq-"`` prefix is accepted) and its options.
 
     Args:
-        options: policy options (``quantum``, ``w_e``/``w_q``, ``w_in``/``w_out``).
-        client_of: request id -> client (default ``ClientResolver()``).
-        weights: client -> weight for ``set_weight``.
+        options: what every engine takes (``tenants.make_options``): the
+            policy's own (``quantum``, ``w_e``/``w_q``, ``w_in``/``w_out``),
+            ``tenant_weights``, ``tenant`` (the resolver's options),
+            ``state_file``/``state_interval_s``; or a built ``FairOptions``.
+        client_of: request id -> client (default: the options' resolver,
+            ``TenantResolver()``).
+        weights: client -> weight (the older spelling of ``tenant_weights``).
 
     Raises:
-        ValueError: unknown policy or option, bad weight.
+        ValueError, TypeError: unknown policy or option, bad value (the
+            message names the field, as every engine's).
     """
-    key = check_policy(policy)
+    opts = make_options(policy, options, client_of=client_of, weights=weights)
+    key = opts.policy
+    cls_name = POLICIES[key][0]
     attrs: dict[str, Any] = {
         "policy": key,
-        "policy_opts": policy_options(key, options),
-        "client_of": staticmethod(client_of or ClientResolver()),
-        "client_weights": _check_weights(weights),
-        "__doc__": f"fairq {POLICIES[key][0]} admission inside transformers continuous batching.",
+        "fair_options": opts,
+        "policy_opts": dict(opts.policy_options),
+        "client_of": staticmethod(opts.tenant),
+        "client_weights": dict(opts.tenant_weights),
+        "__doc__": f"fairq {cls_name} admission inside transformers continuous batching.",
         "__module__": __name__,
     }
-    return type(f"Fairq{POLICIES[key][0]}Scheduler", (FairqScheduler,), attrs)
+    return type(f"Fairq{cls_name}Scheduler", (FairqScheduler,), attrs)
 
 
 def register(
@@ -576,20 +712,23 @@ def register(
 ) -> dict[str, type[Scheduler]]:
     """Register fairq schedulers into transformers' ``SCHEDULER_MAPPING``.
 
-    Registers ``f"{prefix}{policy}"`` for each policy (all by default) and
-    ``"fifo-observed"`` (transformers' FIFO plus measurements). Re-registering
-    replaces the previous classes. Returns ``name -> class``.
+    Registers ``f"{prefix}{policy}"`` for each policy (every policy of
+    :data:`fairq.sched.POLICY_INFO` by default), each with
+    ``options[policy]`` (see :func:`scheduler_class`), and
+    ``"fifo-observed"`` (transformers' FIFO plus measurements).
+    Re-registering replaces the previous classes. Returns ``name -> class``.
 
     Raises:
         ValueError: unknown policy, option or empty prefix.
     """
     if not isinstance(prefix, str) or not prefix:
         raise ValueError(f"prefix must be a non-empty string, got {prefix!r}")
-    names = list(POLICIES) if policies is None else [check_policy(p) for p in policies]
+    names = list(FAIR_POLICIES) if policies is None else [check_policy(p) for p in policies]
     opts = dict(options or {})
     for key in opts:
         if check_policy(key) not in names:
             raise ValueError(f"options given for policy {key!r} that is not being registered")
+    opts = {check_policy(k): v for k, v in opts.items()}
     registered: dict[str, type[Scheduler]] = {}
     for key in names:
         cls = scheduler_class(key, options=opts.get(key), client_of=client_of, weights=weights)
