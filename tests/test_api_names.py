@@ -107,8 +107,8 @@ def test_engine_options_live_in_one_module_and_keep_their_old_paths() -> None:
     ``fairq.engineopts``; the old import paths re-export it, and each
     engine's ``FairOptions`` is the shared class with its own parameters."""
     from fairq import engineopts
-    from fairq.integrations.transformers import policies as tf_policies
     from fairq.sglang import tenants as sg
+    from fairq.transformers import policies as tf_policies
     from fairq.vllm import persist
     from fairq.vllm import tenants as vl
 

@@ -21,8 +21,8 @@ transformers = pytest.importorskip(
 import fairq  # noqa: E402
 from fairq.enginebench import transformers as bench  # noqa: E402
 from fairq.enginebench.workload import multi_client_workload  # noqa: E402
-from fairq.integrations.transformers import model as tf_model  # noqa: E402
-from fairq.integrations.transformers import scheduler as fs  # noqa: E402
+from fairq.transformers import model as tf_model  # noqa: E402
+from fairq.transformers import scheduler as fs  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
@@ -287,7 +287,7 @@ def test_integration_with_contract_fake(
 ) -> None:
     fs.register([policy], options={"vtc": {}} if policy == "vtc" else None)
     run = _run(model, fs.scheduler_type(policy), _workload())
-    cls = fairq.integrations.transformers.scheduler.SCHEDULER_MAPPING[f"fairq-{policy}"]
+    cls = fairq.transformers.scheduler.SCHEDULER_MAPPING[f"fairq-{policy}"]
     _check_against_fifo(run, fifo_run, cls)
     sched = run.scheduler
     assert isinstance(sched.fq, _ContractFake)
@@ -404,7 +404,7 @@ def test_cancel_mapping_and_weights(model: Any) -> None:
     client weights reach the policy."""
     from transformers import ContinuousBatchingConfig, GenerationConfig
 
-    from fairq.integrations.transformers import ClientResolver
+    from fairq.transformers import ClientResolver
 
     resolver = ClientResolver(mapping={"special-1": "vip"})
     fs.register(["vtc"], client_of=resolver, weights={"vip": 2.0})

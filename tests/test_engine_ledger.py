@@ -21,10 +21,10 @@ for _module in ("torch", "transformers"):
     pytest.importorskip(_module, reason=_NEEDS)
 
 from fairq import metrics  # noqa: E402
-from fairq.integrations.transformers import model as tf_model  # noqa: E402
-from fairq.integrations.transformers import scheduler as fs  # noqa: E402
-from fairq.integrations.transformers import stats as tf_stats  # noqa: E402
 from fairq.ledger import TenantTally  # noqa: E402
+from fairq.transformers import model as tf_model  # noqa: E402
+from fairq.transformers import scheduler as fs  # noqa: E402
+from fairq.transformers import stats as tf_stats  # noqa: E402
 
 pytestmark = pytest.mark.engine
 

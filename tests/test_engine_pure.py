@@ -10,16 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairq.enginebench.workload import multi_client_workload
-from fairq.integrations.transformers import (
+from fairq.sim.fit import fit_step_time
+from fairq.sim.metrics import jain_index, percentile
+from fairq.transformers import (
     POLICIES,
     ClientResolver,
     StepSample,
     check_policy,
     policy_options,
 )
-from fairq.integrations.transformers import tenants as tf_tenants
-from fairq.sim.fit import fit_step_time
-from fairq.sim.metrics import jain_index, percentile
+from fairq.transformers import tenants as tf_tenants
 
 # ----------------------------------------------------------------- clients
 

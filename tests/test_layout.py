@@ -26,20 +26,15 @@ import fairq
 
 PACKAGE = Path(fairq.__file__).resolve().parent
 
-#: Known cycles' edges, removed from the graph before the check. Each is
-#: being removed by other work of issue 30; an entry whose edge is gone
-#: fails the test so that the list shrinks with the code.
-ALLOWED_EDGES: frozenset[tuple[str, str]] = frozenset(
-    {
-        # vllm/tenants.py reads OPTIONS_ENV_VAR from vllm/scheduler.py, which
-        # imports tenants: being removed with the shared ledger (issue 30, 1).
-        ("fairq.vllm.tenants", "fairq.vllm.scheduler"),
-    }
-)
-
 #: The engine integrations: they translate an engine's events to fairq's
 #: core and import neither the benches nor the simulator.
-INTEGRATIONS = ("fairq.vllm", "fairq.sglang", "fairq.ray", "fairq.integrations")
+INTEGRATIONS = (
+    "fairq.vllm",
+    "fairq.sglang",
+    "fairq.ray",
+    "fairq.transformers",
+    "fairq.integrations",
+)
 BENCH_AND_SIM = ("fairq.enginebench", "fairq.sim", "fairq.bench", "fairq.benchmarks", "fairq.soak")
 
 
@@ -153,9 +148,6 @@ def test_the_graph_sees_imports_of_every_kind() -> None:
 
 def test_no_import_cycle() -> None:
     graph = import_graph()
-    for a, b in sorted(ALLOWED_EDGES):
-        assert b in graph[a], f"{a} no longer imports {b}: remove it from ALLOWED_EDGES"
-        graph[a].discard(b)
     found = cycles(graph)
     detail = "; ".join(" ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c) for c in found)
     assert not found, f"import cycles among fairq's modules: {detail}"
@@ -174,9 +166,9 @@ def test_integrations_import_no_bench_or_simulator_code() -> None:
 
 
 def test_transformers_names_that_moved_still_resolve() -> None:
-    """What users imported from ``fairq.integrations.transformers`` before the
+    """What users imported from ``fairq.transformers`` before the
     bench and simulator names moved out is the same object, at first use."""
-    import fairq.integrations.transformers as tf
+    import fairq.transformers as tf
     from fairq.enginebench import workload
     from fairq.sim import fit, metrics
 
@@ -232,9 +224,9 @@ def test_importing_an_integration_loads_no_bench_or_simulator() -> None:
     unloaded."""
     code = (
         "import sys\n"
-        "import fairq.vllm, fairq.sglang, fairq.integrations.transformers\n"
-        "import fairq.integrations.transformers.policies\n"
-        "import fairq.integrations.transformers.fit\n"
+        "import fairq.vllm, fairq.sglang, fairq.transformers\n"
+        "import fairq.transformers.policies\n"
+        "import fairq.transformers.fit\n"
         f"bad = sorted(m for m in sys.modules if m.startswith({BENCH_AND_SIM!r}))\n"
         "print(bad)\n"
         "sys.exit(1 if bad else 0)\n"

@@ -1,6 +1,7 @@
 """The integrations that moved to their one home keep their old import paths.
 
-``fairq.integrations.ray`` is now ``fairq.ray`` (``fairq.integrations`` maps
+``fairq.integrations.ray`` is now ``fairq.ray``, ``fairq.integrations.transformers``
+``fairq.transformers`` (``fairq.integrations`` maps
 every old name to the new module object, :data:`fairq.integrations.MOVED`):
 users' imports, and the import paths Ray Serve deployments carry, must keep
 giving the very same modules and classes.

@@ -9,14 +9,14 @@ import math
 import pytest
 
 import fairq
-from fairq.integrations.transformers import POLICIES as ENGINE_POLICIES
-from fairq.integrations.transformers import StepTimeModel
-from fairq.integrations.transformers import jain_index as engine_jain_index
-from fairq.integrations.transformers.policies import build_policy
 from fairq.sched import POLICIES, POLICY_OPTIONS, admit, make_scheduler, policy_name
 from fairq.sim import StepModel
 from fairq.sim import jain_index as jain
 from fairq.sim.model import STEP_COSTS, step_time
+from fairq.transformers import POLICIES as ENGINE_POLICIES
+from fairq.transformers import StepTimeModel
+from fairq.transformers import jain_index as engine_jain_index
+from fairq.transformers.policies import build_policy
 
 
 def test_factory_builds_every_policy() -> None:

@@ -23,7 +23,7 @@ def vocab(args: argparse.Namespace) -> int:
         from fairq.enginebench.server import MODEL_SIZES as SERVER_SIZES
 
         return SERVER_SIZES[args.model]["vocab_size"]
-    from fairq.integrations.transformers.model import MODEL_SIZES
+    from fairq.transformers.model import MODEL_SIZES
 
     return int(MODEL_SIZES[args.model]["vocab_size"])
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from fairq.enginebench.args import policy_list
 from fairq.engineopts import POLICIES
-from fairq.integrations.transformers.model import MODEL_SIZES
+from fairq.transformers.model import MODEL_SIZES
 
 
 @dataclass(frozen=True)

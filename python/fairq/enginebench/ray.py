@@ -390,7 +390,7 @@ def run_router(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from fairq.cliargs import count, number, output_file, positive
-    from fairq.integrations.transformers.model import MODEL_SIZES
+    from fairq.transformers.model import MODEL_SIZES
 
     parser.add_argument(
         "--routers", default=",".join(ROUTERS), help=f"comma-separated of {', '.join(ROUTERS)}"

@@ -22,16 +22,16 @@ from fairq.enginebench.workload import (
     EngineRequest,
 )
 from fairq.engineopts import check_policy
-from fairq.integrations.transformers.fit import StepSample
-from fairq.integrations.transformers.model import (
+from fairq.sim.fit import fit_step_time
+from fairq.sim.metrics import jain_index, percentile
+from fairq.transformers.fit import StepSample
+from fairq.transformers.model import (
     SUPPORTED_TRANSFORMERS,
     build_model,
     check_scheduler_type,
     page_size_field,
 )
-from fairq.integrations.transformers.tenants import FAIR_POLICIES
-from fairq.sim.fit import fit_step_time
-from fairq.sim.metrics import jain_index, percentile
+from fairq.transformers.tenants import FAIR_POLICIES
 
 
 @dataclass
@@ -105,7 +105,7 @@ def run_engine(
         RuntimeError: the running scheduler is not the requested class, or the
             engine stopped before every request finished.
     """
-    from fairq.integrations.transformers import scheduler as fs
+    from fairq.transformers import scheduler as fs
 
     check_scheduler_type(scheduler_type)
     _check_dependencies(workload)
@@ -297,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import torch
 
-        from fairq.integrations.transformers import scheduler as fs
+        from fairq.transformers import scheduler as fs
     except ImportError as e:
         from fairq.cliargs import UsageError
         from fairq.extras import install_hint

@@ -23,6 +23,7 @@ __all__ = ["MOVED"]
 #: old package -> the package it moved to
 MOVED = {
     "fairq.integrations.ray": "fairq.ray",
+    "fairq.integrations.transformers": "fairq.transformers",
 }
 
 

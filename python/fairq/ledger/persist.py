@@ -97,7 +97,7 @@ _ENGINES = {
 _LOGGERS = {
     FORMAT: "fairq.vllm.persist",
     "fairq.sglang.state": "fairq.sglang.persist",
-    "fairq.transformers.state": "fairq.integrations.transformers",
+    "fairq.transformers.state": "fairq.transformers",
 }
 #: The envelope version this build writes and reads.
 VERSION = 1

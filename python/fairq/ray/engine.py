@@ -3,7 +3,7 @@
 ``EngineReplica`` is the body of a Serve deployment (wrap it with
 ``serve.deployment``): transformers' continuous batching on a Llama-style
 model with random weights built from a local config (nothing is downloaded;
-:func:`fairq.integrations.transformers.model.build_model`), scheduled by a
+:func:`fairq.transformers.model.build_model`), scheduled by a
 fairq policy (``fairq-dlpm`` by default), so D2LPM's router and DLPM's local
 scheduler run together as ALGORITHMS.md section 7 describes. The tests and
 ``fairq ray-bench`` use it on CPU; in production the replicas are
@@ -67,7 +67,7 @@ class EngineReplica:
         policy: fairq local policy (``"dlpm"``, ``"vtc"``, ``"lpm"``, ``"fcfs"``)
             or ``"fifo"`` (transformers' own).
         model_size: ``"tiny"``, ``"small"`` or ``"1b"``
-            (:data:`fairq.integrations.transformers.model.MODEL_SIZES`).
+            (:data:`fairq.transformers.model.MODEL_SIZES`).
         device: ``"cpu"`` or ``"cuda"``.
         page_size, num_blocks, max_batch_tokens, max_requests_per_batch: the
             continuous-batching cache and batch limits.
@@ -93,8 +93,8 @@ class EngineReplica:
         import torch
         from transformers import ContinuousBatchingConfig, GenerationConfig
 
-        from fairq.integrations.transformers import model as tf_model
-        from fairq.integrations.transformers import scheduler as fs
+        from fairq.transformers import model as tf_model
+        from fairq.transformers import scheduler as fs
 
         torch.set_num_threads(torch_threads)
         self.policy = policy
@@ -193,7 +193,7 @@ class EngineReplica:
         }
 
     def _cached(self, engine_id: str) -> int:
-        from fairq.integrations.transformers import scheduler as fs
+        from fairq.transformers import scheduler as fs
 
         sched = fs.running_scheduler(self.manager)
         rec = getattr(getattr(sched, "stats", None), "requests", {}).get(engine_id)
@@ -212,7 +212,7 @@ class EngineReplica:
 
     def scheduler_name(self) -> str:
         """Class of the scheduler the engine runs (checked by the tests)."""
-        from fairq.integrations.transformers import scheduler as fs
+        from fairq.transformers import scheduler as fs
 
         return type(fs.running_scheduler(self.manager)).__name__
 

@@ -322,7 +322,7 @@ def fit_report(steps: Sequence[Step], *, relative: bool = True) -> dict[str, Any
 
 class MeasuredStep(Protocol):
     """What :func:`fit_step_time` reads of a measured step (a transformers
-    scheduler's :class:`fairq.integrations.transformers.fit.StepSample`, or a
+    scheduler's :class:`fairq.transformers.fit.StepSample`, or a
     :class:`Step`)."""
 
     @property

@@ -56,7 +56,7 @@ def jain_index(values: Iterable[float]) -> float:
 
     An empty input or all zeros gives 1.0 (nothing to be unfair about).
     Raises ValueError on a negative or non-finite value (naming its index).
-    The one definition (``fairq.integrations.transformers.jain_index`` is this
+    The one definition (``fairq.transformers.jain_index`` is this
     function; ``fairq.sim.jain`` its deprecated old name).
     """
     xs = [float(v) for v in values]

@@ -38,7 +38,7 @@ SGLang's): the scheduler translates the engine's events into ledger calls.
   prediction error is kept as a diagnostic (``stats.mirror_error_tokens()``);
   if the engine matched less than the mirror predicted, the engine evicted
   cached pages and the mirror drops its unlocked entries too.
-* Options are every engine's :class:`~fairq.integrations.transformers.tenants.FairOptions`
+* Options are every engine's :class:`~fairq.transformers.tenants.FairOptions`
   (:func:`scheduler_class`, :func:`register`): the policy's own,
   ``tenant_weights``, ``tenant`` (request id -> tenant), ``state_file`` and
   ``state_interval_s``. With ``state_file`` the fairness state survives a
@@ -76,13 +76,13 @@ from transformers.generation.continuous_batching.scheduler import (
 
 import fairq
 from fairq.engineopts import POLICIES, check_policy
-from fairq.integrations.transformers.clients import ClientResolver
-from fairq.integrations.transformers.fit import StepSample
-from fairq.integrations.transformers.model import SUPPORTED_TRANSFORMERS
-from fairq.integrations.transformers.stats import publish_tally
-from fairq.integrations.transformers.tenants import FAIR_POLICIES, FairOptions, make_options
 from fairq.ledger import Hooks, Ledger, Persistence, PersistHook, TenantTally
 from fairq.metrics import publish
+from fairq.transformers.clients import ClientResolver
+from fairq.transformers.fit import StepSample
+from fairq.transformers.model import SUPPORTED_TRANSFORMERS
+from fairq.transformers.stats import publish_tally
+from fairq.transformers.tenants import FAIR_POLICIES, FairOptions, make_options
 
 _REQUIRED = ("_process_candidates", "_cleanup_waiting_queue", "add_waiting_request", "reset")
 _missing = [name for name in _REQUIRED if not hasattr(Scheduler, name)]
@@ -305,7 +305,7 @@ class FairqScheduler(_Observer, Scheduler):
     Do not instantiate directly: the engine builds it from
     ``SCHEDULER_MAPPING``. Use :func:`scheduler_class` / :func:`register` to
     make a subclass bound to a policy and its
-    :class:`~fairq.integrations.transformers.tenants.FairOptions`.
+    :class:`~fairq.transformers.tenants.FairOptions`.
 
     The events, in ledger calls: a new request -> ``add`` (tenant from the
     options' resolver, applied to the request id); admission ->

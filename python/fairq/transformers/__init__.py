@@ -3,7 +3,7 @@
 Usage::
 
     from transformers import ContinuousBatchingConfig
-    from fairq.integrations.transformers import register, scheduler_type
+    from fairq.transformers import register, scheduler_type
 
     register()  # "fairq-fcfs", "fairq-lpm", "fairq-vtc", "fairq-dlpm"
     cfg = ContinuousBatchingConfig(scheduler_type=scheduler_type("dlpm"))
@@ -32,9 +32,9 @@ import importlib
 from typing import Any
 
 from fairq.engineopts import POLICIES, check_policy, policy_options
-from fairq.integrations.transformers.clients import ClientResolver
-from fairq.integrations.transformers.fit import StepSample
-from fairq.integrations.transformers.tenants import (
+from fairq.transformers.clients import ClientResolver
+from fairq.transformers.fit import StepSample
+from fairq.transformers.tenants import (
     FAIR_POLICIES,
     FairOptions,
     TenantResolver,
@@ -81,7 +81,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _ENGINE_NAMES:
-        home = "fairq.integrations.transformers.scheduler"
+        home = "fairq.transformers.scheduler"
     elif name in _MOVED:
         home = _MOVED[name]
     else:
