@@ -15,9 +15,8 @@ use std::collections::BTreeMap;
 use std::ops::Bound::{Excluded, Unbounded};
 
 use super::book::Book;
-use super::policy::AdmissionOrder;
+use super::policy::{AdmissionOrder, Room, Unfit};
 use super::prefix::{LpmKey, PrefixIndex};
-use super::Admission;
 use crate::radix::RadixTree;
 
 /// How an LPM walk treats a request that does not fit, and when it gives up
@@ -63,6 +62,17 @@ pub(super) struct Lpm {
     /// Waiting requests by arrival (seq -> slot), kept only with
     /// `rule.fcfs_above` set.
     by_arrival: BTreeMap<u64, u32>,
+    /// Where the current pass is.
+    walk: Walk,
+}
+
+/// An LPM pass's position: in longest-match order (`pos`) or, above
+/// `fcfs_above`, in arrival order (`seq_pos`).
+#[derive(Debug, Default)]
+struct Walk {
+    fcfs: bool,
+    pos: Option<LpmKey>,
+    seq_pos: Option<u64>,
 }
 
 impl Lpm {
@@ -90,56 +100,44 @@ impl AdmissionOrder for Lpm {
         }
     }
 
-    fn schedule<T>(
-        &mut self,
-        book: &mut Book<T>,
-        _tree: Option<&RadixTree>,
-        budget: usize,
-        max_requests: usize,
-        _refill: bool,
-    ) -> Vec<Admission<T>> {
-        let mut out = Vec::new();
-        let mut left = budget;
+    fn begin_pass<T>(&mut self, _book: &Book<T>, max_requests: usize) -> usize {
         let fcfs = self
             .rule
             .fcfs_above
             .is_some_and(|n| self.by_arrival.len() > n);
-        let mut pos: Option<LpmKey> = None;
-        let mut seq_pos: Option<u64> = None;
-        while out.len() < max_requests {
-            if !self.index.min_extend().is_some_and(|e| e <= left) {
-                break; // nothing left fits
-            }
-            let r = if fcfs {
-                let next = match seq_pos {
-                    None => self.by_arrival.iter().next(),
-                    Some(s) => self.by_arrival.range((Excluded(s), Unbounded)).next(),
-                };
-                let Some((&s, &r)) = next else {
-                    break;
-                };
-                seq_pos = Some(s);
-                r
-            } else {
-                let Some((k, r)) = self.index.next_after(pos) else {
-                    break;
-                };
-                pos = Some(k);
-                r
-            };
-            let cached = self.index.match_len(r);
-            let extend = book.req(r).input_len - cached;
-            if extend > left {
-                if self.rule.stop_at_unfit {
-                    break;
-                }
-                continue;
-            }
-            left -= extend;
-            self.dequeue(book, r);
-            out.push(book.admit(r, cached));
+        self.walk = Walk {
+            fcfs,
+            ..Walk::default()
+        };
+        max_requests
+    }
+
+    fn next_candidate<T>(&mut self, _book: &Book<T>, room: Room<'_>) -> Option<(u32, usize)> {
+        if !self.index.min_extend().is_some_and(|e| e <= room.left) {
+            return None; // nothing left fits
         }
-        out
+        let walk = &mut self.walk;
+        let r = if walk.fcfs {
+            let (&s, &r) = match walk.seq_pos {
+                None => self.by_arrival.iter().next(),
+                Some(s) => self.by_arrival.range((Excluded(s), Unbounded)).next(),
+            }?;
+            walk.seq_pos = Some(s);
+            r
+        } else {
+            let (k, r) = self.index.next_after(walk.pos)?;
+            walk.pos = Some(k);
+            r
+        };
+        Some((r, self.index.match_len(r)))
+    }
+
+    fn unfit<T>(&mut self, _book: &Book<T>, _r: u32) -> Unfit {
+        if self.rule.stop_at_unfit {
+            Unfit::Stop
+        } else {
+            Unfit::Skip
+        }
     }
 
     fn prefix(&self) -> Option<&PrefixIndex> {

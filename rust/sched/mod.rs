@@ -79,7 +79,7 @@ pub use lpm::LpmRule;
 pub use state::{FORMAT as STATE_FORMAT, VERSION as STATE_VERSION};
 
 use book::{Book, Req, Slot};
-use policy::{AdmissionOrder, Order};
+use policy::{admit_pass, AdmissionOrder, Order};
 
 /// The slot / node index meaning "none".
 const NIL: u32 = u32::MAX;
@@ -491,9 +491,9 @@ impl<T> LocalScheduler<T> {
         let max_requests = max_requests.unwrap_or(usize::MAX);
         let room = oversize_budget.unwrap_or(usize::MAX);
         let (book, order) = (&mut self.book, &mut self.order);
-        let admitted = order.schedule(book, tree, token_budget, max_requests, refill);
+        let admitted = admit_pass(order, book, tree, token_budget, max_requests, refill);
         if admitted.is_empty() && max_requests > 0 && room > token_budget && book.waiting > 0 {
-            return Ok(order.schedule(book, tree, room, 1, refill));
+            return Ok(admit_pass(order, book, tree, room, 1, refill));
         }
         Ok(admitted)
     }

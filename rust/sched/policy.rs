@@ -6,8 +6,11 @@
 //! A policy owns its waiting order and its per-client counters; the facade
 //! owns the requests and the clients ([`Book`]) and calls the policy at each
 //! step of a request's life: `enqueue` (added), `dequeue` (removed or
-//! admitted, the policy's own `schedule` calls it), `charge_output`,
-//! `recharge_extend`.
+//! admitted), `charge_output`, `recharge_extend`.
+//!
+//! The admission loop is written once, [`admit_pass`]: a policy supplies
+//! only its order (`begin_pass`, `next_candidate`, what to do with a
+//! candidate that does not fit, `charge_admission`, `end_pass`).
 
 use super::book::Book;
 use super::dlpm::Dlpm;
@@ -20,8 +23,68 @@ use super::vtc::Vtc;
 use super::{Admission, Policy};
 use crate::radix::RadixTree;
 
-/// What a policy does; every method but `enqueue`, `dequeue` and `schedule`
-/// has a do-nothing default.
+/// What a pass has left when it asks for its next candidate.
+#[derive(Clone, Copy)]
+pub(super) struct Room<'a> {
+    /// The tree given to `schedule` (`Some` whenever the policy needs one).
+    pub tree: Option<&'a RadixTree>,
+    /// Extend tokens left of the budget.
+    pub left: usize,
+    /// `false`: return `None` where a refill would be needed (DLPM) instead
+    /// of refilling; policies that never refill ignore it.
+    pub refill: bool,
+}
+
+/// What the pass does with a candidate that does not fit what is left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Unfit {
+    /// Skip it; the walk goes on (LPM, DLPM, Preble).
+    Skip,
+    /// End the pass (FCFS, VTC: no overtaking).
+    Stop,
+}
+
+/// One scheduling pass, the admission loop of every policy: admit the
+/// policy's candidates in its order while their extend tokens fit `budget`
+/// (what does not fit is skipped or ends the pass, as the policy says), at
+/// most `max_requests` (or the policy's cap) of them; each admission is
+/// charged (`charge_admission`), leaves the order (`dequeue`) and is
+/// admitted in the book. The oversize rule is the facade's
+/// (`LocalScheduler::schedule_step` calls this a second time).
+pub(super) fn admit_pass<T>(
+    order: &mut Order,
+    book: &mut Book<T>,
+    tree: Option<&RadixTree>,
+    budget: usize,
+    max_requests: usize,
+    refill: bool,
+) -> Vec<Admission<T>> {
+    let mut out = Vec::new();
+    let mut left = budget;
+    let cap = order.begin_pass(book, max_requests);
+    while out.len() < cap {
+        let room = Room { tree, left, refill };
+        let Some((r, cached)) = order.next_candidate(book, room) else {
+            break;
+        };
+        let extend = book.req(r).input_len - cached;
+        if extend > left {
+            match order.unfit(book, r) {
+                Unfit::Stop => break,
+                Unfit::Skip => continue,
+            }
+        }
+        left -= extend;
+        order.charge_admission(book, r, extend);
+        order.dequeue(book, r);
+        out.push(book.admit(r, cached));
+    }
+    order.end_pass(book, out.len());
+    out
+}
+
+/// What a policy does; every method but `enqueue`, `dequeue` and
+/// `next_candidate` has a default (do nothing; `unfit`: stop).
 pub(super) trait AdmissionOrder {
     /// A client was created; its index is the number created before it.
     fn add_client(&mut self) {}
@@ -52,24 +115,28 @@ pub(super) trait AdmissionOrder {
     /// admitted). Runs while the book still counts it as waiting.
     fn dequeue<T>(&mut self, book: &Book<T>, r: u32);
 
-    /// Admit waiting requests in the policy's order under `budget` extend
-    /// tokens and at most `max_requests` requests (each admission:
-    /// `self.dequeue`, then [`Book::admit`]), charging the policy's counters.
-    /// `refill = false`: stop, without refilling, where a refill would be
-    /// needed (DLPM), after the same admissions and charges as with
-    /// `refill = true`; policies that never refill (FCFS, LPM, VTC) ignore it.
-    /// The oversize rule is not the policy's: the facade
-    /// (`LocalScheduler::schedule_step`) calls this a second time, with
-    /// `max_requests = 1` and a larger budget, when the first call admitted
-    /// nothing, so it is the same for every policy.
-    fn schedule<T>(
-        &mut self,
-        book: &mut Book<T>,
-        tree: Option<&RadixTree>,
-        budget: usize,
-        max_requests: usize,
-        refill: bool,
-    ) -> Vec<Admission<T>>;
+    /// A scheduling pass begins ([`admit_pass`]); returns the most requests
+    /// it may admit (default: `max_requests`; Preble: its level's quota).
+    fn begin_pass<T>(&mut self, _book: &Book<T>, max_requests: usize) -> usize {
+        max_requests
+    }
+
+    /// The next waiting request the pass considers, with its cached prefix
+    /// length now, given the `room` left; `None` ends the pass.
+    fn next_candidate<T>(&mut self, book: &Book<T>, room: Room<'_>) -> Option<(u32, usize)>;
+
+    /// The candidate `r` does not fit what is left: skip it (the walk goes
+    /// on) or stop the pass.
+    fn unfit<T>(&mut self, _book: &Book<T>, _r: u32) -> Unfit {
+        Unfit::Stop
+    }
+
+    /// Candidate `r` is about to be admitted with `extend` extend tokens
+    /// (still waiting): charge the policy's counters.
+    fn charge_admission<T>(&mut self, _book: &Book<T>, _r: u32, _extend: usize) {}
+
+    /// The pass ended after admitting `admitted` requests.
+    fn end_pass<T>(&mut self, _book: &Book<T>, _admitted: usize) {}
 
     /// Client `c` decoded `tokens` output tokens.
     fn charge_output<T>(&mut self, _book: &Book<T>, _c: u32, _tokens: f64) {}
@@ -191,15 +258,20 @@ impl AdmissionOrder for Order {
     fn dequeue<T>(&mut self, book: &Book<T>, r: u32) {
         each!(self, p => p.dequeue(book, r))
     }
-    fn schedule<T>(
-        &mut self,
-        book: &mut Book<T>,
-        tree: Option<&RadixTree>,
-        budget: usize,
-        max_requests: usize,
-        refill: bool,
-    ) -> Vec<Admission<T>> {
-        each!(self, p => p.schedule(book, tree, budget, max_requests, refill))
+    fn begin_pass<T>(&mut self, book: &Book<T>, max_requests: usize) -> usize {
+        each!(self, p => p.begin_pass(book, max_requests))
+    }
+    fn next_candidate<T>(&mut self, book: &Book<T>, room: Room<'_>) -> Option<(u32, usize)> {
+        each!(self, p => p.next_candidate(book, room))
+    }
+    fn unfit<T>(&mut self, book: &Book<T>, r: u32) -> Unfit {
+        each!(self, p => p.unfit(book, r))
+    }
+    fn charge_admission<T>(&mut self, book: &Book<T>, r: u32, extend: usize) {
+        each!(self, p => p.charge_admission(book, r, extend))
+    }
+    fn end_pass<T>(&mut self, book: &Book<T>, admitted: usize) {
+        each!(self, p => p.end_pass(book, admitted))
     }
     fn charge_output<T>(&mut self, book: &Book<T>, c: u32, tokens: f64) {
         each!(self, p => p.charge_output(book, c, tokens))

@@ -55,9 +55,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::book::Book;
 use super::lpm::LpmRule;
-use super::policy::AdmissionOrder;
+use super::policy::{AdmissionOrder, Room, Unfit};
 use super::prefix::PrefixIndex;
-use super::Admission;
 use crate::radix::RadixTree;
 
 /// Number of priority levels (Preble: 10).
@@ -91,6 +90,9 @@ pub(super) struct Preble {
     level_of: HashMap<u32, usize>,
     /// The level the next step looks at first (walks down, cyclically).
     next: usize,
+    /// The level the current pass serves, and its position there.
+    serving: Option<usize>,
+    pos: Option<u64>,
 }
 
 impl Preble {
@@ -101,6 +103,8 @@ impl Preble {
             levels: vec![BTreeMap::new(); LEVELS],
             level_of: HashMap::new(),
             next: LEVELS - 1,
+            serving: None,
+            pos: None,
         }
     }
 
@@ -141,47 +145,35 @@ impl AdmissionOrder for Preble {
         }
     }
 
-    fn schedule<T>(
-        &mut self,
-        book: &mut Book<T>,
-        _tree: Option<&RadixTree>,
-        budget: usize,
-        max_requests: usize,
-        _refill: bool,
-    ) -> Vec<Admission<T>> {
+    fn begin_pass<T>(&mut self, book: &Book<T>, max_requests: usize) -> usize {
         self.level_fresh(book);
-        let mut out = Vec::new();
-        let Some(l) = self.pick() else {
-            return out;
-        };
-        let cap = quota(l).min(max_requests);
-        let mut left = budget;
-        let mut pos: Option<u64> = None;
-        while out.len() < cap {
-            if !self.index.min_extend().is_some_and(|e| e <= left) {
-                break; // nothing left fits
-            }
-            let next = match pos {
-                None => self.levels[l].iter().next(),
-                Some(s) => self.levels[l].range(s + 1..).next(),
-            };
-            let Some((&seq, &r)) = next else {
-                break;
-            };
-            pos = Some(seq);
-            let cached = self.index.match_len(r);
-            let extend = book.req(r).input_len - cached;
-            if extend > left {
-                continue; // skipped; the walk goes on
-            }
-            left -= extend;
-            self.dequeue(book, r);
-            out.push(book.admit(r, cached));
+        self.pos = None;
+        self.serving = self.pick();
+        self.serving.map_or(0, |l| quota(l).min(max_requests))
+    }
+
+    fn next_candidate<T>(&mut self, _book: &Book<T>, room: Room<'_>) -> Option<(u32, usize)> {
+        if !self.index.min_extend().is_some_and(|e| e <= room.left) {
+            return None; // nothing left fits
         }
-        if !out.is_empty() {
+        let level = &self.levels[self.serving?];
+        let (&seq, &r) = match self.pos {
+            None => level.iter().next(),
+            Some(s) => level.range(s + 1..).next(),
+        }?;
+        self.pos = Some(seq);
+        Some((r, self.index.match_len(r)))
+    }
+
+    /// Skipped; the walk goes on.
+    fn unfit<T>(&mut self, _book: &Book<T>, _r: u32) -> Unfit {
+        Unfit::Skip
+    }
+
+    fn end_pass<T>(&mut self, _book: &Book<T>, admitted: usize) {
+        if let (Some(l), true) = (self.serving, admitted > 0) {
             self.next = (l + LEVELS - 1) % LEVELS;
         }
-        out
     }
 
     fn prefix(&self) -> Option<&PrefixIndex> {

@@ -10,9 +10,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::book::Book;
-use super::policy::AdmissionOrder;
+use super::policy::{AdmissionOrder, Room};
 use super::state::SavedClient;
-use super::Admission;
 use crate::ordf64::OrdF64;
 use crate::radix::RadixTree;
 
@@ -119,40 +118,23 @@ impl AdmissionOrder for Vtc {
         }
     }
 
-    fn schedule<T>(
-        &mut self,
-        book: &mut Book<T>,
-        tree: Option<&RadixTree>,
-        budget: usize,
-        max_requests: usize,
-        _refill: bool,
-    ) -> Vec<Admission<T>> {
-        let mut out = Vec::new();
-        let mut left = budget;
-        while out.len() < max_requests {
-            let Some(&(_, c)) = self.by_counter.iter().next() else {
-                break;
-            };
-            let (_, &r) = self.queues[c as usize]
-                .iter()
-                .next()
-                .expect("listed client has a waiting request");
-            let cached = book.cached_now(tree, r);
-            let input_len = book.req(r).input_len;
-            let extend = input_len - cached;
-            if extend > left {
-                break;
-            }
-            left -= extend;
-            if !book.req(r).resumed {
-                let w = book.clients[c as usize].weight;
-                let counter = self.counters[c as usize] + self.w_in * input_len as f64 / w;
-                self.set_counter(book, c, counter);
-            }
-            self.dequeue(book, r);
-            out.push(book.admit(r, cached));
+    fn next_candidate<T>(&mut self, book: &Book<T>, room: Room<'_>) -> Option<(u32, usize)> {
+        let &(_, c) = self.by_counter.iter().next()?;
+        let (_, &r) = self.queues[c as usize]
+            .iter()
+            .next()
+            .expect("listed client has a waiting request");
+        Some((r, book.cached_now(room.tree, r)))
+    }
+
+    fn charge_admission<T>(&mut self, book: &Book<T>, r: u32, _extend: usize) {
+        let q = book.req(r);
+        if !q.resumed {
+            let c = q.client;
+            let w = book.clients[c as usize].weight;
+            let counter = self.counters[c as usize] + self.w_in * q.input_len as f64 / w;
+            self.set_counter(book, c, counter);
         }
-        out
     }
 
     fn refund_input<T>(&mut self, book: &Book<T>, c: u32, input_len: usize, admission_weight: f64) {
