@@ -23,7 +23,7 @@ pub mod request_id;
 pub mod sched;
 pub mod tokens;
 pub mod value;
-pub mod vllm;
+pub mod request_queues;
 pub mod wfq;
 
 create_exception!(
@@ -101,7 +101,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("QueueFull", m.py().get_type::<QueueFull>())?;
     tokens::register(m)?;
-    vllm::register(m)?;
+    request_queues::register(m)?;
     drr::register(m)?;
     wfq::register(m)?;
     dualphase::register(m)?;
