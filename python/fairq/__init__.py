@@ -35,6 +35,9 @@ _LAZY: dict[str, str] = {
     "DLPM": "fairq.sched",
     "Admission": "fairq.sched",
     "make_scheduler": "fairq.sched",
+    "PolicyInfo": "fairq.sched",
+    "StateField": "fairq.sched",
+    "Scheduler": "fairq.sched",
     # Distributed dispatch
     "Dispatcher": "fairq.dispatch",
     "make_dispatcher": "fairq.dispatch",
@@ -78,6 +81,9 @@ if TYPE_CHECKING:  # pragma: no cover - type checkers see the real names
     from fairq.sched import DLPM as DLPM
     from fairq.sched import FCFS as FCFS
     from fairq.sched import LPM as LPM
+    from fairq.sched import PolicyInfo as PolicyInfo
+    from fairq.sched import Scheduler as Scheduler
+    from fairq.sched import StateField as StateField
     from fairq.sched import VTC as VTC
     from fairq.sched import Admission as Admission
     from fairq.sched import LocalScheduler as LocalScheduler

@@ -20,10 +20,10 @@ pub mod drr;
 pub mod dualphase;
 pub mod radix;
 pub mod request_id;
+pub mod request_queues;
 pub mod sched;
 pub mod tokens;
 pub mod value;
-pub mod request_queues;
 pub mod wfq;
 
 create_exception!(

@@ -43,7 +43,8 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::book::Book;
-use super::policy::{AdmissionOrder, Room, Unfit};
+use super::lpm::LpmRule;
+use super::policy::{AdmissionOrder, OptionSpec, PolicySpec, Registered, Room, StateField, Unfit};
 use super::prefix::{LpmKey, PrefixIndex};
 use super::state::SavedClient;
 use crate::deficit::{add_saturating, refill, rounds_until_positive};
@@ -188,6 +189,41 @@ impl Dlpm {
     }
 }
 
+impl Registered for Dlpm {
+    const SPEC: PolicySpec = PolicySpec {
+        name: "dlpm",
+        class_name: "DLPM",
+        // the engine's quantum: sized for one engine batch
+        options: &[
+            OptionSpec {
+                name: "quantum",
+                engine_default: 512.0,
+            },
+            OptionSpec {
+                name: "w_e",
+                engine_default: 1.0,
+            },
+            OptionSpec {
+                name: "w_q",
+                engine_default: 2.0,
+            },
+        ],
+        needs_tree: true,
+        refills: true,
+        stop_at_unfit: false,
+        state_field: Some(StateField {
+            name: "deficit",
+            min: None,
+            metric: "scheduler_deficit",
+            help: "DLPM deficit",
+        }),
+        service_weights: Some((1, 2)),
+    };
+    fn build(options: &[f64], _rule: LpmRule) -> Self {
+        Dlpm::new(options[0], options[1], options[2])
+    }
+}
+
 impl AdmissionOrder for Dlpm {
     fn add_client(&mut self) {
         self.deficits.push(0.0);
@@ -327,7 +363,7 @@ impl AdmissionOrder for Dlpm {
         self.add_deficit(book, c, delta);
     }
 
-    fn deficit(&self, c: u32) -> f64 {
+    fn state_value(&self, c: u32, _now: f64) -> f64 {
         self.deficits[c as usize]
     }
     fn refills(&self) -> u64 {

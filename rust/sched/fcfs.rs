@@ -7,13 +7,30 @@
 use std::collections::BTreeMap;
 
 use super::book::Book;
-use super::policy::{AdmissionOrder, Room};
+use super::lpm::LpmRule;
+use super::policy::{AdmissionOrder, PolicySpec, Registered, Room};
 use crate::radix::RadixTree;
 
 #[derive(Debug, Default)]
 pub(super) struct Fcfs {
     /// Waiting requests: seq -> slot.
     by_arrival: BTreeMap<u64, u32>,
+}
+
+impl Registered for Fcfs {
+    const SPEC: PolicySpec = PolicySpec {
+        name: "fcfs",
+        class_name: "FCFS",
+        options: &[],
+        needs_tree: false,
+        refills: false,
+        stop_at_unfit: true,
+        state_field: None,
+        service_weights: None,
+    };
+    fn build(_options: &[f64], _rule: LpmRule) -> Self {
+        Fcfs::default()
+    }
 }
 
 impl AdmissionOrder for Fcfs {

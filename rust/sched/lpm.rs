@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 use std::ops::Bound::{Excluded, Unbounded};
 
 use super::book::Book;
-use super::policy::{AdmissionOrder, Room, Unfit};
+use super::policy::{AdmissionOrder, PolicySpec, Registered, Room, Unfit};
+use super::preble::Preble;
 use super::prefix::{LpmKey, PrefixIndex};
 use crate::radix::RadixTree;
 
@@ -32,7 +33,7 @@ pub struct LpmRule {
     /// always longest match.
     pub fcfs_above: Option<usize>,
     /// Replace the LPM walk by Preble's multi-level priority wait queue
-    /// (`sched/preble.rs`: ten levels by cache-hit ratio, one level per
+    /// ([`Preble`], `sched/preble.rs`: ten levels by cache-hit ratio, one level per
     /// step, round-robin, quota growing with the level). Excludes the two
     /// fields above.
     pub multi_priority: bool,
@@ -64,6 +65,8 @@ pub(super) struct Lpm {
     by_arrival: BTreeMap<u64, u32>,
     /// Where the current pass is.
     walk: Walk,
+    /// With `rule.multi_priority`: Preble's levels, walked instead.
+    preble: Option<Preble>,
 }
 
 /// An LPM pass's position: in longest-match order (`pos`) or, above
@@ -79,8 +82,25 @@ impl Lpm {
     pub fn new(rule: LpmRule) -> Self {
         Lpm {
             rule,
+            preble: rule.multi_priority.then(Preble::default),
             ..Lpm::default()
         }
+    }
+}
+
+impl Registered for Lpm {
+    const SPEC: PolicySpec = PolicySpec {
+        name: "lpm",
+        class_name: "LPM",
+        options: &[],
+        needs_tree: true,
+        refills: false,
+        stop_at_unfit: false,
+        state_field: None,
+        service_weights: None,
+    };
+    fn build(_options: &[f64], rule: LpmRule) -> Self {
+        Lpm::new(rule)
     }
 }
 
@@ -88,19 +108,30 @@ impl AdmissionOrder for Lpm {
     fn enqueue<T>(&mut self, book: &Book<T>, tree: Option<&RadixTree>, r: u32) {
         let tree = tree.expect("LPM is given a tree (checked by the facade)");
         self.index.insert(book, tree, r);
+        let seq = book.req(r).seq;
+        if let Some(p) = &mut self.preble {
+            p.enqueue(seq, r);
+        }
         if self.rule.fcfs_above.is_some() {
-            self.by_arrival.insert(book.req(r).seq, r);
+            self.by_arrival.insert(seq, r);
         }
     }
 
     fn dequeue<T>(&mut self, book: &Book<T>, r: u32) {
         self.index.remove(book, r);
+        let seq = book.req(r).seq;
+        if let Some(p) = &mut self.preble {
+            p.dequeue(seq, r);
+        }
         if self.rule.fcfs_above.is_some() {
-            self.by_arrival.remove(&book.req(r).seq);
+            self.by_arrival.remove(&seq);
         }
     }
 
-    fn begin_pass<T>(&mut self, _book: &Book<T>, max_requests: usize) -> usize {
+    fn begin_pass<T>(&mut self, book: &Book<T>, max_requests: usize) -> usize {
+        if let Some(p) = &mut self.preble {
+            return p.begin_pass(&self.index, book, max_requests);
+        }
         let fcfs = self
             .rule
             .fcfs_above
@@ -117,7 +148,9 @@ impl AdmissionOrder for Lpm {
             return None; // nothing left fits
         }
         let walk = &mut self.walk;
-        let r = if walk.fcfs {
+        let r = if let Some(p) = &mut self.preble {
+            p.next_candidate()?
+        } else if walk.fcfs {
             let (&s, &r) = match walk.seq_pos {
                 None => self.by_arrival.iter().next(),
                 Some(s) => self.by_arrival.range((Excluded(s), Unbounded)).next(),
@@ -132,11 +165,19 @@ impl AdmissionOrder for Lpm {
         Some((r, self.index.match_len(r)))
     }
 
+    /// Skipped (the paper's `CanAdd`, Preble's walk), or the pass stops
+    /// (`stop_at_unfit`, SGLang's `PrefillAdder`).
     fn unfit<T>(&mut self, _book: &Book<T>, _r: u32) -> Unfit {
         if self.rule.stop_at_unfit {
             Unfit::Stop
         } else {
             Unfit::Skip
+        }
+    }
+
+    fn end_pass<T>(&mut self, _book: &Book<T>, admitted: usize) {
+        if let Some(p) = &mut self.preble {
+            p.end_pass(admitted);
         }
     }
 
@@ -149,6 +190,9 @@ impl AdmissionOrder for Lpm {
 
     fn check_invariants<T>(&self, book: &Book<T>, tree: Option<&RadixTree>) {
         self.index.check_invariants(book, tree);
+        if let Some(p) = &self.preble {
+            p.check_invariants(book);
+        }
         if self.rule.fcfs_above.is_some() {
             assert_eq!(self.by_arrival.len(), book.waiting, "arrival index size");
             for (&seq, &r) in &self.by_arrival {

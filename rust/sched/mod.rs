@@ -79,7 +79,10 @@ pub use lpm::LpmRule;
 pub use state::{FORMAT as STATE_FORMAT, VERSION as STATE_VERSION};
 
 use book::{Book, Req, Slot};
-use policy::{admit_pass, AdmissionOrder, Order};
+use policy::{admit_pass, AdmissionOrder, Registered, Room, Unfit};
+pub use policy::{OptionSpec, PolicySpec, StateField};
+use prefix::PrefixIndex;
+use state::SavedClient;
 
 /// The slot / node index meaning "none".
 const NIL: u32 = u32::MAX;
@@ -92,43 +95,51 @@ const FORGET_MIN: usize = 1024;
 /// least debt are forgotten first.
 pub const MAX_IDLE_DEBTORS: usize = 65_536;
 
-/// The admission policy and its weights (the scheduler's configuration).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Policy {
-    Fcfs,
-    Lpm,
-    Vtc { w_in: f64, w_out: f64 },
-    Dlpm { quantum: f64, w_e: f64, w_q: f64 },
+// The registration: one line per policy, `Variant { options } => its order
+// type` (the module owns the rest: its `PolicySpec` in `Registered`).
+policy::register! {
+    Fcfs => fcfs::Fcfs,
+    Lpm => lpm::Lpm,
+    Vtc { w_in, w_out } => vtc::Vtc,
+    Dlpm { quantum, w_e, w_q } => dlpm::Dlpm,
 }
 
 impl Policy {
     /// Whether the policy orders by prefix match, so needs a [`RadixTree`].
     fn needs_tree(&self) -> bool {
-        matches!(self, Policy::Lpm | Policy::Dlpm { .. })
+        self.spec().needs_tree
     }
     /// (input/extend weight, output weight) used for `service`.
     fn service_weights(&self) -> (f64, f64) {
-        match *self {
-            Policy::Fcfs | Policy::Lpm => (1.0, 2.0),
-            Policy::Vtc { w_in, w_out } => (w_in, w_out),
-            Policy::Dlpm { w_e, w_q, .. } => (w_e, w_q),
-        }
+        let values = self.option_values();
+        self.spec()
+            .service_weights
+            .map_or((1.0, 2.0), |(i, o)| (values[i], values[o]))
     }
-    /// Every weight and the quantum must be positive and finite.
+    /// Every option must be positive and finite.
     fn validate(&self) -> Result<()> {
-        match *self {
-            Policy::Vtc { w_in, w_out } => {
-                check_positive("w_in", w_in)?;
-                check_positive("w_out", w_out)?;
-            }
-            Policy::Dlpm { quantum, w_e, w_q } => {
-                check_positive("quantum", quantum)?;
-                check_positive("w_e", w_e)?;
-                check_positive("w_q", w_q)?;
-            }
-            Policy::Fcfs | Policy::Lpm => {}
+        for (opt, &v) in self.spec().options.iter().zip(&self.option_values()) {
+            check_positive(opt.name, v)?;
         }
         Ok(())
+    }
+    /// The registered policy named `name` with its options from `value`
+    /// (a name -> number lookup, e.g. a constructor's keywords); a missing
+    /// option takes its engine default.
+    pub fn named(name: &str, value: impl Fn(&str) -> Option<f64>) -> Result<Policy> {
+        let spec = REGISTRY.iter().find(|s| s.name == name).ok_or_else(|| {
+            let known: Vec<&str> = REGISTRY.iter().map(|s| s.name).collect();
+            Error::value(format!(
+                "unknown policy {name:?}; known policies: {}",
+                known.join(", ")
+            ))
+        })?;
+        let values: Vec<f64> = spec
+            .options
+            .iter()
+            .map(|o| value(o.name).unwrap_or(o.engine_default))
+            .collect();
+        Ok(Policy::from_options(name, &values).expect("registered policy"))
     }
 }
 
@@ -158,6 +169,8 @@ pub struct LocalScheduler<T> {
     max_prompt_tokens: Option<usize>,
     /// LPM's walk (see [`Self::set_lpm_rule`]).
     lpm_rule: LpmRule,
+    /// The time set by [`Self::set_time`] (`None`: the wall clock).
+    clock: Option<f64>,
 }
 
 impl<T> LocalScheduler<T> {
@@ -172,6 +185,7 @@ impl<T> LocalScheduler<T> {
             forget_at: FORGET_MIN,
             max_prompt_tokens: None,
             lpm_rule: LpmRule::default(),
+            clock: None,
         })
     }
 
@@ -224,6 +238,46 @@ impl<T> LocalScheduler<T> {
 
     pub fn policy(&self) -> Policy {
         self.policy
+    }
+
+    /// The scheduler's time, in seconds: the last [`Self::set_time`], or,
+    /// until one is made, the wall clock (seconds since the UNIX epoch).
+    /// Policies whose charges depend on time (LAS's decay) read it before
+    /// every operation that charges; the others ignore it.
+    pub fn now(&self) -> f64 {
+        self.clock.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64())
+        })
+    }
+
+    /// Run on injected time from now on (a simulator's clock, a test's):
+    /// the scheduler's time is `now` seconds until the next call. `now` must
+    /// be finite and not before the last time set (`Value` error naming
+    /// `now`; nothing changes). An engine that never calls it runs on the
+    /// wall clock.
+    pub fn set_time(&mut self, now: f64) -> Result<()> {
+        if !now.is_finite() {
+            return Err(Error::value(format!(
+                "now must be a finite number, got {now}"
+            )));
+        }
+        if let Some(last) = self.clock.filter(|&last| now < last) {
+            return Err(Error::value(format!(
+                "now = {now} goes back from the time last set ({last})"
+            )));
+        }
+        self.clock = Some(now);
+        self.order.set_time(now);
+        Ok(())
+    }
+
+    /// Bring the policy to the scheduler's time (before an operation that
+    /// may charge).
+    fn tick(&mut self) {
+        let now = self.now();
+        self.order.set_time(now);
     }
     /// Waiting requests.
     pub fn len(&self) -> usize {
@@ -285,6 +339,7 @@ impl<T> LocalScheduler<T> {
     /// about twice the clients holding requests plus [`MAX_IDLE_DEBTORS`].
     /// Returns how many were forgotten.
     pub fn forget_idle_clients(&mut self) -> usize {
+        self.tick();
         let mut n = 0;
         let mut debtors = Vec::new();
         for c in 0..self.book.clients.len() as u32 {
@@ -392,6 +447,7 @@ impl<T> LocalScheduler<T> {
             }
             None => None,
         };
+        self.tick();
         let client = self.client_or_create(client);
         let r = self
             .book
@@ -488,6 +544,7 @@ impl<T> LocalScheduler<T> {
         if let Some(t) = tree {
             self.sync(t)?;
         }
+        self.tick();
         let max_requests = max_requests.unwrap_or(usize::MAX);
         let room = oversize_budget.unwrap_or(usize::MAX);
         let (book, order) = (&mut self.book, &mut self.order);
@@ -512,6 +569,7 @@ impl<T> LocalScheduler<T> {
     /// Charge `n_tokens` decode tokens of a running request.
     pub fn charge_output(&mut self, id: &RequestId, n_tokens: usize) -> Result<()> {
         let (_, c) = self.running_client(id)?;
+        self.tick();
         let n = n_tokens as f64;
         let (_, output_weight) = self.book.service_weights;
         self.book.clients[c as usize].service += output_weight * n;
@@ -546,6 +604,7 @@ impl<T> LocalScheduler<T> {
         if extend_len == old {
             return Ok(old);
         }
+        self.tick();
         let (input_weight, _) = self.book.service_weights;
         let delta = extend_len as f64 - old as f64;
         self.book.clients[c as usize].service += input_weight * delta;
@@ -632,17 +691,28 @@ impl<T> LocalScheduler<T> {
     pub fn service(&self, client: &str) -> f64 {
         self.book.client(client).map_or(0.0, |c| c.service)
     }
-    /// VTC counter (0 for unknown clients and the other policies).
-    pub fn counter(&self, client: &str) -> f64 {
+    /// The policy's per-client number ([`PolicySpec::state_field`]: VTC's
+    /// counter, DLPM's deficit, LAS's attained service) now (0 for unknown
+    /// clients and policies without one).
+    pub fn state_value(&self, client: &str) -> f64 {
         self.book
             .client_index(client)
-            .map_or(0.0, |c| self.order.counter(c))
+            .map_or(0.0, |c| self.order.state_value(c, self.now()))
+    }
+    /// `state_value` if the policy's state field is `field`, else 0.
+    fn field_value(&self, field: &str, client: &str) -> f64 {
+        match self.policy.spec().state_field {
+            Some(f) if f.name == field => self.state_value(client),
+            _ => 0.0,
+        }
+    }
+    /// VTC counter (0 for unknown clients and the other policies).
+    pub fn counter(&self, client: &str) -> f64 {
+        self.field_value("counter", client)
     }
     /// DLPM deficit (0 for unknown clients and the other policies).
     pub fn deficit(&self, client: &str) -> f64 {
-        self.book
-            .client_index(client)
-            .map_or(0.0, |c| self.order.deficit(c))
+        self.field_value("deficit", client)
     }
     pub fn weight(&self, client: &str) -> f64 {
         self.book.client(client).map_or(1.0, |c| c.weight)

@@ -1,7 +1,8 @@
 //! The seam between the facade and the policies: [`AdmissionOrder`], the
-//! trait each policy implements, and [`Order`], the enum the facade holds
-//! (static dispatch, as `pydantic-core` does for its validators: one `match`
-//! per operation, here, instead of one per policy branch in the facade).
+//! trait each policy implements, [`PolicySpec`], what each registers
+//! ([`Registered`]), and [`register!`], which generates from one line per
+//! policy the `Policy` enum, the registry and `Order`, the enum the facade
+//! holds (static dispatch: one `match` per operation, here).
 //!
 //! A policy owns its waiting order and its per-client counters; the facade
 //! owns the requests and the clients ([`Book`]) and calls the policy at each
@@ -13,14 +14,10 @@
 //! candidate that does not fit, `charge_admission`, `end_pass`).
 
 use super::book::Book;
-use super::dlpm::Dlpm;
-use super::fcfs::Fcfs;
-use super::lpm::{Lpm, LpmRule};
-use super::preble::Preble;
+use super::lpm::LpmRule;
 use super::prefix::PrefixIndex;
 use super::state::SavedClient;
-use super::vtc::Vtc;
-use super::{Admission, Policy};
+use super::{Admission, Order};
 use crate::radix::RadixTree;
 
 /// What a pass has left when it asks for its next candidate.
@@ -171,20 +168,22 @@ pub(super) trait AdmissionOrder {
     /// system (requeued): its waiting queue is not "returning" (no VTC lift).
     fn keep_place<T>(&mut self, _book: &Book<T>, _c: u32) {}
 
-    /// A state restore: set each client's counter (VTC) or deficit (DLPM)
-    /// from `clients` (indices in order; every client already added) and
+    /// A state restore: set each client's state value (VTC's counter, DLPM's
+    /// deficit; `SavedClient::counter`) from `clients` (indices in order; every client already added) and
     /// the refill count. VTC also remembers which clients had requests
     /// waiting, so their first re-add is not lifted (see `state.rs`).
     fn load_counters(&mut self, _clients: &[SavedClient], _refills: u64) {}
 
-    /// VTC's virtual counter of client `c` (0 elsewhere).
-    fn counter(&self, _c: u32) -> f64 {
+    /// The policy's per-client number (its [`PolicySpec::state_field`]:
+    /// VTC's counter, DLPM's deficit) of client `c` at time `now` (0 for a
+    /// policy without one).
+    fn state_value(&self, _c: u32, _now: f64) -> f64 {
         0.0
     }
-    /// DLPM's deficit of client `c` (0 elsewhere).
-    fn deficit(&self, _c: u32) -> f64 {
-        0.0
-    }
+    /// The scheduler's clock reads `now` (seconds; see
+    /// `LocalScheduler::set_time`): called before every operation that may
+    /// charge, for the policies whose charges depend on time.
+    fn set_time(&mut self, _now: f64) {}
     /// DLPM's virtual refills so far (0 elsewhere).
     fn refills(&self) -> u64 {
         0
@@ -202,115 +201,199 @@ pub(super) trait AdmissionOrder {
     fn check_invariants<T>(&self, _book: &Book<T>, _tree: Option<&RadixTree>) {}
 }
 
-/// The policy a scheduler runs, with its state.
-#[derive(Debug)]
-pub(super) enum Order {
-    Fcfs(Fcfs),
-    Lpm(Lpm),
-    Vtc(Vtc),
-    Dlpm(Dlpm),
-    Preble(Preble),
+/// One option of a policy (a constructor keyword, `> 0` and finite).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OptionSpec {
+    pub name: &'static str,
+    /// The value an engine integration uses when the user gives none.
+    pub engine_default: f64,
 }
 
-impl Order {
-    /// The order of `policy`; `lpm_rule` is LPM's (the others ignore it;
-    /// with `multi_priority` set, LPM's order is Preble's queue).
-    pub fn new(policy: Policy, lpm_rule: LpmRule) -> Self {
-        match policy {
-            Policy::Fcfs => Order::Fcfs(Fcfs::default()),
-            Policy::Lpm if lpm_rule.multi_priority => Order::Preble(Preble::new(lpm_rule)),
-            Policy::Lpm => Order::Lpm(Lpm::new(lpm_rule)),
-            Policy::Vtc { w_in, w_out } => Order::Vtc(Vtc::new(w_in, w_out)),
-            Policy::Dlpm { quantum, w_e, w_q } => Order::Dlpm(Dlpm::new(quantum, w_e, w_q)),
+/// The per-client number a policy keeps, as `state` reports it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StateField {
+    /// Its key in a client entry of the state (and the binding's method).
+    pub name: &'static str,
+    /// The least value a loaded state may hold (`None`: any finite number).
+    pub min: Option<f64>,
+    /// The Prometheus family (`fairq_<metric>`) and its help text.
+    pub metric: &'static str,
+    pub help: &'static str,
+}
+
+/// What a policy module registers: everything the rest of fairq (the
+/// facade, the state, the bindings, Python's tables) knows of it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PolicySpec {
+    /// Its name (`"vtc"`): the state's `policy`, Python's table key.
+    pub name: &'static str,
+    /// Its Python class in `fairq._core`.
+    pub class_name: &'static str,
+    /// Its options in constructor order (the fields of its [`super::Policy`]
+    /// variant).
+    pub options: &'static [OptionSpec],
+    /// It orders by prefix match, so it needs a `RadixTree`.
+    pub needs_tree: bool,
+    /// It refills credit (DLPM): `schedule_within_credit` differs from
+    /// `schedule`, and the state holds a `refills` count.
+    pub refills: bool,
+    /// A pass stops at the first candidate that does not fit (no
+    /// overtaking) rather than skipping it.
+    pub stop_at_unfit: bool,
+    /// Its per-client number, if any.
+    pub state_field: Option<StateField>,
+    /// Indices in `options` of the (input, output) weights of `service`
+    /// (`None`: 1 and 2).
+    pub service_weights: Option<(usize, usize)>,
+}
+
+/// A policy module's order type: its [`PolicySpec`] and how it is built.
+pub(super) trait Registered: AdmissionOrder + Sized {
+    const SPEC: PolicySpec;
+    /// The order for `options` (validated, in [`PolicySpec::options`]
+    /// order) and LPM's rule (the others ignore it).
+    fn build(options: &[f64], rule: LpmRule) -> Self;
+}
+
+/// The registration of every policy (`sched/mod.rs` invokes it once, one
+/// line per policy: `Variant { options } => module::Order`). Generates the
+/// public [`super::Policy`] enum (one variant per policy, its options as
+/// fields), [`REGISTRY`](super::REGISTRY), and `Order`, the enum the facade
+/// holds, which dispatches [`AdmissionOrder`] to the policy's type (static
+/// dispatch, as `pydantic-core` does for its validators).
+macro_rules! register {
+    ($($variant:ident $({ $($opt:ident),* })? => $order:ty),* $(,)?) => {
+        /// The admission policy and its options (the scheduler's
+        /// configuration): one variant per registered policy.
+        #[derive(Debug, Clone, Copy, PartialEq)]
+        pub enum Policy {
+            $($variant $({ $($opt: f64),* })?),*
         }
-    }
-}
 
-/// `each!(self, p => expr)`: evaluate `expr` with `p` bound to the policy.
-macro_rules! each {
-    ($self:expr, $p:ident => $e:expr) => {
-        match $self {
-            Order::Fcfs($p) => $e,
-            Order::Lpm($p) => $e,
-            Order::Vtc($p) => $e,
-            Order::Dlpm($p) => $e,
-            Order::Preble($p) => $e,
+        /// Every registered policy, in registration order.
+        pub const REGISTRY: &[PolicySpec] = &[$(<$order as Registered>::SPEC),*];
+
+        impl Policy {
+            /// What the policy's module registered.
+            pub fn spec(&self) -> &'static PolicySpec {
+                match self {
+                    $(Policy::$variant { .. } => &<$order as Registered>::SPEC),*
+                }
+            }
+            /// Its option values, in [`PolicySpec::options`] order.
+            pub fn option_values(&self) -> Vec<f64> {
+                match *self {
+                    $(Policy::$variant $({ $($opt),* })? => vec![$($($opt),*)?]),*
+                }
+            }
+            /// The policy named `name` with `values` as its options (in
+            /// [`PolicySpec::options`] order; not validated); `None` for an
+            /// unknown name or too few values.
+            #[allow(unused_mut, unused_variables)]
+            pub fn from_options(name: &str, values: &[f64]) -> Option<Policy> {
+                $(
+                    if name == <$order as Registered>::SPEC.name {
+                        let mut it = values.iter().copied();
+                        return Some(Policy::$variant $({ $($opt: it.next()?),* })?);
+                    }
+                )*
+                None
+            }
+        }
+
+        /// The policy a scheduler runs, with its state.
+        #[derive(Debug)]
+        enum Order {
+            $($variant($order)),*
+        }
+
+        impl Order {
+            /// The order of `policy`; `lpm_rule` is LPM's (the others ignore it).
+            fn new(policy: Policy, lpm_rule: LpmRule) -> Self {
+                let values = policy.option_values();
+                match policy {
+                    $(Policy::$variant { .. } => Order::$variant(<$order as Registered>::build(&values, lpm_rule))),*
+                }
+            }
+        }
+
+        /// `each!(self, p => expr)`: `expr` with `p` bound to the policy.
+        macro_rules! each {
+            ($self_:expr, $p:ident => $e:expr) => {
+                match $self_ {
+                    $(Order::$variant($p) => $e),*
+                }
+            };
+        }
+
+        impl AdmissionOrder for Order {
+            fn add_client(&mut self) {
+                each!(self, p => p.add_client())
+            }
+            fn reuse_client(&mut self, c: u32) {
+                each!(self, p => p.reuse_client(c))
+            }
+            fn can_forget<T>(&self, book: &Book<T>, c: u32) -> bool {
+                each!(self, p => p.can_forget(book, c))
+            }
+            fn debt(&self, c: u32) -> f64 {
+                each!(self, p => p.debt(c))
+            }
+            fn enqueue<T>(&mut self, book: &Book<T>, tree: Option<&RadixTree>, r: u32) {
+                each!(self, p => p.enqueue(book, tree, r))
+            }
+            fn dequeue<T>(&mut self, book: &Book<T>, r: u32) {
+                each!(self, p => p.dequeue(book, r))
+            }
+            fn begin_pass<T>(&mut self, book: &Book<T>, max_requests: usize) -> usize {
+                each!(self, p => p.begin_pass(book, max_requests))
+            }
+            fn next_candidate<T>(&mut self, book: &Book<T>, room: Room<'_>) -> Option<(u32, usize)> {
+                each!(self, p => p.next_candidate(book, room))
+            }
+            fn unfit<T>(&mut self, book: &Book<T>, r: u32) -> Unfit {
+                each!(self, p => p.unfit(book, r))
+            }
+            fn charge_admission<T>(&mut self, book: &Book<T>, r: u32, extend: usize) {
+                each!(self, p => p.charge_admission(book, r, extend))
+            }
+            fn end_pass<T>(&mut self, book: &Book<T>, admitted: usize) {
+                each!(self, p => p.end_pass(book, admitted))
+            }
+            fn charge_output<T>(&mut self, book: &Book<T>, c: u32, tokens: f64) {
+                each!(self, p => p.charge_output(book, c, tokens))
+            }
+            fn recharge_extend<T>(&mut self, book: &Book<T>, c: u32, old: usize, new: usize, w: f64) {
+                each!(self, p => p.recharge_extend(book, c, old, new, w))
+            }
+            fn refund_input<T>(&mut self, book: &Book<T>, c: u32, input_len: usize, w: f64) {
+                each!(self, p => p.refund_input(book, c, input_len, w))
+            }
+            fn keep_place<T>(&mut self, book: &Book<T>, c: u32) {
+                each!(self, p => p.keep_place(book, c))
+            }
+            fn load_counters(&mut self, clients: &[SavedClient], refills: u64) {
+                each!(self, p => p.load_counters(clients, refills))
+            }
+            fn state_value(&self, c: u32, now: f64) -> f64 {
+                each!(self, p => p.state_value(c, now))
+            }
+            fn set_time(&mut self, now: f64) {
+                each!(self, p => p.set_time(now))
+            }
+            fn refills(&self) -> u64 {
+                each!(self, p => p.refills())
+            }
+            fn prefix(&self) -> Option<&PrefixIndex> {
+                each!(self, p => p.prefix())
+            }
+            fn prefix_mut(&mut self) -> Option<&mut PrefixIndex> {
+                each!(self, p => p.prefix_mut())
+            }
+            fn check_invariants<T>(&self, book: &Book<T>, tree: Option<&RadixTree>) {
+                each!(self, p => p.check_invariants(book, tree))
+            }
         }
     };
 }
-
-impl AdmissionOrder for Order {
-    fn add_client(&mut self) {
-        each!(self, p => p.add_client())
-    }
-    fn reuse_client(&mut self, c: u32) {
-        each!(self, p => p.reuse_client(c))
-    }
-    fn can_forget<T>(&self, book: &Book<T>, c: u32) -> bool {
-        each!(self, p => p.can_forget(book, c))
-    }
-    fn debt(&self, c: u32) -> f64 {
-        each!(self, p => p.debt(c))
-    }
-    fn enqueue<T>(&mut self, book: &Book<T>, tree: Option<&RadixTree>, r: u32) {
-        each!(self, p => p.enqueue(book, tree, r))
-    }
-    fn dequeue<T>(&mut self, book: &Book<T>, r: u32) {
-        each!(self, p => p.dequeue(book, r))
-    }
-    fn begin_pass<T>(&mut self, book: &Book<T>, max_requests: usize) -> usize {
-        each!(self, p => p.begin_pass(book, max_requests))
-    }
-    fn next_candidate<T>(&mut self, book: &Book<T>, room: Room<'_>) -> Option<(u32, usize)> {
-        each!(self, p => p.next_candidate(book, room))
-    }
-    fn unfit<T>(&mut self, book: &Book<T>, r: u32) -> Unfit {
-        each!(self, p => p.unfit(book, r))
-    }
-    fn charge_admission<T>(&mut self, book: &Book<T>, r: u32, extend: usize) {
-        each!(self, p => p.charge_admission(book, r, extend))
-    }
-    fn end_pass<T>(&mut self, book: &Book<T>, admitted: usize) {
-        each!(self, p => p.end_pass(book, admitted))
-    }
-    fn charge_output<T>(&mut self, book: &Book<T>, c: u32, tokens: f64) {
-        each!(self, p => p.charge_output(book, c, tokens))
-    }
-    fn load_counters(&mut self, clients: &[SavedClient], refills: u64) {
-        each!(self, p => p.load_counters(clients, refills))
-    }
-    fn refund_input<T>(&mut self, book: &Book<T>, c: u32, input_len: usize, admission_weight: f64) {
-        each!(self, p => p.refund_input(book, c, input_len, admission_weight))
-    }
-    fn keep_place<T>(&mut self, book: &Book<T>, c: u32) {
-        each!(self, p => p.keep_place(book, c))
-    }
-    fn recharge_extend<T>(
-        &mut self,
-        book: &Book<T>,
-        c: u32,
-        old: usize,
-        new: usize,
-        admission_weight: f64,
-    ) {
-        each!(self, p => p.recharge_extend(book, c, old, new, admission_weight))
-    }
-    fn counter(&self, c: u32) -> f64 {
-        each!(self, p => p.counter(c))
-    }
-    fn deficit(&self, c: u32) -> f64 {
-        each!(self, p => p.deficit(c))
-    }
-    fn refills(&self) -> u64 {
-        each!(self, p => p.refills())
-    }
-    fn prefix(&self) -> Option<&PrefixIndex> {
-        each!(self, p => p.prefix())
-    }
-    fn prefix_mut(&mut self) -> Option<&mut PrefixIndex> {
-        each!(self, p => p.prefix_mut())
-    }
-    fn check_invariants<T>(&self, book: &Book<T>, tree: Option<&RadixTree>) {
-        each!(self, p => p.check_invariants(book, tree))
-    }
-}
+pub(super) use register;

@@ -2,9 +2,10 @@
 //! request's cache-hit ratio, served one level per scheduling step in a
 //! round-robin with a quota that grows with the level (Preble's "fcfs-mpq"
 //! schedule heuristic, its local scheduler in the DLPM paper's Section 7.1
-//! comparison). Selected as an LPM rule ([`LpmRule::multi_priority`]), so it
-//! matches prefixes against the same radix tree, through the same
-//! [`PrefixIndex`], as LPM.
+//! comparison). Selected as an LPM rule (`LpmRule::multi_priority`), so it
+//! matches prefixes against the same radix tree, through LPM's own
+//! [`PrefixIndex`]: [`Preble`] is the order LPM's pass walks in its place
+//! (`sched/lpm.rs`).
 //!
 //! What Preble does (read in WukLab/preble at commit
 //! `8e7906a3b76693c9003d1c7115b8011296c867e1`,
@@ -54,10 +55,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::book::Book;
-use super::lpm::LpmRule;
-use super::policy::{AdmissionOrder, Room, Unfit};
 use super::prefix::PrefixIndex;
-use crate::radix::RadixTree;
 
 /// Number of priority levels (Preble: 10).
 pub const LEVELS: usize = 10;
@@ -79,9 +77,10 @@ pub fn quota(level: usize) -> usize {
     (level + 1) * QUOTA_STEP
 }
 
+/// Preble's levels, the order an LPM scheduler with
+/// `LpmRule::multi_priority` walks (over LPM's prefix index).
 #[derive(Debug)]
 pub(super) struct Preble {
-    index: PrefixIndex,
     /// Arrived since the last `schedule`, not yet given a level: seq -> slot.
     fresh: BTreeMap<u64, u32>,
     /// The `LEVELS` levels, each in arrival order: seq -> slot.
@@ -95,10 +94,9 @@ pub(super) struct Preble {
     pos: Option<u64>,
 }
 
-impl Preble {
-    pub fn new(_rule: LpmRule) -> Self {
+impl Default for Preble {
+    fn default() -> Self {
         Preble {
-            index: PrefixIndex::default(),
             fresh: BTreeMap::new(),
             levels: vec![BTreeMap::new(); LEVELS],
             level_of: HashMap::new(),
@@ -107,34 +105,16 @@ impl Preble {
             pos: None,
         }
     }
-
-    /// Give every fresh request its level, from its match now.
-    fn level_fresh<T>(&mut self, book: &Book<T>) {
-        for (seq, r) in std::mem::take(&mut self.fresh) {
-            let l = level(self.index.match_len(r), book.req(r).input_len);
-            self.levels[l].insert(seq, r);
-            self.level_of.insert(r, l);
-        }
-    }
-
-    /// The first non-empty level from the pointer down, cyclically.
-    fn pick(&self) -> Option<usize> {
-        (0..LEVELS)
-            .map(|i| (self.next + LEVELS - i) % LEVELS)
-            .find(|&l| !self.levels[l].is_empty())
-    }
 }
 
-impl AdmissionOrder for Preble {
-    fn enqueue<T>(&mut self, book: &Book<T>, tree: Option<&RadixTree>, r: u32) {
-        let tree = tree.expect("Preble's queue is given a tree (checked by the facade)");
-        self.index.insert(book, tree, r);
-        self.fresh.insert(book.req(r).seq, r);
+impl Preble {
+    /// Waiting request `r` (arrival `seq`) joins, without a level yet.
+    pub fn enqueue(&mut self, seq: u64, r: u32) {
+        self.fresh.insert(seq, r);
     }
 
-    fn dequeue<T>(&mut self, book: &Book<T>, r: u32) {
-        self.index.remove(book, r);
-        let seq = book.req(r).seq;
+    /// Waiting request `r` (arrival `seq`) leaves.
+    pub fn dequeue(&mut self, seq: u64, r: u32) {
         match self.level_of.remove(&r) {
             Some(l) => {
                 self.levels[l].remove(&seq);
@@ -145,46 +125,47 @@ impl AdmissionOrder for Preble {
         }
     }
 
-    fn begin_pass<T>(&mut self, book: &Book<T>, max_requests: usize) -> usize {
-        self.level_fresh(book);
+    /// A pass begins: level the fresh requests (from their matches in
+    /// `index` now) and pick the level to serve; returns the pass's cap.
+    pub fn begin_pass<T>(
+        &mut self,
+        index: &PrefixIndex,
+        book: &Book<T>,
+        max_requests: usize,
+    ) -> usize {
+        for (seq, r) in std::mem::take(&mut self.fresh) {
+            let l = level(index.match_len(r), book.req(r).input_len);
+            self.levels[l].insert(seq, r);
+            self.level_of.insert(r, l);
+        }
         self.pos = None;
-        self.serving = self.pick();
+        // the first non-empty level from the pointer down, cyclically
+        self.serving = (0..LEVELS)
+            .map(|i| (self.next + LEVELS - i) % LEVELS)
+            .find(|&l| !self.levels[l].is_empty());
         self.serving.map_or(0, |l| quota(l).min(max_requests))
     }
 
-    fn next_candidate<T>(&mut self, _book: &Book<T>, room: Room<'_>) -> Option<(u32, usize)> {
-        if !self.index.min_extend().is_some_and(|e| e <= room.left) {
-            return None; // nothing left fits
-        }
+    /// The served level's next request in arrival order.
+    pub fn next_candidate(&mut self) -> Option<u32> {
         let level = &self.levels[self.serving?];
         let (&seq, &r) = match self.pos {
             None => level.iter().next(),
             Some(s) => level.range(s + 1..).next(),
         }?;
         self.pos = Some(seq);
-        Some((r, self.index.match_len(r)))
+        Some(r)
     }
 
-    /// Skipped; the walk goes on.
-    fn unfit<T>(&mut self, _book: &Book<T>, _r: u32) -> Unfit {
-        Unfit::Skip
-    }
-
-    fn end_pass<T>(&mut self, _book: &Book<T>, admitted: usize) {
+    /// The pass ended: the pointer moves below the served level if the pass
+    /// admitted from it.
+    pub fn end_pass(&mut self, admitted: usize) {
         if let (Some(l), true) = (self.serving, admitted > 0) {
             self.next = (l + LEVELS - 1) % LEVELS;
         }
     }
 
-    fn prefix(&self) -> Option<&PrefixIndex> {
-        Some(&self.index)
-    }
-    fn prefix_mut(&mut self) -> Option<&mut PrefixIndex> {
-        Some(&mut self.index)
-    }
-
-    fn check_invariants<T>(&self, book: &Book<T>, tree: Option<&RadixTree>) {
-        self.index.check_invariants(book, tree);
+    pub fn check_invariants<T>(&self, book: &Book<T>) {
         let leveled: usize = self.levels.iter().map(BTreeMap::len).sum();
         assert_eq!(leveled + self.fresh.len(), book.waiting, "queued count");
         assert_eq!(leveled, self.level_of.len(), "level map size");

@@ -10,7 +10,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::book::Book;
-use super::policy::{AdmissionOrder, Room};
+use super::lpm::LpmRule;
+use super::policy::{AdmissionOrder, OptionSpec, PolicySpec, Registered, Room, StateField};
 use super::state::SavedClient;
 use crate::ordf64::OrdF64;
 use crate::radix::RadixTree;
@@ -54,6 +55,36 @@ impl Vtc {
         if listed {
             self.by_counter.insert((OrdF64(value), c));
         }
+    }
+}
+
+impl Registered for Vtc {
+    const SPEC: PolicySpec = PolicySpec {
+        name: "vtc",
+        class_name: "VTC",
+        options: &[
+            OptionSpec {
+                name: "w_in",
+                engine_default: 1.0,
+            },
+            OptionSpec {
+                name: "w_out",
+                engine_default: 2.0,
+            },
+        ],
+        needs_tree: false,
+        refills: false,
+        stop_at_unfit: true,
+        state_field: Some(StateField {
+            name: "counter",
+            min: Some(0.0),
+            metric: "scheduler_vtc_counter",
+            help: "VTC counter",
+        }),
+        service_weights: Some((0, 1)),
+    };
+    fn build(options: &[f64], _rule: LpmRule) -> Self {
+        Vtc::new(options[0], options[1])
     }
 }
 
@@ -155,7 +186,7 @@ impl AdmissionOrder for Vtc {
         self.set_counter(book, c, counter);
     }
 
-    fn counter(&self, c: u32) -> f64 {
+    fn state_value(&self, c: u32, _now: f64) -> f64 {
         self.counters[c as usize]
     }
 }

@@ -79,7 +79,15 @@ from typing import Any
 import numpy as np
 
 from fairq.dispatch import LABELS
-from fairq.sched import POLICIES, POLICY_OPTIONS, VARIANTS, admit, make_scheduler, policy_name
+from fairq.sched import (
+    POLICIES,
+    POLICY_INFO,
+    POLICY_OPTIONS,
+    VARIANTS,
+    admit,
+    make_scheduler,
+    policy_name,
+)
 from fairq.sim.model import StepModel, attn_pairs
 from fairq.sim.workloads import SimRequest, Workload
 
@@ -226,7 +234,9 @@ class Worker:
         self.cap = int(cfg.model.kv_capacity)
         self.tree = fairq.RadixTree()
         policy = base_policy(cfg.policy)
-        # the simulator's knobs by option name (VTC's w_in/w_out play w_e/w_q's roles)
+        info = POLICY_INFO[policy]
+        # the simulator's knobs by option name (VTC's w_in/w_out play w_e/w_q's
+        # roles); an option without one takes the policy's engine default
         knobs = {
             "quantum": cfg.user_quantum,
             "w_e": cfg.w_e,
@@ -235,9 +245,12 @@ class Worker:
             "w_out": cfg.w_q,
         }
         self.sched = make_scheduler(
-            cfg.policy, self.tree, **{opt: knobs[opt] for opt in POLICY_OPTIONS[policy]}
+            cfg.policy,
+            self.tree,
+            **{opt: knobs.get(opt, info.engine_defaults[opt]) for opt in POLICY_OPTIONS[policy]},
         )
-        self.lazy_charge = policy in ("vtc", "dlpm")
+        # the policies that keep a per-client number charge output tokens
+        self.lazy_charge = bool(info.state_fields)
         self.runs: dict[int, _Run] = {}
         self.prefill_q: deque[_Run] = deque()
         self.decoding: dict[int, _Run] = {}
@@ -268,9 +281,7 @@ class Worker:
         self.retracted: dict[int, tuple[int, int]] = {}
         variant = VARIANTS.get(cfg.policy.strip().lower())
         # policies whose admission stops at the first request that does not fit
-        self.stop_at_unfit = policy in ("fcfs", "vtc") or bool(
-            variant and variant[1].get("stop_at_unfit")
-        )
+        self.stop_at_unfit = info.stop_at_unfit or bool(variant and variant[1].get("stop_at_unfit"))
         self.retractions = 0
         self.recomputed = 0
 
@@ -455,6 +466,7 @@ class Worker:
 
     def _admit(self, now: float) -> None:
         sched = self.sched
+        sched.set_time(now)  # the scheduler runs on simulated time
         if not self.dirty or len(sched) == 0:
             return
         room = self.model.max_running - len(self.runs)
@@ -552,6 +564,7 @@ class Worker:
 
     def end_step(self, now: float) -> None:
         """Apply the planned step's effects at time ``now``."""
+        self.sched.set_time(now)
         assert self.plan is not None
         chunks, n_dec = self.plan
         self.plan = None
@@ -750,6 +763,7 @@ class Simulator:
         w = 0 if self.dispatcher is None else self.dispatcher.dispatch(rid, req.client, req.tokens)
         self.worker_of[rid] = w
         worker = self.workers[w]
+        worker.sched.set_time(now)
         worker.add(req)
         if not worker.busy:
             self._start(worker, now)
