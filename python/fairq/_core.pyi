@@ -21,6 +21,7 @@ __all__ = [
     "DualPhaseQueue",
     "FCFS",
     "FCFSQueueCore",
+    "LAS",
     "LPM",
     "LeastLoaded",
     "LocalScheduler",
@@ -529,6 +530,22 @@ class DLPM(LocalScheduler):
     @property
     def refills(self) -> int:
         """Virtual refills so far (a bulk refill of k quanta counts k)."""
+
+@final
+class LAS(LocalScheduler):
+    """Least attained service per tenant with half-life decay."""
+
+    def __new__(
+        cls,
+        tree: RadixTree | None = None,
+        half_life_s: float = 60.0,
+        w_in: float = 1.0,
+        w_out: float = 2.0,
+        *,
+        max_prompt_tokens: int | None = None,
+    ) -> Self: ...
+    def attained(self, client: str) -> float:
+        """The client's attained service now, decayed."""
 
 # --- dispatch (rust/python/dispatch.rs) ------------------------------------
 

@@ -668,6 +668,55 @@ fn policies(py: Python<'_>) -> PyResult<Vec<PyObject>> {
         .collect()
 }
 
+/// `half_life_s`: a float (see [`args::float_arg`]).
+fn half_life_s(v: &Bound<'_, PyAny>) -> PyResult<f64> {
+    args::float_arg("half_life_s", v)
+}
+
+/// Least attained service per tenant with half-life decay (llm-d's flow
+/// control fairness; ALGORITHMS.md section 5b).
+///
+/// Each client's attained service S (attained(client); new client: 0) grows
+/// by w_in * extend_len / weight at admission and w_out * n / weight per
+/// charge_output(n), and decays between charges, halving every half_life_s
+/// seconds of the scheduler's clock: set_time(now) (the simulator's
+/// simulated time, a test's), else the wall clock. The waiting client with
+/// the least S now (ties: first seen) has its oldest request admitted if it
+/// fits; the pass stops at the first that does not. No lift: an idle
+/// client's S decays, so one back after a while is not punished for old
+/// use. half_life_s, w_in, w_out: > 0 and finite (ValueError naming the
+/// field). Shared contract: see help(fairq.FCFS).
+#[pyclass(name = "LAS", module = "fairq._core", extends = PyLocalScheduler)]
+pub struct PyLas;
+
+#[pymethods]
+impl PyLas {
+    #[new]
+    #[pyo3(signature = (tree = None, half_life_s = 60.0, w_in = 1.0, w_out = 2.0, *, max_prompt_tokens = None))]
+    fn new(
+        tree: Option<Py<PyRadixTree>>,
+        #[pyo3(from_py_with = half_life_s)] half_life_s: f64,
+        #[pyo3(from_py_with = args::w_in)] w_in: f64,
+        #[pyo3(from_py_with = args::w_out)] w_out: f64,
+        #[pyo3(from_py_with = args::max_prompt_tokens)] max_prompt_tokens: Option<i64>,
+    ) -> PyResult<(Self, PyLocalScheduler)> {
+        let policy = Policy::Las {
+            half_life_s,
+            w_in,
+            w_out,
+        };
+        Ok((
+            Self,
+            PyLocalScheduler::new(policy, tree, max_prompt_tokens)?,
+        ))
+    }
+
+    /// The client's attained service now, decayed (0 for unknown clients).
+    fn attained(slf: PyRef<'_, Self>, #[pyo3(from_py_with = args::client)] client: String) -> f64 {
+        slf.as_super().core.state_value(&client)
+    }
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyAdmission>()?;
     m.add_class::<PyLocalScheduler>()?;
@@ -676,5 +725,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyLpm>()?;
     m.add_class::<PyVtc>()?;
     m.add_class::<PyDlpm>()?;
+    m.add_class::<PyLas>()?;
     Ok(())
 }

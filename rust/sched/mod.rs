@@ -60,6 +60,7 @@
 mod book;
 mod dlpm;
 mod fcfs;
+mod las;
 mod lpm;
 mod policy;
 mod preble;
@@ -102,6 +103,7 @@ policy::register! {
     Lpm => lpm::Lpm,
     Vtc { w_in, w_out } => vtc::Vtc,
     Dlpm { quantum, w_e, w_q } => dlpm::Dlpm,
+    Las { half_life_s, w_in, w_out } => las::Las,
 }
 
 impl Policy {
