@@ -81,11 +81,11 @@ if TYPE_CHECKING:  # pragma: no cover - type checkers see the real names
     from fairq.sched import DLPM as DLPM
     from fairq.sched import FCFS as FCFS
     from fairq.sched import LPM as LPM
-    from fairq.sched import PolicyInfo as PolicyInfo
-    from fairq.sched import Scheduler as Scheduler
-    from fairq.sched import StateField as StateField
     from fairq.sched import VTC as VTC
     from fairq.sched import Admission as Admission
     from fairq.sched import LocalScheduler as LocalScheduler
+    from fairq.sched import PolicyInfo as PolicyInfo
+    from fairq.sched import Scheduler as Scheduler
+    from fairq.sched import StateField as StateField
     from fairq.sched import make_scheduler as make_scheduler
     from fairq.wfq import WFQQueue as WFQQueue
