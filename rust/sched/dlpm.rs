@@ -45,7 +45,7 @@ use std::collections::BinaryHeap;
 use super::book::Book;
 use super::lpm::LpmRule;
 use super::policy::{AdmissionOrder, OptionSpec, PolicySpec, Registered, Room, StateField, Unfit};
-use super::prefix::{LpmKey, PrefixIndex};
+use super::prefix::{prefix_accessors, LpmKey, PrefixIndex};
 use super::state::SavedClient;
 use crate::deficit::{add_saturating, refill, rounds_until_positive};
 use crate::radix::RadixTree;
@@ -195,18 +195,9 @@ impl Registered for Dlpm {
         class_name: "DLPM",
         // the engine's quantum: sized for one engine batch
         options: &[
-            OptionSpec {
-                name: "quantum",
-                engine_default: 512.0,
-            },
-            OptionSpec {
-                name: "w_e",
-                engine_default: 1.0,
-            },
-            OptionSpec {
-                name: "w_q",
-                engine_default: 2.0,
-            },
+            OptionSpec::new("quantum", 512.0),
+            OptionSpec::new("w_e", 1.0),
+            OptionSpec::new("w_q", 2.0),
         ],
         needs_tree: true,
         refills: true,
@@ -370,12 +361,7 @@ impl AdmissionOrder for Dlpm {
         self.refills
     }
 
-    fn prefix(&self) -> Option<&PrefixIndex> {
-        Some(&self.index)
-    }
-    fn prefix_mut(&mut self) -> Option<&mut PrefixIndex> {
-        Some(&mut self.index)
-    }
+    prefix_accessors!(index);
 
     fn check_invariants<T>(&self, book: &Book<T>, tree: Option<&RadixTree>) {
         self.index.check_invariants(book, tree);

@@ -22,13 +22,12 @@
 //! the order is by `v`. Every 64 half-lives (or when the clock goes back)
 //! the values are rescaled to `t_ref = now`, one O(clients) pass.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use super::book::Book;
+use super::least::LeastValue;
 use super::lpm::LpmRule;
 use super::policy::{AdmissionOrder, OptionSpec, PolicySpec, Registered, Room, StateField};
 use super::state::SavedClient;
-use crate::ordf64::OrdF64;
+use crate::radix::RadixTree;
 
 /// Half-lives after which the values are rescaled to the current time.
 const RESCALE_AFTER: f64 = 64.0;
@@ -40,13 +39,9 @@ pub(super) struct Las {
     half_life: f64,
     w_in: f64,
     w_out: f64,
-    /// Per client: its service scaled to `t_ref`.
-    v: Vec<f64>,
-    /// Per client: its waiting requests, seq -> slot.
-    queues: Vec<BTreeMap<u64, u32>>,
-    /// Clients with waiting requests by (scaled service, client index).
-    by_service: BTreeSet<(OrdF64, u32)>,
-    /// The time `v` is scaled to, and the clock's last reading.
+    /// Per client its service scaled to `t_ref`, and the waiting clients by it.
+    order: LeastValue,
+    /// The time the values are scaled to, and the clock's last reading.
     t_ref: f64,
     now: f64,
 }
@@ -56,18 +51,9 @@ impl Registered for Las {
         name: "las",
         class_name: "LAS",
         options: &[
-            OptionSpec {
-                name: "half_life_s",
-                engine_default: 60.0,
-            },
-            OptionSpec {
-                name: "w_in",
-                engine_default: 1.0,
-            },
-            OptionSpec {
-                name: "w_out",
-                engine_default: 2.0,
-            },
+            OptionSpec::new("half_life_s", 60.0),
+            OptionSpec::new("w_in", 1.0),
+            OptionSpec::new("w_out", 2.0),
         ],
         needs_tree: false,
         refills: false,
@@ -85,9 +71,7 @@ impl Registered for Las {
             half_life: options[0],
             w_in: options[1],
             w_out: options[2],
-            v: Vec::new(),
-            queues: Vec::new(),
-            by_service: BTreeSet::new(),
+            order: LeastValue::default(),
             t_ref: 0.0,
             now: 0.0,
         }
@@ -102,45 +86,26 @@ impl Las {
 
     /// Rescale every value to `t_ref = t` (`t >= t_ref`).
     fn rescale(&mut self, t: f64) {
-        let f = self.growth(self.t_ref - t);
-        for x in &mut self.v {
-            *x *= f;
-        }
-        self.by_service = std::mem::take(&mut self.by_service)
-            .into_iter()
-            .map(|(OrdF64(x), c)| (OrdF64(x * f), c))
-            .collect();
+        self.order.scale(self.growth(self.t_ref - t));
         self.t_ref = t;
-    }
-
-    /// Set client `c`'s scaled value, re-keying it if it is listed (waiting).
-    fn set_value<T>(&mut self, book: &Book<T>, c: u32, value: f64) {
-        let listed = book.clients[c as usize].waiting > 0;
-        if listed {
-            self.by_service.remove(&(OrdF64(self.v[c as usize]), c));
-        }
-        self.v[c as usize] = value;
-        if listed {
-            self.by_service.insert((OrdF64(value), c));
-        }
     }
 
     /// Charge client `c` `x` tokens of service now (never below 0).
     fn charge<T>(&mut self, book: &Book<T>, c: u32, x: f64) {
-        let value = self.v[c as usize] + x * self.growth(self.now - self.t_ref);
+        let value = self.order.value(c) + x * self.growth(self.now - self.t_ref);
         // never below 0, and never -0.0 (a distinct key)
-        self.set_value(book, c, if value > 0.0 { value } else { 0.0 });
+        self.order
+            .set(book, c, if value > 0.0 { value } else { 0.0 });
     }
 }
 
 impl AdmissionOrder for Las {
     fn add_client(&mut self) {
-        self.v.push(0.0);
-        self.queues.push(BTreeMap::new());
+        self.order.add_client();
     }
 
     fn reuse_client(&mut self, c: u32) {
-        self.v[c as usize] = 0.0;
+        self.order.reset(c);
     }
 
     /// Forget an idle client whose service has decayed to nothing: back, it
@@ -169,32 +134,8 @@ impl AdmissionOrder for Las {
     fn load_counters(&mut self, clients: &[SavedClient], _refills: u64) {
         let g = self.growth(self.now - self.t_ref);
         for (c, saved) in clients.iter().enumerate() {
-            self.v[c] = saved.counter * g;
+            self.order.set_idle(c as u32, saved.counter * g);
         }
-    }
-
-    fn enqueue<T>(&mut self, book: &Book<T>, _tree: Option<&crate::radix::RadixTree>, r: u32) {
-        let q = book.req(r);
-        let c = q.client;
-        if book.clients[c as usize].waiting == 0 {
-            self.by_service.insert((OrdF64(self.v[c as usize]), c));
-        }
-        self.queues[c as usize].insert(q.seq, r);
-    }
-
-    fn dequeue<T>(&mut self, book: &Book<T>, r: u32) {
-        let q = book.req(r);
-        let c = q.client;
-        self.queues[c as usize].remove(&q.seq);
-        if book.clients[c as usize].waiting == 1 {
-            self.by_service.remove(&(OrdF64(self.v[c as usize]), c));
-        }
-    }
-
-    fn next_candidate<T>(&mut self, book: &Book<T>, room: Room<'_>) -> Option<(u32, usize)> {
-        let &(_, c) = self.by_service.iter().next()?;
-        let (_, &r) = self.queues[c as usize].iter().next()?;
-        Some((r, book.cached_now(room.tree, r)))
     }
 
     fn charge_admission<T>(&mut self, book: &Book<T>, r: u32, extend: usize) {
@@ -215,22 +156,30 @@ impl AdmissionOrder for Las {
         self.charge(book, c, self.w_in * (new as f64 - old as f64) / w);
     }
 
-    fn state_value(&self, c: u32, now: f64) -> f64 {
-        self.v[c as usize] * self.growth(self.t_ref - now.max(self.now))
+    /// The least decayed service first: the least scaled value (decay
+    /// scales every value alike).
+    fn next_candidate<T>(&mut self, book: &Book<T>, room: Room<'_>) -> Option<(u32, usize)> {
+        self.order.next_candidate(book, room)
     }
 
-    fn check_invariants<T>(&self, book: &Book<T>, _tree: Option<&crate::radix::RadixTree>) {
-        let listed = (0..book.clients.len())
-            .filter(|&c| book.clients[c].waiting > 0)
-            .count();
-        assert_eq!(self.by_service.len(), listed, "listed clients");
-        for &(OrdF64(x), c) in &self.by_service {
-            assert_eq!(x, self.v[c as usize], "listed value");
-            assert_eq!(
-                self.queues[c as usize].len(),
-                book.clients[c as usize].waiting
-            );
-        }
-        assert!(self.v.iter().all(|&x| x >= 0.0), "service never negative");
+    fn enqueue<T>(&mut self, book: &Book<T>, _tree: Option<&RadixTree>, r: u32) {
+        self.order.enqueue(book, r);
+    }
+
+    fn dequeue<T>(&mut self, book: &Book<T>, r: u32) {
+        self.order.dequeue(book, r);
+    }
+
+    fn state_value(&self, c: u32, now: f64) -> f64 {
+        self.order.value(c) * self.growth(self.t_ref - now.max(self.now))
+    }
+
+    fn check_invariants<T>(&self, book: &Book<T>, _tree: Option<&RadixTree>) {
+        self.order.check_invariants(book);
+        let clients = book.clients.len() as u32;
+        assert!(
+            (0..clients).all(|c| self.order.value(c) >= 0.0),
+            "service never negative"
+        );
     }
 }

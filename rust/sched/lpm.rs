@@ -17,7 +17,7 @@ use std::ops::Bound::{Excluded, Unbounded};
 use super::book::Book;
 use super::policy::{AdmissionOrder, PolicySpec, Registered, Room, Unfit};
 use super::preble::Preble;
-use super::prefix::{LpmKey, PrefixIndex};
+use super::prefix::{prefix_accessors, LpmKey, PrefixIndex};
 use crate::radix::RadixTree;
 
 /// How an LPM walk treats a request that does not fit, and when it gives up
@@ -181,12 +181,7 @@ impl AdmissionOrder for Lpm {
         }
     }
 
-    fn prefix(&self) -> Option<&PrefixIndex> {
-        Some(&self.index)
-    }
-    fn prefix_mut(&mut self) -> Option<&mut PrefixIndex> {
-        Some(&mut self.index)
-    }
+    prefix_accessors!(index);
 
     fn check_invariants<T>(&self, book: &Book<T>, tree: Option<&RadixTree>) {
         self.index.check_invariants(book, tree);

@@ -61,6 +61,7 @@ mod book;
 mod dlpm;
 mod fcfs;
 mod las;
+mod least;
 mod lpm;
 mod policy;
 mod preble;

@@ -209,6 +209,15 @@ pub struct OptionSpec {
     pub engine_default: f64,
 }
 
+impl OptionSpec {
+    pub const fn new(name: &'static str, engine_default: f64) -> Self {
+        OptionSpec {
+            name,
+            engine_default,
+        }
+    }
+}
+
 /// The per-client number a policy keeps, as `state` reports it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StateField {
