@@ -65,7 +65,7 @@ def test_client_prefix_property(client: str, rest: str) -> None:
 
 
 def test_policy_names() -> None:
-    assert set(POLICIES) == {"fcfs", "lpm", "vtc", "dlpm"}
+    assert set(POLICIES) == {"fcfs", "lpm", "vtc", "dlpm", "las"}
     assert check_policy("DLPM") == "dlpm"
     assert check_policy("fairq-vtc") == "vtc"
     with pytest.raises(ValueError, match="unknown fairq policy 'wfq'.*known policies: dlpm"):

@@ -194,3 +194,16 @@ def test_simulator_runs_las_on_simulated_time() -> None:
     a = simulate(wl, SimConfig(workers=1, policy="las"))
     b = simulate(wl, SimConfig(workers=1, policy="las"))
     assert a.finish and a.finish == b.finish  # deterministic: simulated time
+
+
+def test_metrics_report_the_registered_state_field() -> None:
+    pytest.importorskip("prometheus_client")
+    from fairq.metrics import FairqCollector
+
+    s = make_scheduler("las", half_life_s=10)
+    s.set_time(0)
+    s.add(1, "a", [1] * 10)
+    s.schedule(100)
+    fams = {f.name: f for f in FairqCollector(s, "w").collect()}
+    (sample,) = fams["fairq_scheduler_las_attained"].samples
+    assert sample.labels["tenant"] == "a" and sample.value == 10.0

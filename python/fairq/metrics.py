@@ -264,7 +264,7 @@ def _kind(obj: Any) -> str:
 
     if isinstance(obj, fairq.DualPhaseQueue):
         return "dualphase"
-    if isinstance(obj, (fairq.FCFS, fairq.LPM, fairq.VTC, fairq.DLPM)):
+    if isinstance(obj, fairq.LocalScheduler):  # every registered policy
         return "scheduler"
     if isinstance(obj, fairq.Dispatcher):
         return "dispatcher"
