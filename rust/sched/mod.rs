@@ -1,4 +1,5 @@
-//! Local (per-worker) schedulers: FCFS, LPM, VTC and DLPM behind one facade.
+//! Local (per-worker) schedulers: FCFS, LPM, VTC, DLPM and LAS behind one
+//! facade.
 //!
 //! [`LocalScheduler`] holds the waiting and running requests of one worker
 //! and admits waiting requests into a batch under a token budget
@@ -7,26 +8,29 @@
 //!
 //! | module | concept |
 //! |---|---|
-//! | `mod.rs` (here) | the facade: [`Policy`], [`Admission`], [`LocalScheduler`] (validation, the tree binding, the public operations) |
+//! | `mod.rs` (here) | the facade: [`Admission`], [`LocalScheduler`] (validation, the tree binding, the clock, the public operations) and the registration (`policy::register!`: one line per policy, generating [`Policy`], [`REGISTRY`] and the `Order` dispatch) |
 //! | [`book`] | what every policy shares: the requests (slots, ids, arrival `seq`) and the clients (weight, service, waiting and running counts) |
-//! | [`policy`] | the seam: the [`policy::AdmissionOrder`] trait every policy implements and [`policy::Order`], the enum that dispatches to them |
+//! | [`policy`] | the seam: the admission loop written once ([`policy::admit_pass`]), the [`policy::AdmissionOrder`] trait every policy implements (its order: next candidate, skip or stop, charges), [`PolicySpec`] (what a policy registers) and the `register!` macro |
 //! | [`prefix`] | prefix matching and parking against a [`RadixTree`], and the longest-match order (LPM and DLPM) |
-//! | [`fcfs`], [`lpm`], [`vtc`], [`dlpm`] | one module per policy: its order, its counters, its `schedule` walk |
-//! | [`preble`] | Preble's multi-level priority wait queue, an LPM rule ([`LpmRule::PREBLE`]) |
+//! | [`fcfs`], [`lpm`], [`vtc`], [`dlpm`], [`las`] | one module per policy: its [`PolicySpec`], its order, its counters |
+//! | [`least`] | the order VTC and LAS share: the waiting client with the least per-client value first |
+//! | [`preble`] | Preble's multi-level priority wait queue, the order LPM walks under [`LpmRule::PREBLE`] |
 //! | [`state`] | saving and restoring the fairness state (`state` / `load_state`) |
 //!
 //! The policies in one line each (details in their modules and
-//! ALGORITHMS.md §5, §6):
+//! ALGORITHMS.md §5, §5b, §6):
 //!
 //! * **FCFS**: arrival order; stops at the first request that does not fit.
 //! * **LPM**: longest cached prefix first; skips what does not fit.
 //! * **VTC**: least-served client first, by a per-client virtual counter.
 //! * **DLPM**: LPM order gated by per-client deficits refilled by a quantum.
+//! * **LAS**: least attained service first, token-weighted, decaying with a
+//!   half-life on the scheduler's clock ([`LocalScheduler::set_time`]).
 //! * **Preble's queue** (an LPM rule): ten levels by cache-hit ratio, served
 //!   one level per step, round-robin from the top, `(level + 1) * 10`
 //!   requests at most, arrival order within a level.
 //!
-//! **Oversize requests** (one rule for all four policies, applied here, in
+//! **Oversize requests** (one rule for every policy, applied here, in
 //! [`LocalScheduler::schedule_step`], around the policy's own walk): a
 //! scheduling call that admits nothing, with `max_requests >= 1` and a
 //! request waiting, is repeated once with `max_requests = 1` and
