@@ -5,10 +5,10 @@
 //!
 //! ```text
 //! {"format": "fairq.LocalScheduler", "version": 1,
-//!  "policy": "fcfs" | "lpm" | "vtc" | "dlpm",
-//!  "options": {} | {"w_in", "w_out"} | {"quantum", "w_e", "w_q"},
+//!  "policy": "fcfs" | "lpm" | "vtc" | "dlpm" | "las" (a registered name),
+//!  "options": {} | {"w_in", "w_out"} | {"quantum", "w_e", "w_q"} | ... (its options),
 //!  "clients": [{"name", "weight", "service", "waiting", "admitted",
-//!               "counter" (VTC) | "deficit" (DLPM)}],
+//!               its state field: "counter" (VTC) | "deficit" (DLPM) | "attained" (LAS)}],
 //!  "running": [{"request_id", "client", "input_len", "charged_extend", "admission_weight"}],
 //!  "refills": n (DLPM)}
 //! ```
