@@ -79,15 +79,7 @@ from typing import Any
 import numpy as np
 
 from fairq.dispatch import LABELS
-from fairq.sched import (
-    POLICIES,
-    POLICY_INFO,
-    POLICY_OPTIONS,
-    VARIANTS,
-    admit,
-    make_scheduler,
-    policy_name,
-)
+from fairq.sched import POLICIES, POLICY_INFO, VARIANTS, admit, make_scheduler, policy_name
 from fairq.sim.model import StepModel, attn_pairs
 from fairq.sim.workloads import SimRequest, Workload
 
@@ -244,11 +236,8 @@ class Worker:
             "w_in": cfg.w_e,
             "w_out": cfg.w_q,
         }
-        self.sched = make_scheduler(
-            cfg.policy,
-            self.tree,
-            **{opt: knobs.get(opt, info.engine_defaults[opt]) for opt in POLICY_OPTIONS[policy]},
-        )
+        opts = {opt: knobs.get(opt, info.engine_defaults[opt]) for opt in info.options}
+        self.sched = make_scheduler(cfg.policy, self.tree, **opts)
         # the policies that keep a per-client number charge output tokens
         self.lazy_charge = bool(info.state_fields)
         self.runs: dict[int, _Run] = {}
