@@ -220,19 +220,7 @@ impl<T> LocalScheduler<T> {
             let mut known = vec!["name", "weight", "service", "waiting", "admitted"];
             known.extend(field.map(|f| f.name));
             cf.deny_unknown(&known, "", |_| None)?;
-            let name = match cf.required("name")? {
-                Value::Str(s) => s.clone(),
-                other => {
-                    return Err(cf
-                        .at("name")
-                        .err(format!("must be a string, got {}", other.describe())))
-                }
-            };
-            if index.insert(name.clone(), i as u32).is_some() {
-                return Err(cf
-                    .at("name")
-                    .err(format!("repeats client {name:?} (names are unique)")));
-            }
+            let name = cf.unique_name(&mut index, i as u32)?;
             clients.push(SavedClient {
                 weight: number(&cf, "weight", Some((0.0, true)))?,
                 service: number(&cf, "service", Some((0.0, false)))?,
@@ -266,12 +254,7 @@ impl<T> LocalScheduler<T> {
                 "",
                 |_| None,
             )?;
-            let id = RequestId::from_value(rf.required("request_id")?, &rf.at("request_id"))?;
-            if !ids.insert(id.clone()) {
-                return Err(rf
-                    .at("request_id")
-                    .err(format!("repeats request_id {id} (ids are unique)")));
-            }
+            let id = RequestId::unique_field(&rf, &mut ids)?;
             let client = rf.lookup("client", &index, "clients")?;
             let input_len = count(&rf, "input_len")?;
             if input_len >= u32::MAX as usize {
