@@ -130,24 +130,6 @@ impl Policy {
         }
         Ok(())
     }
-    /// The registered policy named `name` with its options from `value`
-    /// (a name -> number lookup, e.g. a constructor's keywords); a missing
-    /// option takes its engine default.
-    pub fn named(name: &str, value: impl Fn(&str) -> Option<f64>) -> Result<Policy> {
-        let spec = REGISTRY.iter().find(|s| s.name == name).ok_or_else(|| {
-            let known: Vec<&str> = REGISTRY.iter().map(|s| s.name).collect();
-            Error::value(format!(
-                "unknown policy {name:?}; known policies: {}",
-                known.join(", ")
-            ))
-        })?;
-        let values: Vec<f64> = spec
-            .options
-            .iter()
-            .map(|o| value(o.name).unwrap_or(o.engine_default))
-            .collect();
-        Ok(Policy::from_options(name, &values).expect("registered policy"))
-    }
 }
 
 /// One admitted request.
