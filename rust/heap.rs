@@ -288,14 +288,7 @@ impl<K: Ord, V> IndexedHeap<K, V> {
     /// Move the entry at `pos` down along the path of smaller children to a
     /// leaf, then up to its place (one comparison per level going down).
     fn sift_down_to_leaf(&mut self, mut pos: usize) {
-        let n = self.order.len();
-        loop {
-            let l = 2 * pos + 1;
-            if l >= n {
-                break;
-            }
-            let r = l + 1;
-            let child = if r < n && self.less(r, l) { r } else { l };
+        while let Some(child) = self.smaller_child(pos) {
             self.swap(pos, child);
             pos = child;
         }
@@ -303,21 +296,24 @@ impl<K: Ord, V> IndexedHeap<K, V> {
     }
 
     fn sift_down(&mut self, mut pos: usize) {
-        let n = self.order.len();
-        loop {
-            let l = 2 * pos + 1;
-            if l >= n {
+        while let Some(child) = self.smaller_child(pos) {
+            if !self.less(child, pos) {
                 break;
             }
-            let r = l + 1;
-            let child = if r < n && self.less(r, l) { r } else { l };
-            if self.less(child, pos) {
-                self.swap(pos, child);
-                pos = child;
-            } else {
-                break;
-            }
+            self.swap(pos, child);
+            pos = child;
         }
+    }
+
+    /// The smaller child of the entry at `pos` (the left one on a tie), if
+    /// it has one.
+    fn smaller_child(&self, pos: usize) -> Option<usize> {
+        let (l, n) = (2 * pos + 1, self.order.len());
+        if l >= n {
+            return None;
+        }
+        let r = l + 1;
+        Some(if r < n && self.less(r, l) { r } else { l })
     }
 }
 

@@ -136,6 +136,21 @@ impl RequestId {
             other => Err(path.err(format!("must be an int or a str, got {}", other.describe()))),
         }
     }
+
+    /// The `request_id` field of a saved entry `f`, which must not repeat
+    /// an id of `seen` (it is added there): a state's ids are unique.
+    pub fn unique_field(
+        f: &crate::value::Fields<'_>,
+        seen: &mut std::collections::HashSet<RequestId>,
+    ) -> crate::error::Result<RequestId> {
+        let id = RequestId::from_value(f.required("request_id")?, &f.at("request_id"))?;
+        if !seen.insert(id.clone()) {
+            return Err(f
+                .at("request_id")
+                .err(format!("repeats request_id {id} (ids are unique)")));
+        }
+        Ok(id)
+    }
 }
 
 #[cfg(test)]

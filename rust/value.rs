@@ -253,6 +253,30 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// A list entry's required `name` string, which must not repeat one of
+    /// `index`: it is added there with value `i` (a state's client names
+    /// are unique).
+    pub fn unique_name<T>(
+        &self,
+        index: &mut std::collections::HashMap<String, T>,
+        i: T,
+    ) -> Result<String> {
+        let name = match self.required("name")? {
+            Value::Str(s) => s.clone(),
+            other => {
+                return Err(self
+                    .at("name")
+                    .err(format!("must be a string, got {}", other.describe())))
+            }
+        };
+        if index.insert(name.clone(), i).is_some() {
+            return Err(self
+                .at("name")
+                .err(format!("repeats client {name:?} (names are unique)")));
+        }
+        Ok(name)
+    }
+
     pub fn opt_list(&self, name: &str) -> Result<Option<&'a [Value]>> {
         match self.get(name) {
             None => Ok(None),

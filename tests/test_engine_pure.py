@@ -138,7 +138,7 @@ def test_bad_options_name_the_field(policy: str, raw: dict, kw: dict, field: str
 
 
 def test_policy_names() -> None:
-    assert set(POLICIES) == {"fcfs", "lpm", "vtc", "dlpm"}
+    assert set(POLICIES) == {"fcfs", "lpm", "vtc", "dlpm", "las"}
     assert check_policy("DLPM") == "dlpm"
     assert check_policy("fairq-vtc") == "vtc"
     with pytest.raises(ValueError, match="unknown fairq policy 'wfq'.*known policies: dlpm"):

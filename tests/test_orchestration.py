@@ -20,11 +20,17 @@ from fairq.transformers.policies import build_policy
 
 
 def test_factory_builds_every_policy() -> None:
-    opts = {"fcfs": {}, "lpm": {}, "vtc": {"w_in": 1.0, "w_out": 3.0}, "dlpm": {"quantum": 4.0}}
+    opts = {
+        "fcfs": {},
+        "lpm": {},
+        "vtc": {"w_in": 1.0, "w_out": 3.0},
+        "dlpm": {"quantum": 4.0},
+        "las": {"half_life_s": 30.0},
+    }
     for name, cls in POLICIES.items():
         s = make_scheduler(name.upper(), fairq.RadixTree(), **opts[name])
         assert type(s) is cls
-    assert set(POLICIES) == set(POLICY_OPTIONS) == {"fcfs", "lpm", "vtc", "dlpm"}
+    assert set(POLICIES) == set(POLICY_OPTIONS) == {"fcfs", "lpm", "vtc", "dlpm", "las"}
     assert make_scheduler(" vtc ", None, w_out=3.0).weight("x") == 1.0
 
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fairq
-from fairq.sched import POLICIES, admit, make_scheduler
+from fairq.sched import POLICIES, POLICY_INFO, admit, make_scheduler
 
 Sched = fairq.FCFS | fairq.LPM | fairq.VTC | fairq.DLPM
 NAMES = sorted(POLICIES)
@@ -49,7 +49,9 @@ def test_issue_9000_token_request_with_budget_8192(name: str) -> None:
             s.finish(a.request_id)
     assert ["big"] in calls  # alone, in a call of its own
     assert sorted(r for c in calls for r in c) == sorted(["big"] + [f"small{i}" for i in range(6)])
-    if name in ("fcfs", "vtc"):  # its turn comes first: FCFS by arrival, VTC by first-seen tie
+    # its turn comes first where a pass stops at the first unfit request:
+    # FCFS by arrival, VTC and LAS by first-seen tie
+    if POLICY_INFO[name].stop_at_unfit:
         assert calls[0] == ["big"]
     else:  # LPM, DLPM skip what does not fit: the small ones first
         assert calls[-1] == ["big"]
@@ -76,7 +78,7 @@ def test_oversize_budget_caps_or_turns_off_the_rule(name: str) -> None:
     assert s.schedule(10, oversize_budget=19) == []
     got = ids(s.schedule(10, oversize_budget=30))
     # FCFS and VTC stop at their next request (40 > 30); LPM and DLPM skip to 20
-    assert got == ([] if name in ("fcfs", "vtc") else [2])
+    assert got == ([] if POLICY_INFO[name].stop_at_unfit else [2])
     assert len(s.schedule(10)) == 1
     s._check()
 

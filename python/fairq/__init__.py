@@ -36,6 +36,8 @@ _LAZY: dict[str, str] = {
     "DLPM": "fairq.sched",
     "Admission": "fairq.sched",
     "make_scheduler": "fairq.sched",
+    "StateField": "fairq.sched",
+    "Scheduler": "fairq.sched",
     # Distributed dispatch
     "Dispatcher": "fairq.dispatch",
     "make_dispatcher": "fairq.dispatch",
@@ -73,5 +75,7 @@ if TYPE_CHECKING:  # pragma: no cover - type checkers see the real names
     from fairq.sched import Admission as Admission
     from fairq.sched import LocalScheduler as LocalScheduler
     from fairq.sched import PolicyInfo as PolicyInfo
+    from fairq.sched import Scheduler as Scheduler
+    from fairq.sched import StateField as StateField
     from fairq.sched import make_scheduler as make_scheduler
     from fairq.wfq import WFQQueue as WFQQueue

@@ -21,8 +21,10 @@ __all__ = [
     "DualPhaseQueue",
     "FCFS",
     "FCFSQueueCore",
+    "LAS",
     "LPM",
     "LeastLoaded",
+    "LocalScheduler",
     "PrefixAffinity",
     "PriorityQueueCore",
     "QueueFull",
@@ -34,6 +36,7 @@ __all__ = [
     "__version__",
     "_drr_check_class",
     "as_tokens",
+    "policies",
 ]
 
 TokenIds = (
@@ -68,7 +71,7 @@ class QueueFull(RuntimeError):
 # --- tokens ---------------------------------------------------------------
 def as_tokens(tokens: TokenIds, field: str = "tokens") -> list[int]: ...
 
-# --- vllm (rust/python/vllm.rs) --------------------------------------------
+# --- request queues (rust/python/request_queues.rs) --------------------------------------------
 from collections.abc import Iterable as _Iterable  # noqa: E402
 from collections.abc import Iterator as _Iterator  # noqa: E402
 
@@ -336,9 +339,14 @@ class RadixTree:
     def _check(self) -> None: ...
 
 # --- sched (rust/python/sched.rs) ------------------------------------------
-# FCFS, LPM, VTC and DLPM are separate classes at run time with the same
-# members (one Rust macro); their shared interface as a type is the Protocol
-# fairq.sched.LocalScheduler.
+# LocalScheduler binds every shared method once; each policy's class extends
+# it with its constructor and its own getters. policies() is the registry
+# (rust/sched/mod.rs) as data: fairq.sched builds its tables from it.
+
+def policies() -> list[dict[str, Any]]:
+    """The registered local policies: ``name``, ``class_name``, ``options``,
+    ``engine_defaults``, ``needs_tree``, ``refills``, ``stop_at_unfit``,
+    ``state_fields`` (dicts ``name``, ``metric``, ``help``)."""
 
 @final
 class Admission:
@@ -357,13 +365,10 @@ class Admission:
     @property
     def extend_len(self) -> int: ...
 
-@final
-class FCFS:
-    """First come, first served."""
+@disjoint_base
+class LocalScheduler:
+    """Base of every local scheduler (not constructible): the shared contract."""
 
-    def __new__(
-        cls, tree: RadixTree | None = None, *, max_prompt_tokens: int | None = None
-    ) -> Self: ...
     def add(
         self,
         request_id: RequestIdLike,
@@ -439,6 +444,14 @@ class FCFS:
         """The constructor's limit on prompt tokens at ``add`` (None: any)."""
     @property
     def _rematches(self) -> int: ...
+    def set_time(self, now: float) -> None:
+        """Run on injected time: the clock reads ``now`` seconds from here on
+        (finite, not before the last time set: ``ValueError``). Without a
+        call, the wall clock. Read by the policies whose charges depend on
+        time (LAS's decay)."""
+    def state_value(self, client: str) -> float:
+        """The policy's per-client number now (its registered state field:
+        VTC's counter, DLPM's deficit, LAS's attained service; 0 if none)."""
     def forget_idle_clients(self) -> int:
         """Forget idle clients that carry no debt (automatic as the table grows)."""
     @property
@@ -453,7 +466,15 @@ class FCFS:
     def _check(self) -> None: ...
 
 @final
-class LPM:
+class FCFS(LocalScheduler):
+    """First come, first served."""
+
+    def __new__(
+        cls, tree: RadixTree | None = None, *, max_prompt_tokens: int | None = None
+    ) -> Self: ...
+
+@final
+class LPM(LocalScheduler):
     """Longest prefix match first."""
 
     def __new__(
@@ -475,96 +496,9 @@ class LPM:
     @property
     def multi_priority(self) -> bool:
         """Whether the order is Preble's multi-level priority queue."""
-    def add(
-        self,
-        request_id: RequestIdLike,
-        client: str,
-        tokens: TokenIds,
-        item: Any = None,
-        namespace: Namespace = None,
-    ) -> None:
-        """Queue a request; a duplicate ``request_id``, or a prompt longer than
-        ``max_prompt_tokens``, is a ``ValueError`` naming it (nothing changes)."""
-    def remove(self, request_id: RequestIdLike) -> Any:
-        """Remove a waiting request and return its item (unknown: ``KeyError``)."""
-    def schedule(
-        self,
-        token_budget: int,
-        max_requests: int | None = None,
-        *,
-        oversize_budget: int | None = None,
-    ) -> list[Admission]:
-        """Admit waiting requests in policy order while their extend tokens fit
-        ``token_budget`` (and ``max_requests``), charging the policy counters.
-        Oversize rule: if that admits nothing and ``max_requests >= 1``, the
-        policy's next request is admitted alone (it exceeds the whole budget;
-        the engine prefills it in chunks) if its extend tokens fit
-        ``oversize_budget`` (None: any; 0: the rule is off, for a budget that
-        is only what is left of a step)."""
-    def schedule_within_credit(
-        self,
-        token_budget: int,
-        max_requests: int | None = None,
-        *,
-        oversize_budget: int | None = None,
-    ) -> list[Admission]:
-        """``schedule`` without refilling: exactly what ``schedule`` would
-        admit (same order, same charges, the same oversize rule) up to where
-        it would refill (DLPM: no waiting client has credit left), stopping
-        there; ``refills`` never moves. FCFS, LPM, VTC (never refill): the
-        same as ``schedule``. With no refill needed, one call with
-        ``max_requests=k`` equals ``k`` calls with ``max_requests=1`` (the
-        later ones with the budget left and ``oversize_budget=0``, none after
-        a request admitted alone); ``requeue(..., refund=True)`` undoes each
-        admission exactly, and no refill was made on its behalf."""
-    def charge_output(self, request_id: RequestIdLike, n_tokens: int = 1) -> None:
-        """Charge ``n_tokens`` decoded output tokens of a running request."""
-    def recharge_extend(self, request_id: RequestIdLike, extend_len: int) -> int:
-        """Replace a running request's charged extend tokens by the engine's
-        real value; returns the old value."""
-    def requeue(
-        self, request_id: RequestIdLike, tokens: TokenIds, item: Any = None, *, refund: bool = False
-    ) -> None:
-        """A running request goes back to waiting, keeping its place (arrival
-        order) and client, matched on ``tokens`` now. ``refund=True``: the
-        engine never ran it; its admission's charges are undone.
-        ``refund=False``: it was preempted; its charges stand and its next
-        admission charges nothing (recomputation is free)."""
-    def charged_extend(self, request_id: RequestIdLike) -> int:
-        """Extend tokens currently charged for a running request."""
-    def finish(self, request_id: RequestIdLike) -> None:
-        """A running request is done (unknown: ``KeyError``)."""
-    def service(self, client: str) -> float:
-        """Tokens served to ``client``: ``w_e * extend + w_q * output``."""
-    def set_weight(self, client: str, w: float) -> None:
-        """Client weight (> 0, finite) dividing its VTC/DLPM charges."""
-    def weight(self, client: str) -> float: ...
-    def clients(self) -> list[str]: ...
-    def num_waiting(self, client: str) -> int: ...
-    @property
-    def num_running(self) -> int: ...
-    @property
-    def tree(self) -> RadixTree | None: ...
-    @property
-    def max_prompt_tokens(self) -> int | None:
-        """The constructor's limit on prompt tokens at ``add`` (None: any)."""
-    @property
-    def _rematches(self) -> int: ...
-    def forget_idle_clients(self) -> int:
-        """Forget idle clients that carry no debt (automatic as the table grows)."""
-    @property
-    def num_clients(self) -> int: ...
-    def state_dict(self) -> dict[str, Any]:
-        """The fairness state as plain JSON data (not the waiting requests)."""
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore a ``state_dict()`` into this (empty) scheduler; then re-add
-        the waiting requests in their original order."""
-    def __len__(self) -> int:
-        """Number of waiting requests."""
-    def _check(self) -> None: ...
 
 @final
-class VTC:
+class VTC(LocalScheduler):
     """Virtual Token Counter (artifact rules)."""
 
     def __new__(
@@ -575,98 +509,11 @@ class VTC:
         *,
         max_prompt_tokens: int | None = None,
     ) -> Self: ...
-    def add(
-        self,
-        request_id: RequestIdLike,
-        client: str,
-        tokens: TokenIds,
-        item: Any = None,
-        namespace: Namespace = None,
-    ) -> None:
-        """Queue a request; a duplicate ``request_id``, or a prompt longer than
-        ``max_prompt_tokens``, is a ``ValueError`` naming it (nothing changes)."""
-    def remove(self, request_id: RequestIdLike) -> Any:
-        """Remove a waiting request and return its item (unknown: ``KeyError``)."""
-    def schedule(
-        self,
-        token_budget: int,
-        max_requests: int | None = None,
-        *,
-        oversize_budget: int | None = None,
-    ) -> list[Admission]:
-        """Admit waiting requests in policy order while their extend tokens fit
-        ``token_budget`` (and ``max_requests``), charging the policy counters.
-        Oversize rule: if that admits nothing and ``max_requests >= 1``, the
-        policy's next request is admitted alone (it exceeds the whole budget;
-        the engine prefills it in chunks) if its extend tokens fit
-        ``oversize_budget`` (None: any; 0: the rule is off, for a budget that
-        is only what is left of a step)."""
-    def schedule_within_credit(
-        self,
-        token_budget: int,
-        max_requests: int | None = None,
-        *,
-        oversize_budget: int | None = None,
-    ) -> list[Admission]:
-        """``schedule`` without refilling: exactly what ``schedule`` would
-        admit (same order, same charges, the same oversize rule) up to where
-        it would refill (DLPM: no waiting client has credit left), stopping
-        there; ``refills`` never moves. FCFS, LPM, VTC (never refill): the
-        same as ``schedule``. With no refill needed, one call with
-        ``max_requests=k`` equals ``k`` calls with ``max_requests=1`` (the
-        later ones with the budget left and ``oversize_budget=0``, none after
-        a request admitted alone); ``requeue(..., refund=True)`` undoes each
-        admission exactly, and no refill was made on its behalf."""
-    def charge_output(self, request_id: RequestIdLike, n_tokens: int = 1) -> None:
-        """Charge ``n_tokens`` decoded output tokens of a running request."""
-    def recharge_extend(self, request_id: RequestIdLike, extend_len: int) -> int:
-        """Replace a running request's charged extend tokens by the engine's
-        real value; returns the old value."""
-    def requeue(
-        self, request_id: RequestIdLike, tokens: TokenIds, item: Any = None, *, refund: bool = False
-    ) -> None:
-        """A running request goes back to waiting, keeping its place (arrival
-        order) and client, matched on ``tokens`` now. ``refund=True``: the
-        engine never ran it; its admission's charges are undone.
-        ``refund=False``: it was preempted; its charges stand and its next
-        admission charges nothing (recomputation is free)."""
-    def charged_extend(self, request_id: RequestIdLike) -> int:
-        """Extend tokens currently charged for a running request."""
-    def finish(self, request_id: RequestIdLike) -> None:
-        """A running request is done (unknown: ``KeyError``)."""
-    def service(self, client: str) -> float:
-        """Tokens served to ``client``: ``w_e * extend + w_q * output``."""
-    def set_weight(self, client: str, w: float) -> None:
-        """Client weight (> 0, finite) dividing its VTC/DLPM charges."""
-    def weight(self, client: str) -> float: ...
-    def clients(self) -> list[str]: ...
-    def num_waiting(self, client: str) -> int: ...
-    @property
-    def num_running(self) -> int: ...
-    @property
-    def tree(self) -> RadixTree | None: ...
-    @property
-    def max_prompt_tokens(self) -> int | None:
-        """The constructor's limit on prompt tokens at ``add`` (None: any)."""
-    @property
-    def _rematches(self) -> int: ...
-    def forget_idle_clients(self) -> int:
-        """Forget idle clients that carry no debt (automatic as the table grows)."""
-    @property
-    def num_clients(self) -> int: ...
-    def state_dict(self) -> dict[str, Any]:
-        """The fairness state as plain JSON data (not the waiting requests)."""
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore a ``state_dict()`` into this (empty) scheduler; then re-add
-        the waiting requests in their original order."""
-    def __len__(self) -> int:
-        """Number of waiting requests."""
-    def _check(self) -> None: ...
     def counter(self, client: str) -> float:
         """The client's virtual token counter."""
 
 @final
-class DLPM:
+class DLPM(LocalScheduler):
     """Deficit Longest Prefix Match (paper Algorithm 1)."""
 
     def __new__(
@@ -678,98 +525,27 @@ class DLPM:
         *,
         max_prompt_tokens: int | None = None,
     ) -> Self: ...
-    def add(
-        self,
-        request_id: RequestIdLike,
-        client: str,
-        tokens: TokenIds,
-        item: Any = None,
-        namespace: Namespace = None,
-    ) -> None:
-        """Queue a request; a duplicate ``request_id``, or a prompt longer than
-        ``max_prompt_tokens``, is a ``ValueError`` naming it (nothing changes)."""
-    def remove(self, request_id: RequestIdLike) -> Any:
-        """Remove a waiting request and return its item (unknown: ``KeyError``)."""
-    def schedule(
-        self,
-        token_budget: int,
-        max_requests: int | None = None,
-        *,
-        oversize_budget: int | None = None,
-    ) -> list[Admission]:
-        """Admit waiting requests in policy order while their extend tokens fit
-        ``token_budget`` (and ``max_requests``), charging the policy counters.
-        Oversize rule: if that admits nothing and ``max_requests >= 1``, the
-        policy's next request is admitted alone (it exceeds the whole budget;
-        the engine prefills it in chunks) if its extend tokens fit
-        ``oversize_budget`` (None: any; 0: the rule is off, for a budget that
-        is only what is left of a step)."""
-    def schedule_within_credit(
-        self,
-        token_budget: int,
-        max_requests: int | None = None,
-        *,
-        oversize_budget: int | None = None,
-    ) -> list[Admission]:
-        """``schedule`` without refilling: exactly what ``schedule`` would
-        admit (same order, same charges, the same oversize rule) up to where
-        it would refill (DLPM: no waiting client has credit left), stopping
-        there; ``refills`` never moves. FCFS, LPM, VTC (never refill): the
-        same as ``schedule``. With no refill needed, one call with
-        ``max_requests=k`` equals ``k`` calls with ``max_requests=1`` (the
-        later ones with the budget left and ``oversize_budget=0``, none after
-        a request admitted alone); ``requeue(..., refund=True)`` undoes each
-        admission exactly, and no refill was made on its behalf."""
-    def charge_output(self, request_id: RequestIdLike, n_tokens: int = 1) -> None:
-        """Charge ``n_tokens`` decoded output tokens of a running request."""
-    def recharge_extend(self, request_id: RequestIdLike, extend_len: int) -> int:
-        """Replace a running request's charged extend tokens by the engine's
-        real value; returns the old value."""
-    def requeue(
-        self, request_id: RequestIdLike, tokens: TokenIds, item: Any = None, *, refund: bool = False
-    ) -> None:
-        """A running request goes back to waiting, keeping its place (arrival
-        order) and client, matched on ``tokens`` now. ``refund=True``: the
-        engine never ran it; its admission's charges are undone.
-        ``refund=False``: it was preempted; its charges stand and its next
-        admission charges nothing (recomputation is free)."""
-    def charged_extend(self, request_id: RequestIdLike) -> int:
-        """Extend tokens currently charged for a running request."""
-    def finish(self, request_id: RequestIdLike) -> None:
-        """A running request is done (unknown: ``KeyError``)."""
-    def service(self, client: str) -> float:
-        """Tokens served to ``client``: ``w_e * extend + w_q * output``."""
-    def set_weight(self, client: str, w: float) -> None:
-        """Client weight (> 0, finite) dividing its VTC/DLPM charges."""
-    def weight(self, client: str) -> float: ...
-    def clients(self) -> list[str]: ...
-    def num_waiting(self, client: str) -> int: ...
-    @property
-    def num_running(self) -> int: ...
-    @property
-    def tree(self) -> RadixTree | None: ...
-    @property
-    def max_prompt_tokens(self) -> int | None:
-        """The constructor's limit on prompt tokens at ``add`` (None: any)."""
-    @property
-    def _rematches(self) -> int: ...
-    def forget_idle_clients(self) -> int:
-        """Forget idle clients that carry no debt (automatic as the table grows)."""
-    @property
-    def num_clients(self) -> int: ...
-    def state_dict(self) -> dict[str, Any]:
-        """The fairness state as plain JSON data (not the waiting requests)."""
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore a ``state_dict()`` into this (empty) scheduler; then re-add
-        the waiting requests in their original order."""
-    def __len__(self) -> int:
-        """Number of waiting requests."""
-    def _check(self) -> None: ...
     def deficit(self, client: str) -> float:
         """The client's deficit counter ``q[c]``."""
     @property
     def refills(self) -> int:
         """Virtual refills so far (a bulk refill of k quanta counts k)."""
+
+@final
+class LAS(LocalScheduler):
+    """Least attained service per tenant with half-life decay."""
+
+    def __new__(
+        cls,
+        tree: RadixTree | None = None,
+        half_life_s: float = 60.0,
+        w_in: float = 1.0,
+        w_out: float = 2.0,
+        *,
+        max_prompt_tokens: int | None = None,
+    ) -> Self: ...
+    def attained(self, client: str) -> float:
+        """The client's attained service now, decayed."""
 
 # --- dispatch (rust/python/dispatch.rs) ------------------------------------
 

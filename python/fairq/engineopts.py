@@ -33,8 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from fairq.sched import POLICIES as _SCHEDULERS
-from fairq.sched import make_scheduler, policy_name
+from fairq.sched import POLICY_INFO, make_scheduler, policy_name
 
 __all__ = [
     "DEFAULT_INTERVAL_S",
@@ -50,15 +49,11 @@ __all__ = [
     "state_options",
 ]
 
-#: the engine's default options (DLPM's quantum sized for one engine batch)
-_ENGINE_DEFAULTS: dict[str, dict[str, float]] = {
-    "vtc": {"w_in": 1.0, "w_out": 2.0},
-    "dlpm": {"quantum": 512.0, "w_e": 1.0, "w_q": 2.0},
-}
-
-#: policy name -> (fairq class name, keyword arguments it accepts with defaults)
+#: policy name -> (fairq class name, keyword arguments it accepts with the
+#: engine's defaults: DLPM's quantum sized for one engine batch), from the
+#: core's registry (:data:`fairq.sched.POLICY_INFO`)
 POLICIES: dict[str, tuple[str, dict[str, float]]] = {
-    key: (cls.__name__, dict(_ENGINE_DEFAULTS.get(key, {}))) for key, cls in _SCHEDULERS.items()
+    key: (info.class_name, dict(info.engine_defaults)) for key, info in POLICY_INFO.items()
 }
 
 

@@ -20,6 +20,7 @@ metric                                            type     labels          from
 ``fairq_scheduler_running_requests``              gauge    tenant          admitted, unfinished
 ``fairq_scheduler_vtc_counter``                   gauge    tenant          VTC's virtual counter
 ``fairq_scheduler_deficit``                       gauge    tenant          DLPM's deficit
+``fairq_scheduler_<state field>``                 gauge    tenant          another policy's own
 ``fairq_scheduler_refills_total``                 counter  -               DLPM's refills
 ``fairq_dispatch_dispatched_total``               counter  worker          requests dispatched
 ``fairq_dispatch_inflight_requests``              gauge    worker          ``s_w``
@@ -62,6 +63,8 @@ import os
 import warnings
 from collections.abc import Iterator
 from typing import Any
+
+from fairq.sched import POLICY_INFO
 
 __all__ = ["FairqCollector", "register", "publish", "OTHER", "ENV_VAR"]
 
@@ -144,7 +147,8 @@ class FairqCollector:
 
     def _scheduler(self) -> Iterator[Any]:
         st = self.obj.state_dict()
-        policy = st["policy"]
+        info = POLICY_INFO.get(st["policy"])
+        field = info.state_fields[0] if info and info.state_fields else None
         running: dict[str, int] = {}
         for r in st["running"]:
             running[r["client"]] = running.get(r["client"], 0) + 1
@@ -156,7 +160,7 @@ class FairqCollector:
                     "admitted": c["admitted"],
                     "waiting": c["waiting"],
                     "running": running.get(c["name"], 0),
-                    "counter": c.get("counter", c.get("deficit", 0.0)),
+                    "counter": c.get(field.name, 0.0) if field else 0.0,
                 },
             )
             for c in st["clients"]
@@ -174,10 +178,8 @@ class FairqCollector:
             ]
         )
         state = None
-        if policy == "vtc":
-            state = self._families([("scheduler_vtc_counter", "gauge", "VTC counter", ["tenant"])])
-        elif policy == "dlpm":
-            state = self._families([("scheduler_deficit", "gauge", "DLPM deficit", ["tenant"])])
+        if field is not None:
+            state = self._families([(field.metric, "gauge", field.help, ["tenant"])])
         for label, v in folded.items():
             ls = [self.name, label]
             f["scheduler_service_tokens"].add_metric(ls, v["service"])
@@ -190,7 +192,7 @@ class FairqCollector:
         yield from f.values()
         if state is not None:
             yield from state.values()
-        if policy == "dlpm":
+        if info is not None and info.refills:
             (refills,) = self._families(
                 [("scheduler_refills", "counter", "DLPM refills", [])]
             ).values()
@@ -262,7 +264,7 @@ def _kind(obj: Any) -> str:
 
     if isinstance(obj, fairq.DualPhaseQueue):
         return "dualphase"
-    if isinstance(obj, (fairq.FCFS, fairq.LPM, fairq.VTC, fairq.DLPM)):
+    if isinstance(obj, fairq.LocalScheduler):  # every registered policy
         return "scheduler"
     if isinstance(obj, fairq.Dispatcher):
         return "dispatcher"

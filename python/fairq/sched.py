@@ -11,7 +11,9 @@ All four share one interface, so engines and the simulator swap them freely::
     s.charge_output("r1", 1)                      # after each decode step
     s.finish("r1")
 
-Policies (contract: ALGORITHMS.md sections 5 and 6):
+Policies (contract: ALGORITHMS.md sections 5 and 6; every registered policy is
+listed by ``fairq._core.policies()``, which :data:`POLICY_INFO`,
+:data:`POLICIES` and :data:`POLICY_OPTIONS` are built from):
 
 * ``FCFS(tree=None)``: arrival order; stops at the first request that does not
   fit the remaining budget (one larger than the whole budget: the oversize
@@ -88,152 +90,92 @@ have service, counter and deficit 0.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
-from fairq._core import DLPM, FCFS, LPM, VTC, Admission, RadixTree
+from fairq import _core
+from fairq._core import DLPM, FCFS, LPM, VTC, Admission, LocalScheduler, RadixTree
 
-if TYPE_CHECKING:
-    from fairq._core import Namespace, TokenIds
+# ``LocalScheduler`` (``fairq._core.LocalScheduler``) is the base class every
+# local scheduler extends: the interface FCFS, LPM, VTC, DLPM and every other
+# registered policy share, bound once in the core, so ``isinstance(s,
+# LocalScheduler)`` holds for each. Vocabulary (``docs/ARCHITECTURE.md``,
+# glossary): a *client* is whom fairness is measured between; ``tokens`` are
+# token ids (the prompt); *extend* tokens are the uncached part of a prompt;
+# ``schedule`` with nothing admissible returns ``[]``.
+
+Scheduler = LocalScheduler
+"""Any local scheduler (each is a :class:`LocalScheduler`)."""
 
 
-@runtime_checkable
-class LocalScheduler(Protocol):
-    """The interface FCFS, LPM, VTC and DLPM share (a structural type: the four
-    are separate classes; ``isinstance(s, LocalScheduler)`` holds for each).
+class StateField(NamedTuple):
+    """A per-client number a policy keeps: its key in ``state_dict()``'s
+    client entries (and :meth:`LocalScheduler.state_value`), its Prometheus
+    family (``fairq_<metric>``) and help text."""
 
-    Vocabulary (``docs/ARCHITECTURE.md``, glossary): a *client* is whom
-    fairness is measured between; ``tokens`` are token ids (the prompt);
-    *extend* tokens are the uncached part of a prompt; ``schedule`` with
-    nothing admissible returns ``[]``.
+    name: str
+    metric: str
+    help: str
+
+
+@dataclass(frozen=True)
+class PolicyInfo:
+    """What the integration layer needs to know of a local policy, in one place
+    (read from the core's registry, ``fairq._core.policies()``: a policy's
+    Rust module registers all of it).
+
+    ``name``: the key of :data:`POLICIES`; ``options``: the constructor's own
+    keyword arguments (:data:`POLICY_OPTIONS`); ``engine_defaults``: the
+    values an engine integration uses when the user gives none (DLPM's
+    quantum sized for one engine batch); ``needs_tree``: the policy orders by
+    prefix match, so an engine must mirror its prefix cache; ``refills``: the
+    policy refills credit (DLPM), so an engine admitting several requests per
+    step lets only the first refill (``schedule`` once, then
+    ``schedule_within_credit``); ``stop_at_unfit``: its pass stops at the
+    first request that does not fit (FCFS, VTC) instead of skipping it;
+    ``state_fields``: the per-client numbers it keeps (:class:`StateField`);
+    ``class_name``: its class in ``fairq._core``.
     """
 
-    def add(
-        self,
-        request_id: str | int,
-        client: str,
-        tokens: TokenIds,
-        item: Any = None,
-        namespace: Namespace = None,
-    ) -> None:
-        """Queue a request; a duplicate ``request_id``, or a prompt longer than
-        ``max_prompt_tokens``, is a ``ValueError`` (nothing changes)."""
-
-    def remove(self, request_id: str | int) -> Any:
-        """Remove a waiting request and return its item (unknown: ``KeyError``)."""
-
-    def schedule(
-        self,
-        token_budget: int,
-        max_requests: int | None = None,
-        *,
-        oversize_budget: int | None = None,
-    ) -> list[Admission]:
-        """Admit waiting requests in policy order while their extend tokens fit
-        ``token_budget`` (and ``max_requests``), charging the policy counters.
-        If none fits, the policy's next request is admitted alone when it fits
-        ``oversize_budget`` (None: any; 0: never), the oversize rule;
-        ``[]`` when nothing is admissible."""
-
-    def schedule_within_credit(
-        self,
-        token_budget: int,
-        max_requests: int | None = None,
-        *,
-        oversize_budget: int | None = None,
-    ) -> list[Admission]:
-        """:meth:`schedule` up to where it would refill (DLPM), without
-        refilling; the same as :meth:`schedule` for FCFS, LPM and VTC."""
-
-    def charge_output(self, request_id: str | int, n_tokens: int = 1) -> None:
-        """Charge ``n_tokens`` decoded output tokens of a running request."""
-
-    def recharge_extend(self, request_id: str | int, extend_len: int) -> int:
-        """Replace a running request's charged extend tokens by the engine's
-        real value; returns the old value."""
-
-    def charged_extend(self, request_id: str | int) -> int:
-        """Extend tokens currently charged for a running request."""
-
-    def finish(self, request_id: str | int) -> None:
-        """A running request is done (unknown: ``KeyError``)."""
-
-    def service(self, client: str) -> float:
-        """Tokens served to ``client``: ``w_e * extend + w_q * output`` (VTC:
-        ``w_in``/``w_out``, the same roles)."""
-
-    def set_weight(self, client: str, w: float) -> None:
-        """Client weight (> 0, finite) dividing its VTC/DLPM charges."""
-
-    def weight(self, client: str) -> float:
-        """The client's weight (1.0 unless set)."""
-
-    def clients(self) -> list[str]:
-        """Every client seen so far."""
-
-    def num_waiting(self, client: str) -> int:
-        """The client's waiting requests."""
-
-    @property
-    def num_running(self) -> int:
-        """Admitted requests not finished yet."""
-
-    @property
-    def tree(self) -> RadixTree | None:
-        """The prefix cache the scheduler matches against (FCFS/VTC: may be None)."""
-
-    @property
-    def max_prompt_tokens(self) -> int | None:
-        """The constructor's limit on prompt tokens at ``add`` (None: any)."""
-
-    def forget_idle_clients(self) -> int:
-        """Forget idle clients that carry no debt (no requests, default weight;
-        VTC: counter at or below the lift floor; DLPM: ``q > 0``); automatic
-        whenever the client table doubles from 1,024. Returns how many."""
-
-    @property
-    def num_clients(self) -> int:
-        """Clients known now (forgotten ones excluded)."""
-
-    def state_dict(self) -> dict[str, Any]:
-        """The fairness state as plain JSON data: policy and options, every
-        client (weight, service, VTC counter or DLPM deficit, requests
-        waiting), DLPM's refills, the admitted unfinished requests. Not the
-        waiting requests (the caller re-adds them) nor the RadixTree."""
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore ``state`` into this scheduler, which holds no requests; then
-        re-add the waiting requests in their original order. Validates first
-        (errors name the field) and changes nothing on error."""
-
-    def __len__(self) -> int:
-        """Number of waiting requests."""
+    name: str
+    options: tuple[str, ...]
+    engine_defaults: dict[str, float]
+    needs_tree: bool
+    refills: bool
+    stop_at_unfit: bool = False
+    state_fields: tuple[StateField, ...] = field(default=())
+    class_name: str = ""
 
 
-Scheduler = FCFS | LPM | VTC | DLPM
-"""Any of the four local schedulers (each is a :class:`LocalScheduler`)."""
+def _registry() -> dict[str, PolicyInfo]:
+    out: dict[str, PolicyInfo] = {}
+    for d in _core.policies():
+        out[d["name"]] = PolicyInfo(
+            d["name"],
+            tuple(d["options"]),
+            dict(d["engine_defaults"]),
+            needs_tree=bool(d["needs_tree"]),
+            refills=bool(d["refills"]),
+            stop_at_unfit=bool(d["stop_at_unfit"]),
+            state_fields=tuple(
+                StateField(f["name"], f["metric"], f["help"]) for f in d["state_fields"]
+            ),
+            class_name=d["class_name"],
+        )
+    return out
 
-if TYPE_CHECKING:  # pragma: no cover - mypy checks the four classes keep to the protocol
 
-    def _conforms(f: FCFS, lp: LPM, v: VTC, d: DLPM) -> list[LocalScheduler]:
-        return [f, lp, v, d]
-
+#: Local policy name -> :class:`PolicyInfo`, in registration order.
+POLICY_INFO: dict[str, PolicyInfo] = _registry()
 
 #: Local policy name -> its scheduler class (what :func:`make_scheduler` builds).
-POLICIES: dict[str, type[FCFS] | type[LPM] | type[VTC] | type[DLPM]] = {
-    "fcfs": FCFS,
-    "lpm": LPM,
-    "vtc": VTC,
-    "dlpm": DLPM,
+POLICIES: dict[str, type[LocalScheduler]] = {
+    name: getattr(_core, info.class_name) for name, info in POLICY_INFO.items()
 }
 
 #: The options (keyword arguments besides the tree) each local policy takes.
 POLICY_OPTIONS: dict[str, tuple[str, ...]] = {
-    "fcfs": (),
-    "lpm": (),
-    "vtc": ("w_in", "w_out"),
-    "dlpm": ("quantum", "w_e", "w_q"),
+    name: info.options for name, info in POLICY_INFO.items()
 }
 
 #: Named engine variants of a policy: name -> (policy, its engine settings), which
@@ -247,42 +189,6 @@ POLICY_OPTIONS: dict[str, tuple[str, ...]] = {
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "lpm-sglang": ("lpm", {"stop_at_unfit": True, "fcfs_above": 128}),
     "preble-local": ("lpm", {"multi_priority": True}),
-}
-
-
-@dataclass(frozen=True)
-class PolicyInfo:
-    """What the integration layer needs to know of a local policy, in one place.
-
-    ``name``: the key of :data:`POLICIES`; ``options``: the constructor's own
-    keyword arguments (:data:`POLICY_OPTIONS`); ``engine_defaults``: the
-    values an engine integration uses when the user gives none (DLPM's
-    quantum sized for one engine batch); ``needs_tree``: the policy orders by
-    prefix match, so an engine must mirror its prefix cache; ``refills``: the
-    policy refills credit (DLPM), so an engine admitting several requests per
-    step lets only the first refill (``schedule`` once, then
-    ``schedule_within_credit``).
-    """
-
-    name: str
-    options: tuple[str, ...]
-    engine_defaults: dict[str, float]
-    needs_tree: bool
-    refills: bool
-
-
-#: Local policy name -> :class:`PolicyInfo`.
-POLICY_INFO: dict[str, PolicyInfo] = {
-    "fcfs": PolicyInfo("fcfs", (), {}, needs_tree=False, refills=False),
-    "lpm": PolicyInfo("lpm", (), {}, needs_tree=True, refills=False),
-    "vtc": PolicyInfo("vtc", ("w_in", "w_out"), {"w_in": 1.0, "w_out": 2.0}, False, False),
-    "dlpm": PolicyInfo(
-        "dlpm",
-        ("quantum", "w_e", "w_q"),
-        {"quantum": 512.0, "w_e": 1.0, "w_q": 2.0},
-        needs_tree=True,
-        refills=True,
-    ),
 }
 
 
@@ -374,6 +280,7 @@ __all__ = [
     "POLICY_INFO",
     "POLICY_OPTIONS",
     "PolicyInfo",
+    "StateField",
     "VARIANTS",
     "VTC",
     "Admission",

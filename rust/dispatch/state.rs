@@ -277,19 +277,7 @@ impl Dispatcher {
                 _ => &["name"],
             };
             cf.deny_unknown(known, "", |_| None)?;
-            let name = match cf.required("name")? {
-                Value::Str(s) => s.clone(),
-                other => {
-                    return Err(cf
-                        .at("name")
-                        .err(format!("must be a string, got {}", other.describe())))
-                }
-            };
-            if index.insert(name.clone(), i).is_some() {
-                return Err(cf
-                    .at("name")
-                    .err(format!("repeats client {name:?} (names are unique)")));
-            }
+            let name = cf.unique_name(&mut index, i)?;
             names.push(name);
             if let Policy::D2lpm(_) = policy {
                 let row = list(&cf, "deficits")?;
@@ -348,12 +336,7 @@ impl Dispatcher {
             rf.deny_unknown(&["request_id", "client", "worker", "input_len"], "", |_| {
                 None
             })?;
-            let id = RequestId::from_value(rf.required("request_id")?, &rf.at("request_id"))?;
-            if !seen.insert(id.clone()) {
-                return Err(rf
-                    .at("request_id")
-                    .err(format!("repeats request_id {id} (ids are unique)")));
-            }
+            let id = RequestId::unique_field(&rf, &mut seen)?;
             let client = rf.lookup("client", &index, "clients")?;
             let w = worker(rf.required("worker")?, &rf.at("worker"), n)?;
             load[w] += 1;

@@ -20,10 +20,10 @@ pub mod drr;
 pub mod dualphase;
 pub mod radix;
 pub mod request_id;
+pub mod request_queues;
 pub mod sched;
 pub mod tokens;
 pub mod value;
-pub mod vllm;
 pub mod wfq;
 
 create_exception!(
@@ -101,7 +101,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("QueueFull", m.py().get_type::<QueueFull>())?;
     tokens::register(m)?;
-    vllm::register(m)?;
+    request_queues::register(m)?;
     drr::register(m)?;
     wfq::register(m)?;
     dualphase::register(m)?;

@@ -1,7 +1,9 @@
-//! Bindings for `crate::sched`: `fairq.FCFS`, `fairq.LPM`, `fairq.VTC`,
-//! `fairq.DLPM` and `fairq.Admission`. All four share one core type
-//! (`LocalScheduler<Py<PyAny>>`) and the same methods (one macro); they differ
-//! in constructor and in `counter` (VTC) / `deficit` (DLPM).
+//! Bindings for `crate::sched`: `fairq.LocalScheduler`, the base class that
+//! holds the core scheduler (`LocalScheduler<Py<PyAny>>`) and binds every
+//! shared method once; one class per policy extending it (`FCFS`, `LPM`,
+//! `VTC`, `DLPM`: its constructor and its own getters, as HF `tokenizers`
+//! does with `extends=`); `fairq.Admission`; and `policies()`, the policy
+//! registry (`crate::sched::REGISTRY`) as Python data.
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -12,7 +14,9 @@ use crate::python::request_id;
 use crate::python::tokens::extract_tokens;
 use crate::python::value::{from_value, to_value};
 use crate::radix::RadixTree;
-use crate::sched::{Admission, LocalScheduler, LpmRule, Policy};
+use pyo3::types::{PyDict, PyList, PyTuple};
+
+use crate::sched::{Admission, LocalScheduler, LpmRule, Policy, REGISTRY};
 
 /// One admitted request, as returned by `schedule`.
 #[pyclass(name = "Admission", module = "fairq._core", frozen)]
@@ -105,278 +109,319 @@ fn admit_py(
     Ok(to_admissions(py, adm))
 }
 
-/// A new core scheduler with the constructor's `max_prompt_tokens`.
-fn new_core(policy: Policy, max_prompt_tokens: Option<i64>) -> PyResult<LocalScheduler<PyObject>> {
-    let limit = max_prompt_tokens
-        .map(|m| args::non_negative("max_prompt_tokens", m))
-        .transpose()?;
-    let mut core = LocalScheduler::new(policy)?;
-    core.set_max_prompt_tokens(limit);
-    Ok(core)
+/// `now`: a float (see [`args::float_arg`]).
+fn now_arg(v: &Bound<'_, PyAny>) -> PyResult<f64> {
+    args::float_arg("now", v)
 }
 
-macro_rules! sched_class {
-    ($ty:ident, $pyname:literal, $doc:literal, { $($ctor:tt)* }, { $($extra:tt)* }) => {
-        #[doc = $doc]
-        #[pyclass(name = $pyname, module = "fairq._core")]
-        pub struct $ty {
-            core: LocalScheduler<PyObject>,
-            tree: Option<Py<PyRadixTree>>,
-        }
-
-        #[pymethods]
-        impl $ty {
-            $($ctor)*
-            $($extra)*
-
-            /// Add a waiting request (duplicate id -> ValueError; a prompt
-            /// longer than `max_prompt_tokens` -> ValueError naming the
-            /// request and the limit; nothing changes on error).
-            #[pyo3(signature = (request_id, client, tokens, item = None, namespace = None))]
-            fn add(
-                &mut self,
-                py: Python<'_>,
-                request_id: &Bound<'_, PyAny>,
-                #[pyo3(from_py_with = args::client)] client: String,
-                tokens: &Bound<'_, PyAny>,
-                item: Option<PyObject>,
-                namespace: Option<&Bound<'_, PyAny>>,
-            ) -> PyResult<()> {
-                let id = request_id::parse(request_id)?;
-                let toks = extract_tokens(tokens, "tokens")?;
-                let ns = extract_namespace(namespace)?;
-                let item = item.unwrap_or_else(|| py.None());
-                let mut t = borrow_tree(py, &self.tree)?;
-                let tr: Option<&mut RadixTree> = t.as_deref_mut().map(|x| &mut x.inner);
-                Ok(self.core.add(tr, id, &client, toks, item, ns)?)
-            }
-
-            /// Remove a waiting request; returns its item (unknown -> KeyError).
-            fn remove(&mut self, request_id: &Bound<'_, PyAny>) -> PyResult<PyObject> {
-                let id = request_id::parse(request_id)?;
-                Ok(self.core.remove(&id)?)
-            }
-
-            /// Admit waiting requests in policy order while their extend
-            /// length fits `token_budget` (and `max_requests`). Oversize
-            /// rule: if that admits nothing and a slot is free, the policy's
-            /// next request is admitted alone (it exceeds the whole budget:
-            /// the engine prefills it in chunks) if its extend tokens fit
-            /// `oversize_budget` (None: any; 0: the rule is off, for a
-            /// `token_budget` that is only what is left of a step).
-            #[pyo3(signature = (token_budget, max_requests = None, *, oversize_budget = None))]
-            fn schedule(
-                &mut self,
-                py: Python<'_>,
-                #[pyo3(from_py_with = args::token_budget)] token_budget: i64,
-                #[pyo3(from_py_with = args::max_requests)] max_requests: Option<i64>,
-                #[pyo3(from_py_with = args::oversize_budget)] oversize_budget: Option<i64>,
-            ) -> PyResult<Vec<PyAdmission>> {
-                admit_py(py, &mut self.core, &self.tree, token_budget, max_requests, oversize_budget, true)
-            }
-
-            /// `schedule` without refilling: admits exactly what `schedule`
-            /// would (same order, same charges) up to where it would refill
-            /// (DLPM: no waiting client has credit left) and stops there;
-            /// `refills` never moves. For FCFS, LPM and VTC, which never
-            /// refill, the same as `schedule`. For a caller that may hand
-            /// part of a batch back (`requeue(..., refund=True)` undoes each
-            /// admission exactly): no refill happens on behalf of requests
-            /// it then does not take. With no refill needed, one call with
-            /// `max_requests = k` equals `k` calls with `max_requests = 1`
-            /// (the later ones with the budget left and `oversize_budget=0`,
-            /// none after a request admitted alone). The oversize rule and
-            /// `oversize_budget` are `schedule`'s.
-            #[pyo3(signature = (token_budget, max_requests = None, *, oversize_budget = None))]
-            fn schedule_within_credit(
-                &mut self,
-                py: Python<'_>,
-                #[pyo3(from_py_with = args::token_budget)] token_budget: i64,
-                #[pyo3(from_py_with = args::max_requests)] max_requests: Option<i64>,
-                #[pyo3(from_py_with = args::oversize_budget)] oversize_budget: Option<i64>,
-            ) -> PyResult<Vec<PyAdmission>> {
-                admit_py(py, &mut self.core, &self.tree, token_budget, max_requests, oversize_budget, false)
-            }
-
-            /// Charge `n_tokens` decode tokens of a running request.
-            #[pyo3(signature = (request_id, n_tokens = 1))]
-            fn charge_output(
-                &mut self,
-                request_id: &Bound<'_, PyAny>,
-                #[pyo3(from_py_with = args::n_tokens)] n_tokens: i64,
-            ) -> PyResult<()> {
-                let id = request_id::parse(request_id)?;
-                let n = args::non_negative("n_tokens", n_tokens)?;
-                Ok(self.core.charge_output(&id, n)?)
-            }
-
-            /// Replace the extend tokens charged at a running request's
-            /// admission by `extend_len` (the engine's real prefix match is
-            /// known); returns the value charged before. `service(client)`
-            /// moves by the difference (DLPM: the deficit too, with the
-            /// client's weight at admission; VTC's counter charges the input
-            /// length and does not move). Not running -> KeyError;
-            /// `extend_len` < 0 or > input_len -> ValueError.
-            fn recharge_extend(
-                &mut self,
-                request_id: &Bound<'_, PyAny>,
-                #[pyo3(from_py_with = args::extend_len)] extend_len: i64,
-            ) -> PyResult<usize> {
-                let id = request_id::parse(request_id)?;
-                let n = args::non_negative("extend_len", extend_len)?;
-                Ok(self.core.recharge_extend(&id, n)?)
-            }
-
-            /// A running request goes back to waiting, keeping its place
-            /// (arrival order) and client: `tokens` to match now, `item`;
-            /// `refund=True` undoes its admission's charges (the engine never
-            /// ran it), `refund=False` keeps them and its next admission
-            /// charges nothing (a preemption). Not running -> KeyError.
-            #[pyo3(signature = (request_id, tokens, item = None, *, refund = false))]
-            fn requeue(
-                &mut self,
-                py: Python<'_>,
-                request_id: &Bound<'_, PyAny>,
-                tokens: &Bound<'_, PyAny>,
-                item: Option<PyObject>,
-                refund: bool,
-            ) -> PyResult<()> {
-                let id = request_id::parse(request_id)?;
-                let toks = extract_tokens(tokens, "tokens")?;
-                let item = item.unwrap_or_else(|| py.None());
-                let mut t = borrow_tree(py, &self.tree)?;
-                let tr: Option<&mut RadixTree> = t.as_deref_mut().map(|x| &mut x.inner);
-                Ok(self.core.requeue(tr, &id, toks, item, refund)?)
-            }
-
-            /// Extend tokens charged for a running request (admission or the
-            /// last `recharge_extend`); not running -> KeyError.
-            fn charged_extend(&self, request_id: &Bound<'_, PyAny>) -> PyResult<usize> {
-                let id = request_id::parse(request_id)?;
-                Ok(self.core.charged_extend(&id)?)
-            }
-
-            /// A running request finished (unknown -> KeyError).
-            fn finish(&mut self, request_id: &Bound<'_, PyAny>) -> PyResult<()> {
-                let id = request_id::parse(request_id)?;
-                Ok(self.core.finish(&id)?)
-            }
-
-            /// Service received by `client`: w_e*extend + w_q*output tokens.
-            fn service(&self, #[pyo3(from_py_with = args::client)] client: String) -> f64 {
-                self.core.service(&client)
-            }
-
-            /// Set a client's weight (> 0, finite).
-            fn set_weight(
-                &mut self,
-                #[pyo3(from_py_with = args::client)] client: String,
-                #[pyo3(from_py_with = args::w)] w: f64,
-            ) -> PyResult<()> {
-                Ok(self.core.set_weight(&client, w)?)
-            }
-
-            /// A client's weight (1.0 unless set).
-            fn weight(&self, #[pyo3(from_py_with = args::client)] client: String) -> f64 {
-                self.core.weight(&client)
-            }
-
-            /// Clients in first-seen order.
-            fn clients(&self) -> Vec<String> {
-                self.core.clients()
-            }
-
-            /// Waiting requests of one client.
-            fn num_waiting(&self, #[pyo3(from_py_with = args::client)] client: String) -> usize {
-                self.core.waiting_of(&client)
-            }
-
-            /// Forget every idle client that carries nothing (no requests,
-            /// default weight; VTC: counter at or below the lift floor;
-            /// DLPM: debt paid, q > 0): coming back it is treated as new,
-            /// which gives it no more than it would have had. Its
-            /// `service()` restarts at 0. Runs by itself whenever the client
-            /// table doubles (from 1,024 clients). Returns how many.
-            fn forget_idle_clients(&mut self) -> usize {
-                self.core.forget_idle_clients()
-            }
-
-            /// Clients known now (forgotten ones excluded).
-            #[getter]
-            fn num_clients(&self) -> usize {
-                self.core.num_clients()
-            }
-
-            /// Re-matches done because the tree changed (diagnostics).
-            #[getter]
-            fn _rematches(&self) -> u64 {
-                self.core.rematches()
-            }
-
-            /// Admitted requests not finished yet.
-            #[getter]
-            fn num_running(&self) -> usize {
-                self.core.num_running()
-            }
-
-            /// The constructor's limit on prompt tokens at `add` (None: any).
-            #[getter]
-            fn max_prompt_tokens(&self) -> Option<usize> {
-                self.core.max_prompt_tokens()
-            }
-
-            /// The RadixTree this scheduler matches against (None if none).
-            #[getter]
-            fn tree(&self, py: Python<'_>) -> Option<Py<PyRadixTree>> {
-                self.tree.as_ref().map(|t| t.clone_ref(py))
-            }
-
-            fn __len__(&self) -> usize {
-                self.core.len()
-            }
-
-            fn __repr__(&self) -> String {
-                format!(
-                    "{}(waiting={}, running={}, clients={})",
-                    $pyname,
-                    self.core.len(),
-                    self.core.num_running(),
-                    self.core.clients().len()
-                )
-            }
-
-            /// The fairness state as plain JSON data: policy, options, every
-            /// client (weight, service, VTC counter / DLPM deficit, requests
-            /// waiting), DLPM's refills and the admitted, unfinished requests.
-            /// Not the waiting requests (re-add them after a load) nor the
-            /// RadixTree (the engine's cache).
-            fn state_dict(&self, py: Python<'_>) -> PyResult<PyObject> {
-                from_value(py, &self.core.state()?)
-            }
-
-            /// Restore a `state_dict()` into this scheduler, which must hold no
-            /// requests (a fresh one); then re-add the waiting requests in
-            /// their original order. Everything is validated first (errors
-            /// name the field, e.g. `clients[2].deficit`) and nothing changes
-            /// on error. The state's options replace the constructor's.
-            fn load_state_dict(&mut self, state: &Bound<'_, PyAny>) -> PyResult<()> {
-                Ok(self.core.load_state(&to_value(state, "the state")?)?)
-            }
-
-            /// Assert internal invariants (tests only).
-            fn _check(&self, py: Python<'_>) -> PyResult<()> {
-                let t = borrow_tree(py, &self.tree)?;
-                self.core.check_invariants(t.as_deref().map(|x| &x.inner));
-                Ok(())
-            }
-        }
-    };
+/// The base class of every local scheduler (`fairq.LocalScheduler`): the
+/// core scheduler, the tree it matches against and every shared method,
+/// bound once. Each policy's class extends it with its constructor (and
+/// its own getters), so `isinstance(s, fairq.LocalScheduler)` holds.
+#[pyclass(name = "LocalScheduler", module = "fairq._core", subclass)]
+pub struct PyLocalScheduler {
+    core: LocalScheduler<PyObject>,
+    tree: Option<Py<PyRadixTree>>,
 }
 
-sched_class!(
-    PyFcfs,
-    "FCFS",
-    "First come, first served.
+impl PyLocalScheduler {
+    /// A new scheduler of `policy` with the constructor's
+    /// `max_prompt_tokens`, over `tree`.
+    fn new(
+        policy: Policy,
+        tree: Option<Py<PyRadixTree>>,
+        max_prompt_tokens: Option<i64>,
+    ) -> PyResult<Self> {
+        let limit = max_prompt_tokens
+            .map(|m| args::non_negative("max_prompt_tokens", m))
+            .transpose()?;
+        let mut core = LocalScheduler::new(policy)?;
+        core.set_max_prompt_tokens(limit);
+        Ok(PyLocalScheduler { core, tree })
+    }
+}
+
+/// The shared contract of every local scheduler (see FCFS's docstring).
+#[pymethods]
+impl PyLocalScheduler {
+    /// Add a waiting request (duplicate id -> ValueError; a prompt
+    /// longer than `max_prompt_tokens` -> ValueError naming the
+    /// request and the limit; nothing changes on error).
+    #[pyo3(signature = (request_id, client, tokens, item = None, namespace = None))]
+    fn add(
+        &mut self,
+        py: Python<'_>,
+        request_id: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = args::client)] client: String,
+        tokens: &Bound<'_, PyAny>,
+        item: Option<PyObject>,
+        namespace: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let id = request_id::parse(request_id)?;
+        let toks = extract_tokens(tokens, "tokens")?;
+        let ns = extract_namespace(namespace)?;
+        let item = item.unwrap_or_else(|| py.None());
+        let mut t = borrow_tree(py, &self.tree)?;
+        let tr: Option<&mut RadixTree> = t.as_deref_mut().map(|x| &mut x.inner);
+        Ok(self.core.add(tr, id, &client, toks, item, ns)?)
+    }
+
+    /// Remove a waiting request; returns its item (unknown -> KeyError).
+    fn remove(&mut self, request_id: &Bound<'_, PyAny>) -> PyResult<PyObject> {
+        let id = request_id::parse(request_id)?;
+        Ok(self.core.remove(&id)?)
+    }
+
+    /// Admit waiting requests in policy order while their extend
+    /// length fits `token_budget` (and `max_requests`). Oversize
+    /// rule: if that admits nothing and a slot is free, the policy's
+    /// next request is admitted alone (it exceeds the whole budget:
+    /// the engine prefills it in chunks) if its extend tokens fit
+    /// `oversize_budget` (None: any; 0: the rule is off, for a
+    /// `token_budget` that is only what is left of a step).
+    #[pyo3(signature = (token_budget, max_requests = None, *, oversize_budget = None))]
+    fn schedule(
+        &mut self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::token_budget)] token_budget: i64,
+        #[pyo3(from_py_with = args::max_requests)] max_requests: Option<i64>,
+        #[pyo3(from_py_with = args::oversize_budget)] oversize_budget: Option<i64>,
+    ) -> PyResult<Vec<PyAdmission>> {
+        admit_py(
+            py,
+            &mut self.core,
+            &self.tree,
+            token_budget,
+            max_requests,
+            oversize_budget,
+            true,
+        )
+    }
+
+    /// `schedule` without refilling: admits exactly what `schedule`
+    /// would (same order, same charges) up to where it would refill
+    /// (DLPM: no waiting client has credit left) and stops there;
+    /// `refills` never moves. For FCFS, LPM and VTC, which never
+    /// refill, the same as `schedule`. For a caller that may hand
+    /// part of a batch back (`requeue(..., refund=True)` undoes each
+    /// admission exactly): no refill happens on behalf of requests
+    /// it then does not take. With no refill needed, one call with
+    /// `max_requests = k` equals `k` calls with `max_requests = 1`
+    /// (the later ones with the budget left and `oversize_budget=0`,
+    /// none after a request admitted alone). The oversize rule and
+    /// `oversize_budget` are `schedule`'s.
+    #[pyo3(signature = (token_budget, max_requests = None, *, oversize_budget = None))]
+    fn schedule_within_credit(
+        &mut self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::token_budget)] token_budget: i64,
+        #[pyo3(from_py_with = args::max_requests)] max_requests: Option<i64>,
+        #[pyo3(from_py_with = args::oversize_budget)] oversize_budget: Option<i64>,
+    ) -> PyResult<Vec<PyAdmission>> {
+        admit_py(
+            py,
+            &mut self.core,
+            &self.tree,
+            token_budget,
+            max_requests,
+            oversize_budget,
+            false,
+        )
+    }
+
+    /// Charge `n_tokens` decode tokens of a running request.
+    #[pyo3(signature = (request_id, n_tokens = 1))]
+    fn charge_output(
+        &mut self,
+        request_id: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = args::n_tokens)] n_tokens: i64,
+    ) -> PyResult<()> {
+        let id = request_id::parse(request_id)?;
+        let n = args::non_negative("n_tokens", n_tokens)?;
+        Ok(self.core.charge_output(&id, n)?)
+    }
+
+    /// Replace the extend tokens charged at a running request's
+    /// admission by `extend_len` (the engine's real prefix match is
+    /// known); returns the value charged before. `service(client)`
+    /// moves by the difference (DLPM: the deficit too, with the
+    /// client's weight at admission; VTC's counter charges the input
+    /// length and does not move). Not running -> KeyError;
+    /// `extend_len` < 0 or > input_len -> ValueError.
+    fn recharge_extend(
+        &mut self,
+        request_id: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = args::extend_len)] extend_len: i64,
+    ) -> PyResult<usize> {
+        let id = request_id::parse(request_id)?;
+        let n = args::non_negative("extend_len", extend_len)?;
+        Ok(self.core.recharge_extend(&id, n)?)
+    }
+
+    /// A running request goes back to waiting, keeping its place
+    /// (arrival order) and client: `tokens` to match now, `item`;
+    /// `refund=True` undoes its admission's charges (the engine never
+    /// ran it), `refund=False` keeps them and its next admission
+    /// charges nothing (a preemption). Not running -> KeyError.
+    #[pyo3(signature = (request_id, tokens, item = None, *, refund = false))]
+    fn requeue(
+        &mut self,
+        py: Python<'_>,
+        request_id: &Bound<'_, PyAny>,
+        tokens: &Bound<'_, PyAny>,
+        item: Option<PyObject>,
+        refund: bool,
+    ) -> PyResult<()> {
+        let id = request_id::parse(request_id)?;
+        let toks = extract_tokens(tokens, "tokens")?;
+        let item = item.unwrap_or_else(|| py.None());
+        let mut t = borrow_tree(py, &self.tree)?;
+        let tr: Option<&mut RadixTree> = t.as_deref_mut().map(|x| &mut x.inner);
+        Ok(self.core.requeue(tr, &id, toks, item, refund)?)
+    }
+
+    /// Extend tokens charged for a running request (admission or the
+    /// last `recharge_extend`); not running -> KeyError.
+    fn charged_extend(&self, request_id: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let id = request_id::parse(request_id)?;
+        Ok(self.core.charged_extend(&id)?)
+    }
+
+    /// A running request finished (unknown -> KeyError).
+    fn finish(&mut self, request_id: &Bound<'_, PyAny>) -> PyResult<()> {
+        let id = request_id::parse(request_id)?;
+        Ok(self.core.finish(&id)?)
+    }
+
+    /// Service received by `client`: w_e*extend + w_q*output tokens.
+    fn service(&self, #[pyo3(from_py_with = args::client)] client: String) -> f64 {
+        self.core.service(&client)
+    }
+
+    /// Set a client's weight (> 0, finite).
+    fn set_weight(
+        &mut self,
+        #[pyo3(from_py_with = args::client)] client: String,
+        #[pyo3(from_py_with = args::w)] w: f64,
+    ) -> PyResult<()> {
+        Ok(self.core.set_weight(&client, w)?)
+    }
+
+    /// A client's weight (1.0 unless set).
+    fn weight(&self, #[pyo3(from_py_with = args::client)] client: String) -> f64 {
+        self.core.weight(&client)
+    }
+
+    /// Clients in first-seen order.
+    fn clients(&self) -> Vec<String> {
+        self.core.clients()
+    }
+
+    /// Waiting requests of one client.
+    fn num_waiting(&self, #[pyo3(from_py_with = args::client)] client: String) -> usize {
+        self.core.waiting_of(&client)
+    }
+
+    /// Forget every idle client that carries nothing (no requests,
+    /// default weight; VTC: counter at or below the lift floor;
+    /// DLPM: debt paid, q > 0): coming back it is treated as new,
+    /// which gives it no more than it would have had. Its
+    /// `service()` restarts at 0. Runs by itself whenever the client
+    /// table doubles (from 1,024 clients). Returns how many.
+    fn forget_idle_clients(&mut self) -> usize {
+        self.core.forget_idle_clients()
+    }
+
+    /// Clients known now (forgotten ones excluded).
+    #[getter]
+    fn num_clients(&self) -> usize {
+        self.core.num_clients()
+    }
+
+    /// Re-matches done because the tree changed (diagnostics).
+    #[getter]
+    fn _rematches(&self) -> u64 {
+        self.core.rematches()
+    }
+
+    /// Admitted requests not finished yet.
+    #[getter]
+    fn num_running(&self) -> usize {
+        self.core.num_running()
+    }
+
+    /// The constructor's limit on prompt tokens at `add` (None: any).
+    #[getter]
+    fn max_prompt_tokens(&self) -> Option<usize> {
+        self.core.max_prompt_tokens()
+    }
+
+    /// The RadixTree this scheduler matches against (None if none).
+    #[getter]
+    fn tree(&self, py: Python<'_>) -> Option<Py<PyRadixTree>> {
+        self.tree.as_ref().map(|t| t.clone_ref(py))
+    }
+
+    fn __len__(&self) -> usize {
+        self.core.len()
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        let name = slf.get_type().name()?;
+        let this = slf.borrow();
+        Ok(format!(
+            "{}(waiting={}, running={}, clients={})",
+            name,
+            this.core.len(),
+            this.core.num_running(),
+            this.core.clients().len()
+        ))
+    }
+
+    /// Run on injected time: the scheduler's clock reads `now` seconds
+    /// from here on (finite, not before the last time set; ValueError
+    /// naming `now` otherwise, nothing changes). Without a call the
+    /// clock is the wall clock (seconds since the UNIX epoch). Only the
+    /// policies whose charges depend on time read it (LAS's decay); a
+    /// simulator sets its simulated time before each step.
+    fn set_time(&mut self, #[pyo3(from_py_with = now_arg)] now: f64) -> PyResult<()> {
+        Ok(self.core.set_time(now)?)
+    }
+
+    /// The policy's per-client number now (its registered state field:
+    /// VTC's counter, DLPM's deficit, ...; 0 for unknown clients and
+    /// policies without one).
+    fn state_value(&self, #[pyo3(from_py_with = args::client)] client: String) -> f64 {
+        self.core.state_value(&client)
+    }
+
+    /// The fairness state as plain JSON data: policy, options, every
+    /// client (weight, service, VTC counter / DLPM deficit, requests
+    /// waiting), DLPM's refills and the admitted, unfinished requests.
+    /// Not the waiting requests (re-add them after a load) nor the
+    /// RadixTree (the engine's cache).
+    fn state_dict(&self, py: Python<'_>) -> PyResult<PyObject> {
+        from_value(py, &self.core.state()?)
+    }
+
+    /// Restore a `state_dict()` into this scheduler, which must hold no
+    /// requests (a fresh one); then re-add the waiting requests in
+    /// their original order. Everything is validated first (errors
+    /// name the field, e.g. `clients[2].deficit`) and nothing changes
+    /// on error. The state's options replace the constructor's.
+    fn load_state_dict(&mut self, state: &Bound<'_, PyAny>) -> PyResult<()> {
+        Ok(self.core.load_state(&to_value(state, "the state")?)?)
+    }
+
+    /// Assert internal invariants (tests only).
+    fn _check(&self, py: Python<'_>) -> PyResult<()> {
+        let t = borrow_tree(py, &self.tree)?;
+        self.core.check_invariants(t.as_deref().map(|x| &x.inner));
+        Ok(())
+    }
+}
+
+#[doc = "First come, first served.
 
 Admits waiting requests in arrival order (the order of add) and stops at the
 first request whose extend tokens do not fit token_budget, so a large request
@@ -405,27 +450,26 @@ KeyError). service(client) = w_e*extend + w_q*output
 tokens served (VTC: w_in and w_out in those roles; FCFS, LPM: 1 and 2), not
 divided by the client's weight.
 Every failing call raises before changing anything. Every request added
-leaves exactly once: admitted then finished, or removed.",
-    {
-        #[new]
-        #[pyo3(signature = (tree = None, *, max_prompt_tokens = None))]
-        fn new(
-            tree: Option<Py<PyRadixTree>>,
-            #[pyo3(from_py_with = args::max_prompt_tokens)] max_prompt_tokens: Option<i64>,
-        ) -> PyResult<Self> {
-            Ok(Self {
-                core: new_core(Policy::Fcfs, max_prompt_tokens)?,
-                tree,
-            })
-        }
-    },
-    {}
-);
+leaves exactly once: admitted then finished, or removed."]
+#[pyclass(name = "FCFS", module = "fairq._core", extends = PyLocalScheduler)]
+pub struct PyFcfs;
 
-sched_class!(
-    PyLpm,
-    "LPM",
-    "Longest prefix match first.
+#[pymethods]
+impl PyFcfs {
+    #[new]
+    #[pyo3(signature = (tree = None, *, max_prompt_tokens = None))]
+    fn new(
+        tree: Option<Py<PyRadixTree>>,
+        #[pyo3(from_py_with = args::max_prompt_tokens)] max_prompt_tokens: Option<i64>,
+    ) -> PyResult<(Self, PyLocalScheduler)> {
+        Ok((
+            Self,
+            PyLocalScheduler::new(Policy::Fcfs, tree, max_prompt_tokens)?,
+        ))
+    }
+}
+
+#[doc = "Longest prefix match first.
 
 Each schedule orders the waiting requests by the length of their longest
 match in `tree` (the engine's prefix cache, a RadixTree), longest first, ties
@@ -450,59 +494,55 @@ one level served per schedule, round-robin from level 9 down, at most
 (level + 1) * 10 requests from it, arrival order within the level, a request
 that does not fit skipped. No starvation across levels, no per-client
 fairness. Excludes stop_at_unfit and fcfs_above (ValueError). Shared
-contract: see help(fairq.FCFS).",
-    {
-        #[new]
-        #[pyo3(signature = (tree, *, max_prompt_tokens = None, stop_at_unfit = false, fcfs_above = None, multi_priority = false))]
-        fn new(
-            tree: Py<PyRadixTree>,
-            #[pyo3(from_py_with = args::max_prompt_tokens)] max_prompt_tokens: Option<i64>,
-            stop_at_unfit: bool,
-            #[pyo3(from_py_with = args::fcfs_above)] fcfs_above: Option<i64>,
-            multi_priority: bool,
-        ) -> PyResult<Self> {
-            let fcfs_above = fcfs_above
-                .map(|n| args::non_negative("fcfs_above", n))
-                .transpose()?;
-            let mut core = new_core(Policy::Lpm, max_prompt_tokens)?;
-            core.set_lpm_rule(LpmRule {
-                stop_at_unfit,
-                fcfs_above,
-                multi_priority,
-            })?;
-            Ok(Self {
-                core,
-                tree: Some(tree),
-            })
-        }
-    },
-    {
-        /// Whether the walk stops at the first request that does not fit
-        /// (SGLang) instead of skipping it (the paper).
-        #[getter]
-        fn stop_at_unfit(&self) -> bool {
-            self.core.lpm_rule().stop_at_unfit
-        }
+contract: see help(fairq.FCFS)."]
+#[pyclass(name = "LPM", module = "fairq._core", extends = PyLocalScheduler)]
+pub struct PyLpm;
 
-        /// Waiting requests above which the walk is in arrival order
-        /// (None: never).
-        #[getter]
-        fn fcfs_above(&self) -> Option<usize> {
-            self.core.lpm_rule().fcfs_above
-        }
-
-        /// Whether the order is Preble's multi-level priority queue.
-        #[getter]
-        fn multi_priority(&self) -> bool {
-            self.core.lpm_rule().multi_priority
-        }
+#[pymethods]
+impl PyLpm {
+    #[new]
+    #[pyo3(signature = (tree, *, max_prompt_tokens = None, stop_at_unfit = false, fcfs_above = None, multi_priority = false))]
+    fn new(
+        tree: Py<PyRadixTree>,
+        #[pyo3(from_py_with = args::max_prompt_tokens)] max_prompt_tokens: Option<i64>,
+        stop_at_unfit: bool,
+        #[pyo3(from_py_with = args::fcfs_above)] fcfs_above: Option<i64>,
+        multi_priority: bool,
+    ) -> PyResult<(Self, PyLocalScheduler)> {
+        let fcfs_above = fcfs_above
+            .map(|n| args::non_negative("fcfs_above", n))
+            .transpose()?;
+        let mut base = PyLocalScheduler::new(Policy::Lpm, Some(tree), max_prompt_tokens)?;
+        base.core.set_lpm_rule(LpmRule {
+            stop_at_unfit,
+            fcfs_above,
+            multi_priority,
+        })?;
+        Ok((Self, base))
     }
-);
 
-sched_class!(
-    PyVtc,
-    "VTC",
-    "Virtual Token Counter (Sheng et al.), artifact rules.
+    /// Whether the walk stops at the first request that does not fit
+    /// (SGLang) instead of skipping it (the paper).
+    #[getter]
+    fn stop_at_unfit(slf: PyRef<'_, Self>) -> bool {
+        slf.as_super().core.lpm_rule().stop_at_unfit
+    }
+
+    /// Waiting requests above which the walk is in arrival order
+    /// (None: never).
+    #[getter]
+    fn fcfs_above(slf: PyRef<'_, Self>) -> Option<usize> {
+        slf.as_super().core.lpm_rule().fcfs_above
+    }
+
+    /// Whether the order is Preble's multi-level priority queue.
+    #[getter]
+    fn multi_priority(slf: PyRef<'_, Self>) -> bool {
+        slf.as_super().core.lpm_rule().multi_priority
+    }
+}
+
+#[doc = "Virtual Token Counter (Sheng et al.), artifact rules.
 
 Keeps a counter per client (counter(client); new client: 0). Admission
 repeatedly takes the waiting client with the smallest counter and admits its
@@ -513,34 +553,34 @@ becomes max(counter, min counter of the other clients with waiting requests),
 so an idle client banks no credit. Backlogged clients' weighted service stays
 within a bound of each other; cache locality is ignored (ALGORITHMS.md
 section 5). w_in, w_out: > 0 and finite (ValueError naming the field).
-Shared contract: see help(fairq.FCFS).",
-    {
-        #[new]
-        #[pyo3(signature = (tree = None, w_in = 1.0, w_out = 2.0, *, max_prompt_tokens = None))]
-        fn new(
-            tree: Option<Py<PyRadixTree>>,
-            #[pyo3(from_py_with = args::w_in)] w_in: f64,
-            #[pyo3(from_py_with = args::w_out)] w_out: f64,
-            #[pyo3(from_py_with = args::max_prompt_tokens)] max_prompt_tokens: Option<i64>,
-        ) -> PyResult<Self> {
-            Ok(Self {
-                core: new_core(Policy::Vtc { w_in, w_out }, max_prompt_tokens)?,
-                tree,
-            })
-        }
-    },
-    {
-        /// The client's virtual token counter (0 for unknown clients).
-        fn counter(&self, #[pyo3(from_py_with = args::client)] client: String) -> f64 {
-            self.core.counter(&client)
-        }
-    }
-);
+Shared contract: see help(fairq.FCFS)."]
+#[pyclass(name = "VTC", module = "fairq._core", extends = PyLocalScheduler)]
+pub struct PyVtc;
 
-sched_class!(
-    PyDlpm,
-    "DLPM",
-    "Deficit Longest Prefix Match (paper Algorithm 1).
+#[pymethods]
+impl PyVtc {
+    #[new]
+    #[pyo3(signature = (tree = None, w_in = 1.0, w_out = 2.0, *, max_prompt_tokens = None))]
+    fn new(
+        tree: Option<Py<PyRadixTree>>,
+        #[pyo3(from_py_with = args::w_in)] w_in: f64,
+        #[pyo3(from_py_with = args::w_out)] w_out: f64,
+        #[pyo3(from_py_with = args::max_prompt_tokens)] max_prompt_tokens: Option<i64>,
+    ) -> PyResult<(Self, PyLocalScheduler)> {
+        let policy = Policy::Vtc { w_in, w_out };
+        Ok((
+            Self,
+            PyLocalScheduler::new(policy, tree, max_prompt_tokens)?,
+        ))
+    }
+
+    /// The client's virtual token counter (0 for unknown clients).
+    fn counter(slf: PyRef<'_, Self>, #[pyo3(from_py_with = args::client)] client: String) -> f64 {
+        slf.as_super().core.counter(&client)
+    }
+}
+
+#[doc = "Deficit Longest Prefix Match (paper Algorithm 1).
 
 Walks the waiting requests in LPM order (longest match in `tree` first) and
 gates each by its client's deficit q (deficit(client); new client: 0):
@@ -554,43 +594,137 @@ Bound (Theorem 4.1): two continuously backlogged clients' service differs by
 at most 2 * (U + quantum), U = w_e * max input + w_q * max running tokens.
 quantum -> 0 behaves like VTC, quantum -> inf like LPM. quantum, w_e, w_q:
 > 0 and finite (ValueError naming the field). Shared contract: see
-help(fairq.FCFS).",
-    {
-        #[new]
-        #[pyo3(signature = (tree, quantum, w_e = 1.0, w_q = 2.0, *, max_prompt_tokens = None))]
-        fn new(
-            tree: Py<PyRadixTree>,
-            #[pyo3(from_py_with = args::quantum)] quantum: f64,
-            #[pyo3(from_py_with = args::w_e)] w_e: f64,
-            #[pyo3(from_py_with = args::w_q)] w_q: f64,
-            #[pyo3(from_py_with = args::max_prompt_tokens)] max_prompt_tokens: Option<i64>,
-        ) -> PyResult<Self> {
-            Ok(Self {
-                core: new_core(Policy::Dlpm { quantum, w_e, w_q }, max_prompt_tokens)?,
-                tree: Some(tree),
-            })
-        }
-    },
-    {
-        /// The client's deficit counter q (0 for unknown clients).
-        fn deficit(&self, #[pyo3(from_py_with = args::client)] client: String) -> f64 {
-            self.core.deficit(&client)
-        }
-        /// Virtual refills so far: a refill check that fires applies in one
-        /// go the k single refills (+quantum each) the walk would do one at a
-        /// time; all k are counted.
-        #[getter]
-        fn refills(&self) -> u64 {
-            self.core.refills()
-        }
+help(fairq.FCFS)."]
+#[pyclass(name = "DLPM", module = "fairq._core", extends = PyLocalScheduler)]
+pub struct PyDlpm;
+
+#[pymethods]
+impl PyDlpm {
+    #[new]
+    #[pyo3(signature = (tree, quantum, w_e = 1.0, w_q = 2.0, *, max_prompt_tokens = None))]
+    fn new(
+        tree: Py<PyRadixTree>,
+        #[pyo3(from_py_with = args::quantum)] quantum: f64,
+        #[pyo3(from_py_with = args::w_e)] w_e: f64,
+        #[pyo3(from_py_with = args::w_q)] w_q: f64,
+        #[pyo3(from_py_with = args::max_prompt_tokens)] max_prompt_tokens: Option<i64>,
+    ) -> PyResult<(Self, PyLocalScheduler)> {
+        let policy = Policy::Dlpm { quantum, w_e, w_q };
+        Ok((
+            Self,
+            PyLocalScheduler::new(policy, Some(tree), max_prompt_tokens)?,
+        ))
     }
-);
+
+    /// The client's deficit counter q (0 for unknown clients).
+    fn deficit(slf: PyRef<'_, Self>, #[pyo3(from_py_with = args::client)] client: String) -> f64 {
+        slf.as_super().core.deficit(&client)
+    }
+
+    /// Virtual refills so far: a refill check that fires applies in one
+    /// go the k single refills (+quantum each) the walk would do one at a
+    /// time; all k are counted.
+    #[getter]
+    fn refills(slf: PyRef<'_, Self>) -> u64 {
+        slf.as_super().core.refills()
+    }
+}
+
+/// The registered local policies, one dict each, in registration order:
+/// `name`, `class_name` (its class in `fairq._core`), `options` (names in
+/// constructor order), `engine_defaults` (option -> the value an engine
+/// uses when the user gives none), `needs_tree`, `refills`,
+/// `stop_at_unfit`, `state_fields` (the per-client numbers `state_dict`
+/// reports, each a dict `name`, `metric`, `help`).
+#[pyfunction]
+fn policies(py: Python<'_>) -> PyResult<Vec<PyObject>> {
+    REGISTRY
+        .iter()
+        .map(|spec| {
+            let d = PyDict::new(py);
+            d.set_item("name", spec.name)?;
+            d.set_item("class_name", spec.class_name)?;
+            let names: Vec<&str> = spec.options.iter().map(|o| o.name).collect();
+            d.set_item("options", PyTuple::new(py, names)?)?;
+            let defaults = PyDict::new(py);
+            for o in spec.options {
+                defaults.set_item(o.name, o.engine_default)?;
+            }
+            d.set_item("engine_defaults", defaults)?;
+            d.set_item("needs_tree", spec.needs_tree)?;
+            d.set_item("refills", spec.refills)?;
+            d.set_item("stop_at_unfit", spec.stop_at_unfit)?;
+            let fields = PyList::empty(py);
+            for f in spec.state_field.iter() {
+                let fd = PyDict::new(py);
+                fd.set_item("name", f.name)?;
+                fd.set_item("metric", f.metric)?;
+                fd.set_item("help", f.help)?;
+                fields.append(fd)?;
+            }
+            d.set_item("state_fields", fields)?;
+            Ok(d.into_any().unbind())
+        })
+        .collect()
+}
+
+/// `half_life_s`: a float (see [`args::float_arg`]).
+fn half_life_s(v: &Bound<'_, PyAny>) -> PyResult<f64> {
+    args::float_arg("half_life_s", v)
+}
+
+/// Least attained service per tenant with half-life decay (llm-d's flow
+/// control fairness; ALGORITHMS.md section 5b).
+///
+/// Each client's attained service S (attained(client); new client: 0) grows
+/// by w_in * extend_len / weight at admission and w_out * n / weight per
+/// charge_output(n), and decays between charges, halving every half_life_s
+/// seconds of the scheduler's clock: set_time(now) (the simulator's
+/// simulated time, a test's), else the wall clock. The waiting client with
+/// the least S now (ties: first seen) has its oldest request admitted if it
+/// fits; the pass stops at the first that does not. No lift: an idle
+/// client's S decays, so one back after a while is not punished for old
+/// use. half_life_s, w_in, w_out: > 0 and finite (ValueError naming the
+/// field). Shared contract: see help(fairq.FCFS).
+#[pyclass(name = "LAS", module = "fairq._core", extends = PyLocalScheduler)]
+pub struct PyLas;
+
+#[pymethods]
+impl PyLas {
+    #[new]
+    #[pyo3(signature = (tree = None, half_life_s = 60.0, w_in = 1.0, w_out = 2.0, *, max_prompt_tokens = None))]
+    fn new(
+        tree: Option<Py<PyRadixTree>>,
+        #[pyo3(from_py_with = half_life_s)] half_life_s: f64,
+        #[pyo3(from_py_with = args::w_in)] w_in: f64,
+        #[pyo3(from_py_with = args::w_out)] w_out: f64,
+        #[pyo3(from_py_with = args::max_prompt_tokens)] max_prompt_tokens: Option<i64>,
+    ) -> PyResult<(Self, PyLocalScheduler)> {
+        let policy = Policy::Las {
+            half_life_s,
+            w_in,
+            w_out,
+        };
+        Ok((
+            Self,
+            PyLocalScheduler::new(policy, tree, max_prompt_tokens)?,
+        ))
+    }
+
+    /// The client's attained service now, decayed (0 for unknown clients).
+    fn attained(slf: PyRef<'_, Self>, #[pyo3(from_py_with = args::client)] client: String) -> f64 {
+        slf.as_super().core.state_value(&client)
+    }
+}
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyAdmission>()?;
+    m.add_class::<PyLocalScheduler>()?;
+    m.add_function(wrap_pyfunction!(policies, m)?)?;
     m.add_class::<PyFcfs>()?;
     m.add_class::<PyLpm>()?;
     m.add_class::<PyVtc>()?;
     m.add_class::<PyDlpm>()?;
+    m.add_class::<PyLas>()?;
     Ok(())
 }

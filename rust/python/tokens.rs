@@ -184,24 +184,19 @@ fn decode_ints(
         .enumerate()
         .map(|(i, c)| {
             let mut b = [0u8; 8];
-            let v: i128 = if big {
+            let u = if big {
                 b[8 - itemsize..].copy_from_slice(c);
-                let u = u64::from_be_bytes(b);
-                if signed {
-                    let shift = 64 - 8 * itemsize as u32;
-                    (((u << shift) as i64) >> shift) as i128
-                } else {
-                    u as i128
-                }
+                u64::from_be_bytes(b)
             } else {
                 b[..itemsize].copy_from_slice(c);
-                let u = u64::from_le_bytes(b);
-                if signed {
-                    let shift = 64 - 8 * itemsize as u32;
-                    (((u << shift) as i64) >> shift) as i128
-                } else {
-                    u as i128
-                }
+                u64::from_le_bytes(b)
+            };
+            let v: i128 = if signed {
+                // sign-extend the item's top bit
+                let shift = 64 - 8 * itemsize as u32;
+                (((u << shift) as i64) >> shift) as i128
+            } else {
+                u as i128
             };
             u32::try_from(v).map_err(|_| {
                 PyValueError::new_err(format!(

@@ -43,10 +43,10 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::book::Book;
-use super::policy::AdmissionOrder;
-use super::prefix::{LpmKey, PrefixIndex};
+use super::lpm::LpmRule;
+use super::policy::{AdmissionOrder, OptionSpec, PolicySpec, Registered, Room, StateField, Unfit};
+use super::prefix::{prefix_accessors, LpmKey, PrefixIndex};
 use super::state::SavedClient;
-use super::Admission;
 use crate::deficit::{add_saturating, refill, rounds_until_positive};
 use crate::radix::RadixTree;
 
@@ -62,6 +62,8 @@ pub(super) struct Dlpm {
     credit_clients_waiting: usize,
     /// Virtual refills so far (diagnostics).
     refills: u64,
+    /// The current pass.
+    walk: Walk,
 }
 
 impl Dlpm {
@@ -74,6 +76,7 @@ impl Dlpm {
             deficits: Vec::new(),
             credit_clients_waiting: 0,
             refills: 0,
+            walk: Walk::default(),
         }
     }
 
@@ -83,7 +86,7 @@ impl Dlpm {
 
     /// Client `c` has waiting requests and credit.
     fn waits_with_credit<T>(&self, book: &Book<T>, c: u32) -> bool {
-        book.clients[c as usize].waiting > 0 && self.has_credit(c)
+        credit_waits(book, &self.deficits, c)
     }
 
     /// Move client `c`'s deficit by `delta` (saturating), keeping
@@ -124,119 +127,91 @@ impl Dlpm {
             .count();
         debug_assert!(self.credit_clients_waiting > 0);
     }
+}
 
-    /// Algorithm 1's walks (see the module docs). `refill = false` stops
-    /// where a refill check would fire instead of refilling: the admissions
-    /// are then exactly those `refill = true` makes before its first refill.
-    fn walk<T>(
-        &mut self,
-        book: &mut Book<T>,
-        budget: usize,
-        max_requests: usize,
-        refill: bool,
-    ) -> Vec<Admission<T>> {
-        let mut out = Vec::new();
-        let mut left = budget;
-        // Position of the current walk (None: before its first request).
-        let mut pos: Option<LpmKey> = None;
-        // Repeat the walk until a whole walk admits nothing and refills
-        // nothing.
-        let mut progress = false;
-        // The credit clients' orders merged (valid until a refill or the
-        // end of a walk).
-        let mut merge: BinaryHeap<Reverse<(LpmKey, u32)>> = BinaryHeap::new();
-        let mut merge_valid = false;
-        // Requests seen not to fit cannot fit again in this call (the budget
-        // only shrinks), so later walks must not step over them again: they
-        // leave their client's order (used by the merge) until the end of
-        // the call. The global order keeps them: they still trigger refill
-        // checks.
-        let mut hidden: Vec<(u32, LpmKey, u32)> = Vec::new();
-        while out.len() < max_requests {
-            if !self.index.min_extend().is_some_and(|e| e <= left) {
-                // Nothing left fits: no walk admits anything any more, but
-                // the next request visited (in this walk or the next) still
-                // runs the refill check. If no waiting client has credit it
-                // fires (in bulk) and then never again.
-                if refill && self.credit_clients_waiting == 0 && book.waiting > 0 {
-                    self.bulk_refill(book);
-                }
-                break;
-            }
-            let next = if self.credit_clients_waiting > 0 {
-                // Some waiting client has credit, so requests of clients
-                // without credit are skipped with no side effect: merge only
-                // the credit clients' orders.
-                if !merge_valid {
-                    merge.clear();
-                    for c in 0..book.clients.len() as u32 {
-                        if self.waits_with_credit(book, c) {
-                            if let Some(k) = self.index.client_next(c, pos) {
-                                merge.push(Reverse((k, c)));
-                            }
-                        }
-                    }
-                    merge_valid = true;
-                }
-                let mut found = None;
-                while let Some(Reverse((k, c))) = merge.pop() {
-                    if !self.waits_with_credit(book, c) {
-                        continue;
-                    }
-                    if let Some(nk) = self.index.client_next(c, Some(k)) {
-                        merge.push(Reverse((nk, c)));
-                    }
-                    found = Some((k, self.index.client_request(c, k)));
-                    break;
-                }
-                found
-            } else {
-                self.index.next_after(pos)
-            };
-            let Some((k, r)) = next else {
-                // End of a walk.
-                if !progress {
-                    break;
-                }
-                progress = false;
-                pos = None;
-                merge_valid = false;
-                continue;
-            };
-            pos = Some(k);
-            let c = book.req(r).client;
-            if !self.has_credit(c) && self.credit_clients_waiting == 0 {
-                if !refill {
-                    break;
-                }
-                self.bulk_refill(book);
-                progress = true;
-                merge_valid = false;
-            }
-            if !self.has_credit(c) {
-                continue;
-            }
-            let cached = self.index.match_len(r);
-            let extend = book.req(r).input_len - cached;
-            if extend > left {
-                if self.index.hide_from_client(c, k) {
-                    hidden.push((c, k, r));
-                }
-                continue;
-            }
-            left -= extend;
-            if !book.req(r).resumed {
-                let w = book.clients[c as usize].weight;
-                self.add_deficit(book, c, -(self.w_e * extend as f64 / w));
-            }
-            self.dequeue(book, r);
-            out.push(book.admit(r, cached));
-            progress = true;
+/// Client `c` has waiting requests and credit (`q > 0`).
+fn credit_waits<T>(book: &Book<T>, deficits: &[f64], c: u32) -> bool {
+    book.clients[c as usize].waiting > 0 && deficits[c as usize] > 0.0
+}
+
+/// The state of one `schedule` pass: Algorithm 1's walks (see the module
+/// docs), repeated until a whole walk admits nothing and refills nothing.
+#[derive(Debug, Default)]
+struct Walk {
+    /// Position of the current walk (None: before its first request).
+    pos: Option<LpmKey>,
+    /// The current walk admitted or refilled.
+    progress: bool,
+    /// The credit clients' orders merged (valid until a refill or the end
+    /// of a walk).
+    merge: BinaryHeap<Reverse<(LpmKey, u32)>>,
+    merge_valid: bool,
+    /// Requests seen not to fit cannot fit again in this pass (the budget
+    /// only shrinks), so later walks must not step over them again: they
+    /// leave their client's order (used by the merge) until the end of the
+    /// pass. The global order keeps them: they still trigger refill checks.
+    hidden: Vec<(u32, LpmKey, u32)>,
+    /// The current candidate's key.
+    key: Option<LpmKey>,
+}
+
+impl Dlpm {
+    /// The next request of the walk in LPM order: the credit clients' orders
+    /// merged while some waiting client has credit (requests of clients
+    /// without credit are then skipped with no side effect), else the
+    /// global order.
+    fn step<T>(&mut self, book: &Book<T>) -> Option<(LpmKey, u32)> {
+        if self.credit_clients_waiting == 0 {
+            return self.index.next_after(self.walk.pos);
         }
-        for (c, k, r) in hidden {
-            self.index.unhide_from_client(c, k, r);
+        let walk = &mut self.walk;
+        if !walk.merge_valid {
+            walk.merge.clear();
+            for c in 0..book.clients.len() as u32 {
+                if credit_waits(book, &self.deficits, c) {
+                    if let Some(k) = self.index.client_next(c, walk.pos) {
+                        walk.merge.push(Reverse((k, c)));
+                    }
+                }
+            }
+            walk.merge_valid = true;
         }
-        out
+        while let Some(Reverse((k, c))) = walk.merge.pop() {
+            if !(credit_waits(book, &self.deficits, c)) {
+                continue;
+            }
+            if let Some(nk) = self.index.client_next(c, Some(k)) {
+                walk.merge.push(Reverse((nk, c)));
+            }
+            return Some((k, self.index.client_request(c, k)));
+        }
+        None
+    }
+}
+
+impl Registered for Dlpm {
+    const SPEC: PolicySpec = PolicySpec {
+        name: "dlpm",
+        class_name: "DLPM",
+        // the engine's quantum: sized for one engine batch
+        options: &[
+            OptionSpec::new("quantum", 512.0),
+            OptionSpec::new("w_e", 1.0),
+            OptionSpec::new("w_q", 2.0),
+        ],
+        needs_tree: true,
+        refills: true,
+        stop_at_unfit: false,
+        state_field: Some(StateField {
+            name: "deficit",
+            min: None,
+            metric: "scheduler_deficit",
+            help: "DLPM deficit",
+        }),
+        service_weights: Some((1, 2)),
+    };
+    fn build(options: &[f64], _rule: LpmRule) -> Self {
+        Dlpm::new(options[0], options[1], options[2])
     }
 }
 
@@ -286,15 +261,74 @@ impl AdmissionOrder for Dlpm {
         }
     }
 
-    fn schedule<T>(
-        &mut self,
-        book: &mut Book<T>,
-        _tree: Option<&RadixTree>,
-        budget: usize,
-        max_requests: usize,
-        refill: bool,
-    ) -> Vec<Admission<T>> {
-        self.walk(book, budget, max_requests, refill)
+    fn begin_pass<T>(&mut self, _book: &Book<T>, max_requests: usize) -> usize {
+        self.walk = Walk::default();
+        max_requests
+    }
+
+    fn next_candidate<T>(&mut self, book: &Book<T>, room: Room<'_>) -> Option<(u32, usize)> {
+        loop {
+            if !self.index.min_extend().is_some_and(|e| e <= room.left) {
+                // Nothing left fits: no walk admits anything any more, but
+                // the next request visited (in this walk or the next) still
+                // runs the refill check. If no waiting client has credit it
+                // fires (in bulk) and then never again.
+                if room.refill && self.credit_clients_waiting == 0 && book.waiting > 0 {
+                    self.bulk_refill(book);
+                }
+                return None;
+            }
+            let Some((k, r)) = self.step(book) else {
+                // End of a walk: repeat it if it admitted or refilled.
+                if !self.walk.progress {
+                    return None;
+                }
+                self.walk.progress = false;
+                self.walk.pos = None;
+                self.walk.merge_valid = false;
+                continue;
+            };
+            self.walk.pos = Some(k);
+            let c = book.req(r).client;
+            if !self.has_credit(c) && self.credit_clients_waiting == 0 {
+                if !room.refill {
+                    return None;
+                }
+                self.bulk_refill(book);
+                self.walk.progress = true;
+                self.walk.merge_valid = false;
+            }
+            if self.has_credit(c) {
+                self.walk.key = Some(k);
+                return Some((r, self.index.match_len(r)));
+            }
+        }
+    }
+
+    /// Skipped, and hidden from its client's order for the rest of the pass.
+    fn unfit<T>(&mut self, book: &Book<T>, r: u32) -> Unfit {
+        let c = book.req(r).client;
+        let k = self.walk.key.expect("a candidate was returned");
+        if self.index.hide_from_client(c, k) {
+            self.walk.hidden.push((c, k, r));
+        }
+        Unfit::Skip
+    }
+
+    fn charge_admission<T>(&mut self, book: &Book<T>, r: u32, extend: usize) {
+        let q = book.req(r);
+        if !q.resumed {
+            let c = q.client;
+            let w = book.clients[c as usize].weight;
+            self.add_deficit(book, c, -(self.w_e * extend as f64 / w));
+        }
+        self.walk.progress = true;
+    }
+
+    fn end_pass<T>(&mut self, _book: &Book<T>, _admitted: usize) {
+        for (c, k, r) in std::mem::take(&mut self.walk.hidden) {
+            self.index.unhide_from_client(c, k, r);
+        }
     }
 
     fn charge_output<T>(&mut self, book: &Book<T>, c: u32, tokens: f64) {
@@ -320,19 +354,14 @@ impl AdmissionOrder for Dlpm {
         self.add_deficit(book, c, delta);
     }
 
-    fn deficit(&self, c: u32) -> f64 {
+    fn state_value(&self, c: u32, _now: f64) -> f64 {
         self.deficits[c as usize]
     }
     fn refills(&self) -> u64 {
         self.refills
     }
 
-    fn prefix(&self) -> Option<&PrefixIndex> {
-        Some(&self.index)
-    }
-    fn prefix_mut(&mut self) -> Option<&mut PrefixIndex> {
-        Some(&mut self.index)
-    }
+    prefix_accessors!(index);
 
     fn check_invariants<T>(&self, book: &Book<T>, tree: Option<&RadixTree>) {
         self.index.check_invariants(book, tree);

@@ -7,14 +7,30 @@
 use std::collections::BTreeMap;
 
 use super::book::Book;
-use super::policy::AdmissionOrder;
-use super::Admission;
+use super::lpm::LpmRule;
+use super::policy::{AdmissionOrder, PolicySpec, Registered, Room};
 use crate::radix::RadixTree;
 
 #[derive(Debug, Default)]
 pub(super) struct Fcfs {
     /// Waiting requests: seq -> slot.
     by_arrival: BTreeMap<u64, u32>,
+}
+
+impl Registered for Fcfs {
+    const SPEC: PolicySpec = PolicySpec {
+        name: "fcfs",
+        class_name: "FCFS",
+        options: &[],
+        needs_tree: false,
+        refills: false,
+        stop_at_unfit: true,
+        state_field: None,
+        service_weights: None,
+    };
+    fn build(_options: &[f64], _rule: LpmRule) -> Self {
+        Fcfs::default()
+    }
 }
 
 impl AdmissionOrder for Fcfs {
@@ -26,29 +42,8 @@ impl AdmissionOrder for Fcfs {
         self.by_arrival.remove(&book.req(r).seq);
     }
 
-    fn schedule<T>(
-        &mut self,
-        book: &mut Book<T>,
-        tree: Option<&RadixTree>,
-        budget: usize,
-        max_requests: usize,
-        _refill: bool,
-    ) -> Vec<Admission<T>> {
-        let mut out = Vec::new();
-        let mut left = budget;
-        while out.len() < max_requests {
-            let Some((_, &r)) = self.by_arrival.iter().next() else {
-                break;
-            };
-            let cached = book.cached_now(tree, r);
-            let extend = book.req(r).input_len - cached;
-            if extend > left {
-                break;
-            }
-            left -= extend;
-            self.dequeue(book, r);
-            out.push(book.admit(r, cached));
-        }
-        out
+    fn next_candidate<T>(&mut self, book: &Book<T>, room: Room<'_>) -> Option<(u32, usize)> {
+        let (_, &r) = self.by_arrival.iter().next()?;
+        Some((r, book.cached_now(room.tree, r)))
     }
 }

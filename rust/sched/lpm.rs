@@ -15,9 +15,9 @@ use std::collections::BTreeMap;
 use std::ops::Bound::{Excluded, Unbounded};
 
 use super::book::Book;
-use super::policy::AdmissionOrder;
-use super::prefix::{LpmKey, PrefixIndex};
-use super::Admission;
+use super::policy::{AdmissionOrder, PolicySpec, Registered, Room, Unfit};
+use super::preble::Preble;
+use super::prefix::{prefix_accessors, LpmKey, PrefixIndex};
 use crate::radix::RadixTree;
 
 /// How an LPM walk treats a request that does not fit, and when it gives up
@@ -33,7 +33,7 @@ pub struct LpmRule {
     /// always longest match.
     pub fcfs_above: Option<usize>,
     /// Replace the LPM walk by Preble's multi-level priority wait queue
-    /// (`sched/preble.rs`: ten levels by cache-hit ratio, one level per
+    /// ([`Preble`], `sched/preble.rs`: ten levels by cache-hit ratio, one level per
     /// step, round-robin, quota growing with the level). Excludes the two
     /// fields above.
     pub multi_priority: bool,
@@ -63,14 +63,44 @@ pub(super) struct Lpm {
     /// Waiting requests by arrival (seq -> slot), kept only with
     /// `rule.fcfs_above` set.
     by_arrival: BTreeMap<u64, u32>,
+    /// Where the current pass is.
+    walk: Walk,
+    /// With `rule.multi_priority`: Preble's levels, walked instead.
+    preble: Option<Preble>,
+}
+
+/// An LPM pass's position: in longest-match order (`pos`) or, above
+/// `fcfs_above`, in arrival order (`seq_pos`).
+#[derive(Debug, Default)]
+struct Walk {
+    fcfs: bool,
+    pos: Option<LpmKey>,
+    seq_pos: Option<u64>,
 }
 
 impl Lpm {
     pub fn new(rule: LpmRule) -> Self {
         Lpm {
             rule,
+            preble: rule.multi_priority.then(Preble::default),
             ..Lpm::default()
         }
+    }
+}
+
+impl Registered for Lpm {
+    const SPEC: PolicySpec = PolicySpec {
+        name: "lpm",
+        class_name: "LPM",
+        options: &[],
+        needs_tree: true,
+        refills: false,
+        stop_at_unfit: false,
+        state_field: None,
+        service_weights: None,
+    };
+    fn build(_options: &[f64], rule: LpmRule) -> Self {
+        Lpm::new(rule)
     }
 }
 
@@ -78,79 +108,86 @@ impl AdmissionOrder for Lpm {
     fn enqueue<T>(&mut self, book: &Book<T>, tree: Option<&RadixTree>, r: u32) {
         let tree = tree.expect("LPM is given a tree (checked by the facade)");
         self.index.insert(book, tree, r);
+        let seq = book.req(r).seq;
+        if let Some(p) = &mut self.preble {
+            p.enqueue(seq, r);
+        }
         if self.rule.fcfs_above.is_some() {
-            self.by_arrival.insert(book.req(r).seq, r);
+            self.by_arrival.insert(seq, r);
         }
     }
 
     fn dequeue<T>(&mut self, book: &Book<T>, r: u32) {
         self.index.remove(book, r);
+        let seq = book.req(r).seq;
+        if let Some(p) = &mut self.preble {
+            p.dequeue(seq, r);
+        }
         if self.rule.fcfs_above.is_some() {
-            self.by_arrival.remove(&book.req(r).seq);
+            self.by_arrival.remove(&seq);
         }
     }
 
-    fn schedule<T>(
-        &mut self,
-        book: &mut Book<T>,
-        _tree: Option<&RadixTree>,
-        budget: usize,
-        max_requests: usize,
-        _refill: bool,
-    ) -> Vec<Admission<T>> {
-        let mut out = Vec::new();
-        let mut left = budget;
+    fn begin_pass<T>(&mut self, book: &Book<T>, max_requests: usize) -> usize {
+        if let Some(p) = &mut self.preble {
+            return p.begin_pass(&self.index, book, max_requests);
+        }
         let fcfs = self
             .rule
             .fcfs_above
             .is_some_and(|n| self.by_arrival.len() > n);
-        let mut pos: Option<LpmKey> = None;
-        let mut seq_pos: Option<u64> = None;
-        while out.len() < max_requests {
-            if !self.index.min_extend().is_some_and(|e| e <= left) {
-                break; // nothing left fits
-            }
-            let r = if fcfs {
-                let next = match seq_pos {
-                    None => self.by_arrival.iter().next(),
-                    Some(s) => self.by_arrival.range((Excluded(s), Unbounded)).next(),
-                };
-                let Some((&s, &r)) = next else {
-                    break;
-                };
-                seq_pos = Some(s);
-                r
-            } else {
-                let Some((k, r)) = self.index.next_after(pos) else {
-                    break;
-                };
-                pos = Some(k);
-                r
-            };
-            let cached = self.index.match_len(r);
-            let extend = book.req(r).input_len - cached;
-            if extend > left {
-                if self.rule.stop_at_unfit {
-                    break;
-                }
-                continue;
-            }
-            left -= extend;
-            self.dequeue(book, r);
-            out.push(book.admit(r, cached));
-        }
-        out
+        self.walk = Walk {
+            fcfs,
+            ..Walk::default()
+        };
+        max_requests
     }
 
-    fn prefix(&self) -> Option<&PrefixIndex> {
-        Some(&self.index)
+    fn next_candidate<T>(&mut self, _book: &Book<T>, room: Room<'_>) -> Option<(u32, usize)> {
+        if !self.index.min_extend().is_some_and(|e| e <= room.left) {
+            return None; // nothing left fits
+        }
+        let walk = &mut self.walk;
+        let r = if let Some(p) = &mut self.preble {
+            p.next_candidate()?
+        } else if walk.fcfs {
+            let (&s, &r) = match walk.seq_pos {
+                None => self.by_arrival.iter().next(),
+                Some(s) => self.by_arrival.range((Excluded(s), Unbounded)).next(),
+            }?;
+            walk.seq_pos = Some(s);
+            r
+        } else {
+            let (k, r) = self.index.next_after(walk.pos)?;
+            walk.pos = Some(k);
+            r
+        };
+        Some((r, self.index.match_len(r)))
     }
-    fn prefix_mut(&mut self) -> Option<&mut PrefixIndex> {
-        Some(&mut self.index)
+
+    /// Skipped (the paper's `CanAdd`, Preble's walk), or the pass stops
+    /// (`stop_at_unfit`, SGLang's `PrefillAdder`).
+    fn unfit<T>(&mut self, _book: &Book<T>, _r: u32) -> Unfit {
+        if self.rule.stop_at_unfit {
+            Unfit::Stop
+        } else {
+            Unfit::Skip
+        }
     }
+
+    fn end_pass<T>(&mut self, _book: &Book<T>, admitted: usize) {
+        if let Some(p) = &mut self.preble {
+            p.end_pass(admitted);
+        }
+    }
+
+    prefix_accessors!(index);
 
     fn check_invariants<T>(&self, book: &Book<T>, tree: Option<&RadixTree>) {
         self.index.check_invariants(book, tree);
+        if let Some(p) = &self.preble {
+            p.check_invariants(book);
+        }
         if self.rule.fcfs_above.is_some() {
             assert_eq!(self.by_arrival.len(), book.waiting, "arrival index size");
             for (&seq, &r) in &self.by_arrival {

@@ -1,4 +1,5 @@
-//! Local (per-worker) schedulers: FCFS, LPM, VTC and DLPM behind one facade.
+//! Local (per-worker) schedulers: FCFS, LPM, VTC, DLPM and LAS behind one
+//! facade.
 //!
 //! [`LocalScheduler`] holds the waiting and running requests of one worker
 //! and admits waiting requests into a batch under a token budget
@@ -7,26 +8,29 @@
 //!
 //! | module | concept |
 //! |---|---|
-//! | `mod.rs` (here) | the facade: [`Policy`], [`Admission`], [`LocalScheduler`] (validation, the tree binding, the public operations) |
+//! | `mod.rs` (here) | the facade: [`Admission`], [`LocalScheduler`] (validation, the tree binding, the clock, the public operations) and the registration (`policy::register!`: one line per policy, generating [`Policy`], [`REGISTRY`] and the `Order` dispatch) |
 //! | [`book`] | what every policy shares: the requests (slots, ids, arrival `seq`) and the clients (weight, service, waiting and running counts) |
-//! | [`policy`] | the seam: the [`policy::AdmissionOrder`] trait every policy implements and [`policy::Order`], the enum that dispatches to them |
+//! | [`policy`] | the seam: the admission loop written once ([`policy::admit_pass`]), the [`policy::AdmissionOrder`] trait every policy implements (its order: next candidate, skip or stop, charges), [`PolicySpec`] (what a policy registers) and the `register!` macro |
 //! | [`prefix`] | prefix matching and parking against a [`RadixTree`], and the longest-match order (LPM and DLPM) |
-//! | [`fcfs`], [`lpm`], [`vtc`], [`dlpm`] | one module per policy: its order, its counters, its `schedule` walk |
-//! | [`preble`] | Preble's multi-level priority wait queue, an LPM rule ([`LpmRule::PREBLE`]) |
+//! | [`fcfs`], [`lpm`], [`vtc`], [`dlpm`], [`las`] | one module per policy: its [`PolicySpec`], its order, its counters |
+//! | [`least`] | the order VTC and LAS share: the waiting client with the least per-client value first |
+//! | [`preble`] | Preble's multi-level priority wait queue, the order LPM walks under [`LpmRule::PREBLE`] |
 //! | [`state`] | saving and restoring the fairness state (`state` / `load_state`) |
 //!
 //! The policies in one line each (details in their modules and
-//! ALGORITHMS.md §5, §6):
+//! ALGORITHMS.md §5, §5b, §6):
 //!
 //! * **FCFS**: arrival order; stops at the first request that does not fit.
 //! * **LPM**: longest cached prefix first; skips what does not fit.
 //! * **VTC**: least-served client first, by a per-client virtual counter.
 //! * **DLPM**: LPM order gated by per-client deficits refilled by a quantum.
+//! * **LAS**: least attained service first, token-weighted, decaying with a
+//!   half-life on the scheduler's clock ([`LocalScheduler::set_time`]).
 //! * **Preble's queue** (an LPM rule): ten levels by cache-hit ratio, served
 //!   one level per step, round-robin from the top, `(level + 1) * 10`
 //!   requests at most, arrival order within a level.
 //!
-//! **Oversize requests** (one rule for all four policies, applied here, in
+//! **Oversize requests** (one rule for every policy, applied here, in
 //! [`LocalScheduler::schedule_step`], around the policy's own walk): a
 //! scheduling call that admits nothing, with `max_requests >= 1` and a
 //! request waiting, is repeated once with `max_requests = 1` and
@@ -60,6 +64,8 @@
 mod book;
 mod dlpm;
 mod fcfs;
+mod las;
+mod least;
 mod lpm;
 mod policy;
 mod preble;
@@ -79,7 +85,10 @@ pub use lpm::LpmRule;
 pub use state::{FORMAT as STATE_FORMAT, VERSION as STATE_VERSION};
 
 use book::{Book, Req, Slot};
-use policy::{AdmissionOrder, Order};
+use policy::{admit_pass, AdmissionOrder, Registered, Room, Unfit};
+pub use policy::{OptionSpec, PolicySpec, StateField};
+use prefix::PrefixIndex;
+use state::SavedClient;
 
 /// The slot / node index meaning "none".
 const NIL: u32 = u32::MAX;
@@ -92,41 +101,32 @@ const FORGET_MIN: usize = 1024;
 /// least debt are forgotten first.
 pub const MAX_IDLE_DEBTORS: usize = 65_536;
 
-/// The admission policy and its weights (the scheduler's configuration).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Policy {
-    Fcfs,
-    Lpm,
-    Vtc { w_in: f64, w_out: f64 },
-    Dlpm { quantum: f64, w_e: f64, w_q: f64 },
+// The registration: one line per policy, `Variant { options } => its order
+// type` (the module owns the rest: its `PolicySpec` in `Registered`).
+policy::register! {
+    Fcfs => fcfs::Fcfs,
+    Lpm => lpm::Lpm,
+    Vtc { w_in, w_out } => vtc::Vtc,
+    Dlpm { quantum, w_e, w_q } => dlpm::Dlpm,
+    Las { half_life_s, w_in, w_out } => las::Las,
 }
 
 impl Policy {
     /// Whether the policy orders by prefix match, so needs a [`RadixTree`].
     fn needs_tree(&self) -> bool {
-        matches!(self, Policy::Lpm | Policy::Dlpm { .. })
+        self.spec().needs_tree
     }
     /// (input/extend weight, output weight) used for `service`.
     fn service_weights(&self) -> (f64, f64) {
-        match *self {
-            Policy::Fcfs | Policy::Lpm => (1.0, 2.0),
-            Policy::Vtc { w_in, w_out } => (w_in, w_out),
-            Policy::Dlpm { w_e, w_q, .. } => (w_e, w_q),
-        }
+        let values = self.option_values();
+        self.spec()
+            .service_weights
+            .map_or((1.0, 2.0), |(i, o)| (values[i], values[o]))
     }
-    /// Every weight and the quantum must be positive and finite.
+    /// Every option must be positive and finite.
     fn validate(&self) -> Result<()> {
-        match *self {
-            Policy::Vtc { w_in, w_out } => {
-                check_positive("w_in", w_in)?;
-                check_positive("w_out", w_out)?;
-            }
-            Policy::Dlpm { quantum, w_e, w_q } => {
-                check_positive("quantum", quantum)?;
-                check_positive("w_e", w_e)?;
-                check_positive("w_q", w_q)?;
-            }
-            Policy::Fcfs | Policy::Lpm => {}
+        for (opt, &v) in self.spec().options.iter().zip(&self.option_values()) {
+            check_positive(opt.name, v)?;
         }
         Ok(())
     }
@@ -158,6 +158,8 @@ pub struct LocalScheduler<T> {
     max_prompt_tokens: Option<usize>,
     /// LPM's walk (see [`Self::set_lpm_rule`]).
     lpm_rule: LpmRule,
+    /// The time set by [`Self::set_time`] (`None`: the wall clock).
+    clock: Option<f64>,
 }
 
 impl<T> LocalScheduler<T> {
@@ -172,6 +174,7 @@ impl<T> LocalScheduler<T> {
             forget_at: FORGET_MIN,
             max_prompt_tokens: None,
             lpm_rule: LpmRule::default(),
+            clock: None,
         })
     }
 
@@ -224,6 +227,46 @@ impl<T> LocalScheduler<T> {
 
     pub fn policy(&self) -> Policy {
         self.policy
+    }
+
+    /// The scheduler's time, in seconds: the last [`Self::set_time`], or,
+    /// until one is made, the wall clock (seconds since the UNIX epoch).
+    /// Policies whose charges depend on time (LAS's decay) read it before
+    /// every operation that charges; the others ignore it.
+    pub fn now(&self) -> f64 {
+        self.clock.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64())
+        })
+    }
+
+    /// Run on injected time from now on (a simulator's clock, a test's):
+    /// the scheduler's time is `now` seconds until the next call. `now` must
+    /// be finite and not before the last time set (`Value` error naming
+    /// `now`; nothing changes). An engine that never calls it runs on the
+    /// wall clock.
+    pub fn set_time(&mut self, now: f64) -> Result<()> {
+        if !now.is_finite() {
+            return Err(Error::value(format!(
+                "now must be a finite number, got {now}"
+            )));
+        }
+        if let Some(last) = self.clock.filter(|&last| now < last) {
+            return Err(Error::value(format!(
+                "now = {now} goes back from the time last set ({last})"
+            )));
+        }
+        self.clock = Some(now);
+        self.order.set_time(now);
+        Ok(())
+    }
+
+    /// Bring the policy to the scheduler's time (before an operation that
+    /// may charge).
+    fn tick(&mut self) {
+        let now = self.now();
+        self.order.set_time(now);
     }
     /// Waiting requests.
     pub fn len(&self) -> usize {
@@ -285,6 +328,7 @@ impl<T> LocalScheduler<T> {
     /// about twice the clients holding requests plus [`MAX_IDLE_DEBTORS`].
     /// Returns how many were forgotten.
     pub fn forget_idle_clients(&mut self) -> usize {
+        self.tick();
         let mut n = 0;
         let mut debtors = Vec::new();
         for c in 0..self.book.clients.len() as u32 {
@@ -392,6 +436,7 @@ impl<T> LocalScheduler<T> {
             }
             None => None,
         };
+        self.tick();
         let client = self.client_or_create(client);
         let r = self
             .book
@@ -488,12 +533,13 @@ impl<T> LocalScheduler<T> {
         if let Some(t) = tree {
             self.sync(t)?;
         }
+        self.tick();
         let max_requests = max_requests.unwrap_or(usize::MAX);
         let room = oversize_budget.unwrap_or(usize::MAX);
         let (book, order) = (&mut self.book, &mut self.order);
-        let admitted = order.schedule(book, tree, token_budget, max_requests, refill);
+        let admitted = admit_pass(order, book, tree, token_budget, max_requests, refill);
         if admitted.is_empty() && max_requests > 0 && room > token_budget && book.waiting > 0 {
-            return Ok(order.schedule(book, tree, room, 1, refill));
+            return Ok(admit_pass(order, book, tree, room, 1, refill));
         }
         Ok(admitted)
     }
@@ -512,6 +558,7 @@ impl<T> LocalScheduler<T> {
     /// Charge `n_tokens` decode tokens of a running request.
     pub fn charge_output(&mut self, id: &RequestId, n_tokens: usize) -> Result<()> {
         let (_, c) = self.running_client(id)?;
+        self.tick();
         let n = n_tokens as f64;
         let (_, output_weight) = self.book.service_weights;
         self.book.clients[c as usize].service += output_weight * n;
@@ -546,6 +593,7 @@ impl<T> LocalScheduler<T> {
         if extend_len == old {
             return Ok(old);
         }
+        self.tick();
         let (input_weight, _) = self.book.service_weights;
         let delta = extend_len as f64 - old as f64;
         self.book.clients[c as usize].service += input_weight * delta;
@@ -632,17 +680,28 @@ impl<T> LocalScheduler<T> {
     pub fn service(&self, client: &str) -> f64 {
         self.book.client(client).map_or(0.0, |c| c.service)
     }
-    /// VTC counter (0 for unknown clients and the other policies).
-    pub fn counter(&self, client: &str) -> f64 {
+    /// The policy's per-client number ([`PolicySpec::state_field`]: VTC's
+    /// counter, DLPM's deficit, LAS's attained service) now (0 for unknown
+    /// clients and policies without one).
+    pub fn state_value(&self, client: &str) -> f64 {
         self.book
             .client_index(client)
-            .map_or(0.0, |c| self.order.counter(c))
+            .map_or(0.0, |c| self.order.state_value(c, self.now()))
+    }
+    /// `state_value` if the policy's state field is `field`, else 0.
+    fn field_value(&self, field: &str, client: &str) -> f64 {
+        match self.policy.spec().state_field {
+            Some(f) if f.name == field => self.state_value(client),
+            _ => 0.0,
+        }
+    }
+    /// VTC counter (0 for unknown clients and the other policies).
+    pub fn counter(&self, client: &str) -> f64 {
+        self.field_value("counter", client)
     }
     /// DLPM deficit (0 for unknown clients and the other policies).
     pub fn deficit(&self, client: &str) -> f64 {
-        self.book
-            .client_index(client)
-            .map_or(0.0, |c| self.order.deficit(c))
+        self.field_value("deficit", client)
     }
     pub fn weight(&self, client: &str) -> f64 {
         self.book.client(client).map_or(1.0, |c| c.weight)

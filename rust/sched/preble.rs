@@ -2,9 +2,10 @@
 //! request's cache-hit ratio, served one level per scheduling step in a
 //! round-robin with a quota that grows with the level (Preble's "fcfs-mpq"
 //! schedule heuristic, its local scheduler in the DLPM paper's Section 7.1
-//! comparison). Selected as an LPM rule ([`LpmRule::multi_priority`]), so it
-//! matches prefixes against the same radix tree, through the same
-//! [`PrefixIndex`], as LPM.
+//! comparison). Selected as an LPM rule (`LpmRule::multi_priority`), so it
+//! matches prefixes against the same radix tree, through LPM's own
+//! [`PrefixIndex`]: [`Preble`] is the order LPM's pass walks in its place
+//! (`sched/lpm.rs`).
 //!
 //! What Preble does (read in WukLab/preble at commit
 //! `8e7906a3b76693c9003d1c7115b8011296c867e1`,
@@ -54,11 +55,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::book::Book;
-use super::lpm::LpmRule;
-use super::policy::AdmissionOrder;
 use super::prefix::PrefixIndex;
-use super::Admission;
-use crate::radix::RadixTree;
 
 /// Number of priority levels (Preble: 10).
 pub const LEVELS: usize = 10;
@@ -80,9 +77,10 @@ pub fn quota(level: usize) -> usize {
     (level + 1) * QUOTA_STEP
 }
 
+/// Preble's levels, the order an LPM scheduler with
+/// `LpmRule::multi_priority` walks (over LPM's prefix index).
 #[derive(Debug)]
 pub(super) struct Preble {
-    index: PrefixIndex,
     /// Arrived since the last `schedule`, not yet given a level: seq -> slot.
     fresh: BTreeMap<u64, u32>,
     /// The `LEVELS` levels, each in arrival order: seq -> slot.
@@ -91,46 +89,32 @@ pub(super) struct Preble {
     level_of: HashMap<u32, usize>,
     /// The level the next step looks at first (walks down, cyclically).
     next: usize,
+    /// The level the current pass serves, and its position there.
+    serving: Option<usize>,
+    pos: Option<u64>,
 }
 
-impl Preble {
-    pub fn new(_rule: LpmRule) -> Self {
+impl Default for Preble {
+    fn default() -> Self {
         Preble {
-            index: PrefixIndex::default(),
             fresh: BTreeMap::new(),
             levels: vec![BTreeMap::new(); LEVELS],
             level_of: HashMap::new(),
             next: LEVELS - 1,
+            serving: None,
+            pos: None,
         }
-    }
-
-    /// Give every fresh request its level, from its match now.
-    fn level_fresh<T>(&mut self, book: &Book<T>) {
-        for (seq, r) in std::mem::take(&mut self.fresh) {
-            let l = level(self.index.match_len(r), book.req(r).input_len);
-            self.levels[l].insert(seq, r);
-            self.level_of.insert(r, l);
-        }
-    }
-
-    /// The first non-empty level from the pointer down, cyclically.
-    fn pick(&self) -> Option<usize> {
-        (0..LEVELS)
-            .map(|i| (self.next + LEVELS - i) % LEVELS)
-            .find(|&l| !self.levels[l].is_empty())
     }
 }
 
-impl AdmissionOrder for Preble {
-    fn enqueue<T>(&mut self, book: &Book<T>, tree: Option<&RadixTree>, r: u32) {
-        let tree = tree.expect("Preble's queue is given a tree (checked by the facade)");
-        self.index.insert(book, tree, r);
-        self.fresh.insert(book.req(r).seq, r);
+impl Preble {
+    /// Waiting request `r` (arrival `seq`) joins, without a level yet.
+    pub fn enqueue(&mut self, seq: u64, r: u32) {
+        self.fresh.insert(seq, r);
     }
 
-    fn dequeue<T>(&mut self, book: &Book<T>, r: u32) {
-        self.index.remove(book, r);
-        let seq = book.req(r).seq;
+    /// Waiting request `r` (arrival `seq`) leaves.
+    pub fn dequeue(&mut self, seq: u64, r: u32) {
         match self.level_of.remove(&r) {
             Some(l) => {
                 self.levels[l].remove(&seq);
@@ -141,58 +125,47 @@ impl AdmissionOrder for Preble {
         }
     }
 
-    fn schedule<T>(
+    /// A pass begins: level the fresh requests (from their matches in
+    /// `index` now) and pick the level to serve; returns the pass's cap.
+    pub fn begin_pass<T>(
         &mut self,
-        book: &mut Book<T>,
-        _tree: Option<&RadixTree>,
-        budget: usize,
+        index: &PrefixIndex,
+        book: &Book<T>,
         max_requests: usize,
-        _refill: bool,
-    ) -> Vec<Admission<T>> {
-        self.level_fresh(book);
-        let mut out = Vec::new();
-        let Some(l) = self.pick() else {
-            return out;
-        };
-        let cap = quota(l).min(max_requests);
-        let mut left = budget;
-        let mut pos: Option<u64> = None;
-        while out.len() < cap {
-            if !self.index.min_extend().is_some_and(|e| e <= left) {
-                break; // nothing left fits
-            }
-            let next = match pos {
-                None => self.levels[l].iter().next(),
-                Some(s) => self.levels[l].range(s + 1..).next(),
-            };
-            let Some((&seq, &r)) = next else {
-                break;
-            };
-            pos = Some(seq);
-            let cached = self.index.match_len(r);
-            let extend = book.req(r).input_len - cached;
-            if extend > left {
-                continue; // skipped; the walk goes on
-            }
-            left -= extend;
-            self.dequeue(book, r);
-            out.push(book.admit(r, cached));
+    ) -> usize {
+        for (seq, r) in std::mem::take(&mut self.fresh) {
+            let l = level(index.match_len(r), book.req(r).input_len);
+            self.levels[l].insert(seq, r);
+            self.level_of.insert(r, l);
         }
-        if !out.is_empty() {
+        self.pos = None;
+        // the first non-empty level from the pointer down, cyclically
+        self.serving = (0..LEVELS)
+            .map(|i| (self.next + LEVELS - i) % LEVELS)
+            .find(|&l| !self.levels[l].is_empty());
+        self.serving.map_or(0, |l| quota(l).min(max_requests))
+    }
+
+    /// The served level's next request in arrival order.
+    pub fn next_candidate(&mut self) -> Option<u32> {
+        let level = &self.levels[self.serving?];
+        let (&seq, &r) = match self.pos {
+            None => level.iter().next(),
+            Some(s) => level.range(s + 1..).next(),
+        }?;
+        self.pos = Some(seq);
+        Some(r)
+    }
+
+    /// The pass ended: the pointer moves below the served level if the pass
+    /// admitted from it.
+    pub fn end_pass(&mut self, admitted: usize) {
+        if let (Some(l), true) = (self.serving, admitted > 0) {
             self.next = (l + LEVELS - 1) % LEVELS;
         }
-        out
     }
 
-    fn prefix(&self) -> Option<&PrefixIndex> {
-        Some(&self.index)
-    }
-    fn prefix_mut(&mut self) -> Option<&mut PrefixIndex> {
-        Some(&mut self.index)
-    }
-
-    fn check_invariants<T>(&self, book: &Book<T>, tree: Option<&RadixTree>) {
-        self.index.check_invariants(book, tree);
+    pub fn check_invariants<T>(&self, book: &Book<T>) {
         let leveled: usize = self.levels.iter().map(BTreeMap::len).sum();
         assert_eq!(leveled + self.fresh.len(), book.waiting, "queued count");
         assert_eq!(leveled, self.level_of.len(), "level map size");

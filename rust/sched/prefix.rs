@@ -24,9 +24,24 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound::{Excluded, Unbounded};
 
 use super::book::Book;
+
+/// The `prefix` / `prefix_mut` accessors of [`super::policy::AdmissionOrder`]
+/// for a policy that orders by prefix match and keeps its index in
+/// `self.$field` (LPM, DLPM).
+macro_rules! prefix_accessors {
+    ($field:ident) => {
+        fn prefix(&self) -> Option<&PrefixIndex> {
+            Some(&self.$field)
+        }
+        fn prefix_mut(&mut self) -> Option<&mut PrefixIndex> {
+            Some(&mut self.$field)
+        }
+    };
+}
 use super::NIL;
 use crate::hash::FastMap;
 use crate::radix::{Change, RadixTree, ALL_CHILDREN};
+pub(super) use prefix_accessors;
 
 /// LPM order: longest match first, then arrival.
 pub(super) type LpmKey = (Reverse<u32>, u64);

@@ -5,10 +5,10 @@
 //!
 //! ```text
 //! {"format": "fairq.LocalScheduler", "version": 1,
-//!  "policy": "fcfs" | "lpm" | "vtc" | "dlpm",
-//!  "options": {} | {"w_in", "w_out"} | {"quantum", "w_e", "w_q"},
+//!  "policy": "fcfs" | "lpm" | "vtc" | "dlpm" | "las" (a registered name),
+//!  "options": {} | {"w_in", "w_out"} | {"quantum", "w_e", "w_q"} | ... (its options),
 //!  "clients": [{"name", "weight", "service", "waiting", "admitted",
-//!               "counter" (VTC) | "deficit" (DLPM)}],
+//!               its state field: "counter" (VTC) | "deficit" (DLPM) | "attained" (LAS)}],
 //!  "running": [{"request_id", "client", "input_len", "charged_extend", "admission_weight"}],
 //!  "refills": n (DLPM)}
 //! ```
@@ -55,7 +55,8 @@ pub(super) struct SavedClient {
     pub service: f64,
     pub waiting: usize,
     pub admitted: u64,
-    /// VTC's counter or DLPM's deficit (0 for FCFS / LPM).
+    /// The policy's state field (VTC's counter, DLPM's deficit; 0 for FCFS /
+    /// LPM).
     pub counter: f64,
 }
 
@@ -65,24 +66,6 @@ struct SavedRunning {
     input_len: usize,
     charged_extend: usize,
     admission_weight: f64,
-}
-
-fn policy_name(p: &Policy) -> &'static str {
-    match p {
-        Policy::Fcfs => "fcfs",
-        Policy::Lpm => "lpm",
-        Policy::Vtc { .. } => "vtc",
-        Policy::Dlpm { .. } => "dlpm",
-    }
-}
-
-/// The policy's counter field in a client entry.
-fn counter_field(p: &Policy) -> Option<&'static str> {
-    match p {
-        Policy::Vtc { .. } => Some("counter"),
-        Policy::Dlpm { .. } => Some("deficit"),
-        Policy::Fcfs | Policy::Lpm => None,
-    }
 }
 
 fn float(f: f64) -> Value {
@@ -115,45 +98,28 @@ fn count(f: &Fields<'_>, name: &str) -> Result<usize> {
 /// The options document of a policy, and the policy it describes.
 fn read_options(kind: &Policy, v: &Value, path: Path) -> Result<Policy> {
     let f = Fields::new(v, path, "options")?;
-    let known: &[&str] = match kind {
-        Policy::Fcfs | Policy::Lpm => &[],
-        Policy::Vtc { .. } => &["w_in", "w_out"],
-        Policy::Dlpm { .. } => &["quantum", "w_e", "w_q"],
-    };
-    f.deny_unknown(known, "", |_| None)?;
-    let positive = Some((0.0, true));
-    Ok(match kind {
-        Policy::Fcfs => Policy::Fcfs,
-        Policy::Lpm => Policy::Lpm,
-        Policy::Vtc { .. } => Policy::Vtc {
-            w_in: number(&f, "w_in", positive)?,
-            w_out: number(&f, "w_out", positive)?,
-        },
-        Policy::Dlpm { .. } => Policy::Dlpm {
-            quantum: number(&f, "quantum", positive)?,
-            w_e: number(&f, "w_e", positive)?,
-            w_q: number(&f, "w_q", positive)?,
-        },
-    })
+    let spec = kind.spec();
+    let known: Vec<&str> = spec.options.iter().map(|o| o.name).collect();
+    f.deny_unknown(&known, "", |_| None)?;
+    let values = spec
+        .options
+        .iter()
+        .map(|o| number(&f, o.name, Some((0.0, true))))
+        .collect::<Result<Vec<f64>>>()?;
+    Ok(Policy::from_options(spec.name, &values).expect("registered policy"))
 }
 
 fn options_value(p: &Policy) -> Value {
-    match *p {
-        Policy::Fcfs | Policy::Lpm => Value::map(Vec::<(&str, Value)>::new()),
-        Policy::Vtc { w_in, w_out } => Value::map([("w_in", float(w_in)), ("w_out", float(w_out))]),
-        Policy::Dlpm { quantum, w_e, w_q } => Value::map([
-            ("quantum", float(quantum)),
-            ("w_e", float(w_e)),
-            ("w_q", float(w_q)),
-        ]),
-    }
+    let names = p.spec().options.iter().map(|o| o.name);
+    Value::map(names.zip(p.option_values().into_iter().map(float)))
 }
 
 impl<T> LocalScheduler<T> {
     /// The fairness state as a JSON-ready document (see the module docs).
     /// Fails only for a running request whose id holds a lone surrogate.
     pub fn state(&self) -> Result<Value> {
-        let counter = counter_field(&self.policy);
+        let field = self.policy.spec().state_field;
+        let now = self.now();
         let clients = self
             .book
             .clients
@@ -168,10 +134,8 @@ impl<T> LocalScheduler<T> {
                     ("waiting", Value::Int(cl.waiting as i128)),
                     ("admitted", Value::Int(cl.admitted as i128)),
                 ];
-                match counter {
-                    Some("counter") => pairs.push(("counter", float(self.order.counter(c as u32)))),
-                    Some(_) => pairs.push(("deficit", float(self.order.deficit(c as u32)))),
-                    None => {}
+                if let Some(field) = field {
+                    pairs.push((field.name, float(self.order.state_value(c as u32, now))));
                 }
                 Value::map(pairs)
             })
@@ -198,12 +162,12 @@ impl<T> LocalScheduler<T> {
         let mut doc = vec![
             ("format", Value::str(FORMAT)),
             ("version", Value::Int(VERSION as i128)),
-            ("policy", Value::str(policy_name(&self.policy))),
+            ("policy", Value::str(self.policy.spec().name)),
             ("options", options_value(&self.policy)),
             ("clients", Value::List(clients)),
             ("running", Value::List(running)),
         ];
-        if matches!(self.policy, Policy::Dlpm { .. }) {
+        if self.policy.spec().refills {
             doc.push(("refills", Value::Int(self.order.refills() as i128)));
         }
         Ok(Value::map(doc))
@@ -225,12 +189,12 @@ impl<T> LocalScheduler<T> {
         let mut known = vec![
             "format", "version", "policy", "options", "clients", "running",
         ];
-        if matches!(self.policy, Policy::Dlpm { .. }) {
+        if self.policy.spec().refills {
             known.push("refills");
         }
         f.deny_unknown(&known, "state: ", |_| None)?;
         check_state_envelope(&f, FORMAT, VERSION, "a local scheduler")?;
-        let kind = policy_name(&self.policy);
+        let kind = self.policy.spec().name;
         match f.required("policy")? {
             Value::Str(s) if s == kind => {}
             other => {
@@ -242,7 +206,7 @@ impl<T> LocalScheduler<T> {
             }
         }
         let policy = read_options(&self.policy, f.required("options")?, f.at("options"))?;
-        let counter = counter_field(&policy);
+        let field = policy.spec().state_field;
 
         let mut clients = Vec::new();
         let mut index: HashMap<String, u32> = HashMap::new();
@@ -254,29 +218,16 @@ impl<T> LocalScheduler<T> {
         {
             let cf = Fields::new(cv, f.at("clients").index(i), "client")?;
             let mut known = vec!["name", "weight", "service", "waiting", "admitted"];
-            known.extend(counter);
+            known.extend(field.map(|f| f.name));
             cf.deny_unknown(&known, "", |_| None)?;
-            let name = match cf.required("name")? {
-                Value::Str(s) => s.clone(),
-                other => {
-                    return Err(cf
-                        .at("name")
-                        .err(format!("must be a string, got {}", other.describe())))
-                }
-            };
-            if index.insert(name.clone(), i as u32).is_some() {
-                return Err(cf
-                    .at("name")
-                    .err(format!("repeats client {name:?} (names are unique)")));
-            }
+            let name = cf.unique_name(&mut index, i as u32)?;
             clients.push(SavedClient {
                 weight: number(&cf, "weight", Some((0.0, true)))?,
                 service: number(&cf, "service", Some((0.0, false)))?,
                 waiting: count(&cf, "waiting")?,
                 admitted: as_u64(cf.required("admitted")?, &cf.at("admitted"), 0)?,
-                counter: match counter {
-                    Some("counter") => number(&cf, "counter", Some((0.0, false)))?,
-                    Some(field) => number(&cf, field, None)?,
+                counter: match field {
+                    Some(field) => number(&cf, field.name, field.min.map(|m| (m, false)))?,
                     None => 0.0,
                 },
                 name,
@@ -303,12 +254,7 @@ impl<T> LocalScheduler<T> {
                 "",
                 |_| None,
             )?;
-            let id = RequestId::from_value(rf.required("request_id")?, &rf.at("request_id"))?;
-            if !ids.insert(id.clone()) {
-                return Err(rf
-                    .at("request_id")
-                    .err(format!("repeats request_id {id} (ids are unique)")));
-            }
+            let id = RequestId::unique_field(&rf, &mut ids)?;
             let client = rf.lookup("client", &index, "clients")?;
             let input_len = count(&rf, "input_len")?;
             if input_len >= u32::MAX as usize {
@@ -330,7 +276,7 @@ impl<T> LocalScheduler<T> {
                 admission_weight: number(&rf, "admission_weight", Some((0.0, true)))?,
             });
         }
-        let refills = if matches!(policy, Policy::Dlpm { .. }) {
+        let refills = if policy.spec().refills {
             as_u64(f.required("refills")?, &f.at("refills"), 0)?
         } else {
             0
@@ -352,6 +298,7 @@ impl<T> LocalScheduler<T> {
             });
             self.order.add_client();
         }
+        self.order.set_time(self.now());
         self.order.load_counters(&clients, refills);
         for r in running {
             self.book.restore_running(Req {

@@ -271,7 +271,7 @@ fn dlpm_credit_client_that_does_not_fit_blocks_refills_for_one_call() {
 }
 
 /// The four policies, with DLPM's quantum 5.
-fn all_policies() -> [Policy; 4] {
+fn all_policies() -> [Policy; 5] {
     [
         Policy::Fcfs,
         Policy::Lpm,
@@ -283,6 +283,11 @@ fn all_policies() -> [Policy; 4] {
             quantum: 5.0,
             w_e: 1.0,
             w_q: 2.0,
+        },
+        Policy::Las {
+            half_life_s: 60.0,
+            w_in: 1.0,
+            w_out: 2.0,
         },
     ]
 }
@@ -323,6 +328,8 @@ fn oversize_request_is_admitted_alone_in_every_policy() {
             // goes to 5 - 100; then both are refilled (a: -90, b: 4) and b3
             // goes (b: 1)
             Policy::Dlpm { .. } => vec![vec![int(1), int(2)], vec![int(0)], vec![int(3)]],
+            // a (0, first seen) first: alone, then b (0 < 100)
+            Policy::Las { .. } => vec![vec![int(0)], vec![int(1), int(2), int(3)]],
         };
         assert_eq!(calls, want, "{policy:?}");
         match policy {
@@ -399,7 +406,9 @@ fn oversize_budget_caps_the_rule_or_turns_it_off() {
             // stop at their head (40 > 30); LPM and DLPM skip to the 20
             let got = step(&mut s, Some(30));
             match policy {
-                Policy::Fcfs | Policy::Vtc { .. } => assert!(got.is_empty(), "{policy:?}"),
+                Policy::Fcfs | Policy::Vtc { .. } | Policy::Las { .. } => {
+                    assert!(got.is_empty(), "{policy:?}")
+                }
                 _ => assert_eq!(got, vec![int(1)], "{policy:?}"),
             }
             // unlimited: one request, alone
@@ -1005,4 +1014,45 @@ fn preble_does_not_starve_a_low_hit_request() {
             assert_eq!(cold_at, Some(1), "Preble: level 9, then level 0");
         }
     }
+}
+
+#[test]
+fn las_decays_by_half_per_half_life_and_orders_by_decayed_service() {
+    let policy = Policy::Las {
+        half_life_s: 10.0,
+        w_in: 1.0,
+        w_out: 2.0,
+    };
+    let mut s: LocalScheduler<()> = LocalScheduler::new(policy).unwrap();
+    let ns = Namespace::Default;
+    s.set_time(0.0).unwrap();
+    s.add(None, int(0), "a", vec![1; 80], (), ns.clone())
+        .unwrap();
+    assert_eq!(ids(&s.schedule(None, 100, None).unwrap()), vec![int(0)]);
+    s.charge_output(&int(0), 10).unwrap(); // a: 80 + 20
+    assert_eq!(s.state_value("a"), 100.0);
+    for (t, want) in [(10.0, 50.0), (20.0, 25.0), (40.0, 6.25)] {
+        s.set_time(t).unwrap();
+        assert_eq!(s.state_value("a"), want, "t = {t}");
+    }
+    // b used 10 at t = 40: a (6.25) is served before b (10)
+    s.add(None, int(1), "b", vec![2; 10], (), ns.clone())
+        .unwrap();
+    assert_eq!(ids(&s.schedule(None, 100, Some(1)).unwrap()), vec![int(1)]);
+    s.add(None, int(2), "b", vec![2; 5], (), ns.clone())
+        .unwrap();
+    s.add(None, int(3), "a", vec![3; 5], (), ns.clone())
+        .unwrap();
+    assert_eq!(ids(&s.schedule(None, 100, Some(1)).unwrap()), vec![int(3)]);
+    s.check_invariants(None);
+    // the clock never goes back; the state round-trips
+    assert!(s.set_time(39.0).is_err());
+    let saved = s.state().unwrap();
+    let mut r: LocalScheduler<()> = LocalScheduler::new(policy).unwrap();
+    r.set_time(40.0).unwrap();
+    r.load_state(&saved).unwrap();
+    assert_eq!(r.state_value("a"), s.state_value("a"));
+    r.add(None, int(2), "b", vec![2; 5], (), ns.clone())
+        .unwrap(); // re-add the waiting
+    assert_eq!(r.state().unwrap(), saved);
 }

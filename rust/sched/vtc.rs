@@ -7,25 +7,19 @@
 //! client whose queue goes from empty to non-empty is lifted to the minimum
 //! counter of the other waiting clients.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use super::book::Book;
-use super::policy::AdmissionOrder;
+use super::least::LeastValue;
+use super::lpm::LpmRule;
+use super::policy::{AdmissionOrder, OptionSpec, PolicySpec, Registered, Room, StateField};
 use super::state::SavedClient;
-use super::Admission;
-use crate::ordf64::OrdF64;
 use crate::radix::RadixTree;
 
 #[derive(Debug)]
 pub(super) struct Vtc {
     w_in: f64,
     w_out: f64,
-    /// Per client: the virtual counter.
-    counters: Vec<f64>,
-    /// Per client: its waiting requests, seq -> slot.
-    queues: Vec<BTreeMap<u64, u32>>,
-    /// Clients with waiting requests by (counter, client index).
-    by_counter: BTreeSet<(OrdF64, u32)>,
+    /// The virtual counters and the waiting clients by counter.
+    order: LeastValue,
     /// Per client: it had requests waiting when a restored state was saved,
     /// so its first re-added request must not lift it (its queue never went
     /// empty in the scheduler that saved the state).
@@ -37,36 +31,41 @@ impl Vtc {
         Vtc {
             w_in,
             w_out,
-            counters: Vec::new(),
-            queues: Vec::new(),
-            by_counter: BTreeSet::new(),
+            order: LeastValue::default(),
             restored_waiting: Vec::new(),
         }
     }
+}
 
-    /// Set client `c`'s counter, re-keying it if it is listed (waiting).
-    fn set_counter<T>(&mut self, book: &Book<T>, c: u32, value: f64) {
-        let listed = book.clients[c as usize].waiting > 0;
-        if listed {
-            self.by_counter
-                .remove(&(OrdF64(self.counters[c as usize]), c));
-        }
-        self.counters[c as usize] = value;
-        if listed {
-            self.by_counter.insert((OrdF64(value), c));
-        }
+impl Registered for Vtc {
+    const SPEC: PolicySpec = PolicySpec {
+        name: "vtc",
+        class_name: "VTC",
+        options: &[OptionSpec::new("w_in", 1.0), OptionSpec::new("w_out", 2.0)],
+        needs_tree: false,
+        refills: false,
+        stop_at_unfit: true,
+        state_field: Some(StateField {
+            name: "counter",
+            min: Some(0.0),
+            metric: "scheduler_vtc_counter",
+            help: "VTC counter",
+        }),
+        service_weights: Some((0, 1)),
+    };
+    fn build(options: &[f64], _rule: LpmRule) -> Self {
+        Vtc::new(options[0], options[1])
     }
 }
 
 impl AdmissionOrder for Vtc {
     fn add_client(&mut self) {
-        self.counters.push(0.0);
-        self.queues.push(BTreeMap::new());
+        self.order.add_client();
         self.restored_waiting.push(false);
     }
 
     fn reuse_client(&mut self, c: u32) {
-        self.counters[c as usize] = 0.0;
+        self.order.reset(c);
         self.restored_waiting[c as usize] = false;
     }
 
@@ -75,89 +74,54 @@ impl AdmissionOrder for Vtc {
     /// it would be lifted at least to the floor as a new client is, so it
     /// carries no debt. With nobody waiting there is no floor: keep it.
     fn can_forget<T>(&self, _book: &Book<T>, c: u32) -> bool {
-        self.by_counter
-            .iter()
-            .next()
-            .is_some_and(|&(OrdF64(floor), _)| self.counters[c as usize] <= floor)
+        self.order
+            .least()
+            .is_some_and(|floor| self.order.value(c) <= floor)
     }
 
     /// Its counter: what it is ahead of a new client (who starts at 0).
     fn debt(&self, c: u32) -> f64 {
-        self.counters[c as usize]
+        self.order.value(c)
     }
 
     fn load_counters(&mut self, clients: &[SavedClient], _refills: u64) {
         for (c, saved) in clients.iter().enumerate() {
-            self.counters[c] = saved.counter;
+            self.order.set_idle(c as u32, saved.counter);
             self.restored_waiting[c] = saved.waiting > 0;
         }
     }
 
     fn enqueue<T>(&mut self, book: &Book<T>, _tree: Option<&RadixTree>, r: u32) {
-        let q = book.req(r);
-        let c = q.client;
+        let c = book.req(r).client;
         if book.clients[c as usize].waiting == 0 {
             // Lift to the minimum counter of the other waiting clients
             // (not a client re-added after a restore: it was waiting).
-            let counter = &mut self.counters[c as usize];
             let restored = std::mem::take(&mut self.restored_waiting[c as usize]);
-            if let (false, Some(&(OrdF64(min), _))) = (restored, self.by_counter.iter().next()) {
-                *counter = counter.max(min);
+            if let (false, Some(min)) = (restored, self.order.least()) {
+                self.order.set_idle(c, self.order.value(c).max(min));
             }
-            self.by_counter.insert((OrdF64(*counter), c));
         }
-        self.queues[c as usize].insert(q.seq, r);
+        self.order.enqueue(book, r);
     }
 
     fn dequeue<T>(&mut self, book: &Book<T>, r: u32) {
-        let q = book.req(r);
-        let c = q.client;
-        self.queues[c as usize].remove(&q.seq);
-        if book.clients[c as usize].waiting == 1 {
-            self.by_counter
-                .remove(&(OrdF64(self.counters[c as usize]), c));
-        }
+        self.order.dequeue(book, r);
     }
 
-    fn schedule<T>(
-        &mut self,
-        book: &mut Book<T>,
-        tree: Option<&RadixTree>,
-        budget: usize,
-        max_requests: usize,
-        _refill: bool,
-    ) -> Vec<Admission<T>> {
-        let mut out = Vec::new();
-        let mut left = budget;
-        while out.len() < max_requests {
-            let Some(&(_, c)) = self.by_counter.iter().next() else {
-                break;
-            };
-            let (_, &r) = self.queues[c as usize]
-                .iter()
-                .next()
-                .expect("listed client has a waiting request");
-            let cached = book.cached_now(tree, r);
-            let input_len = book.req(r).input_len;
-            let extend = input_len - cached;
-            if extend > left {
-                break;
-            }
-            left -= extend;
-            if !book.req(r).resumed {
-                let w = book.clients[c as usize].weight;
-                let counter = self.counters[c as usize] + self.w_in * input_len as f64 / w;
-                self.set_counter(book, c, counter);
-            }
-            self.dequeue(book, r);
-            out.push(book.admit(r, cached));
+    fn next_candidate<T>(&mut self, book: &Book<T>, room: Room<'_>) -> Option<(u32, usize)> {
+        self.order.next_candidate(book, room)
+    }
+
+    fn charge_admission<T>(&mut self, book: &Book<T>, r: u32, _extend: usize) {
+        let q = book.req(r);
+        if !q.resumed {
+            let w = book.clients[q.client as usize].weight;
+            self.charge(book, q.client, self.w_in * q.input_len as f64 / w);
         }
-        out
     }
 
     fn refund_input<T>(&mut self, book: &Book<T>, c: u32, input_len: usize, admission_weight: f64) {
-        let counter = self.counters[c as usize] - self.w_in * input_len as f64 / admission_weight;
-        self.set_counter(book, c, counter);
+        self.charge(book, c, -(self.w_in * input_len as f64 / admission_weight));
     }
 
     fn keep_place<T>(&mut self, book: &Book<T>, c: u32) {
@@ -169,11 +133,22 @@ impl AdmissionOrder for Vtc {
 
     fn charge_output<T>(&mut self, book: &Book<T>, c: u32, tokens: f64) {
         let w = book.clients[c as usize].weight;
-        let counter = self.counters[c as usize] + self.w_out * tokens / w;
-        self.set_counter(book, c, counter);
+        self.charge(book, c, self.w_out * tokens / w);
     }
 
-    fn counter(&self, c: u32) -> f64 {
-        self.counters[c as usize]
+    fn state_value(&self, c: u32, _now: f64) -> f64 {
+        self.order.value(c)
+    }
+
+    fn check_invariants<T>(&self, book: &Book<T>, _tree: Option<&RadixTree>) {
+        self.order.check_invariants(book);
+    }
+}
+
+impl Vtc {
+    /// Add `x` to client `c`'s counter.
+    fn charge<T>(&mut self, book: &Book<T>, c: u32, x: f64) {
+        let counter = self.order.value(c) + x;
+        self.order.set(book, c, counter);
     }
 }

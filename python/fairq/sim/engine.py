@@ -77,7 +77,7 @@ from typing import Any
 
 import numpy as np
 
-from fairq.sched import POLICY_OPTIONS, VARIANTS, admit, make_scheduler
+from fairq.sched import POLICY_INFO, VARIANTS, admit, make_scheduler
 from fairq.sim.config import LOCAL_LABELS as LOCAL_LABELS
 from fairq.sim.config import LOCAL_POLICIES as LOCAL_POLICIES
 from fairq.sim.config import MEMORY_MODELS as MEMORY_MODELS
@@ -164,7 +164,9 @@ class Worker:
         self.cap = int(cfg.model.kv_capacity)
         self.tree = fairq.RadixTree()
         policy = base_policy(cfg.policy)
-        # the simulator's knobs by option name (VTC's w_in/w_out play w_e/w_q's roles)
+        info = POLICY_INFO[policy]
+        # the simulator's knobs by option name (VTC's w_in/w_out play w_e/w_q's
+        # roles); an option without one takes the policy's engine default
         knobs = {
             "quantum": cfg.user_quantum,
             "w_e": cfg.w_e,
@@ -172,10 +174,10 @@ class Worker:
             "w_in": cfg.w_e,
             "w_out": cfg.w_q,
         }
-        self.sched = make_scheduler(
-            cfg.policy, self.tree, **{opt: knobs[opt] for opt in POLICY_OPTIONS[policy]}
-        )
-        self.lazy_charge = policy in ("vtc", "dlpm")
+        opts = {opt: knobs.get(opt, info.engine_defaults[opt]) for opt in info.options}
+        self.sched = make_scheduler(cfg.policy, self.tree, **opts)
+        # the policies that keep a per-client number charge output tokens
+        self.lazy_charge = bool(info.state_fields)
         self.runs: dict[int, _Run] = {}
         self.prefill_q: deque[_Run] = deque()
         self.decoding: dict[int, _Run] = {}
@@ -206,9 +208,7 @@ class Worker:
         self.retracted: dict[int, tuple[int, int]] = {}
         variant = VARIANTS.get(cfg.policy.strip().lower())
         # policies whose admission stops at the first request that does not fit
-        self.stop_at_unfit = policy in ("fcfs", "vtc") or bool(
-            variant and variant[1].get("stop_at_unfit")
-        )
+        self.stop_at_unfit = info.stop_at_unfit or bool(variant and variant[1].get("stop_at_unfit"))
         self.retractions = 0
         self.recomputed = 0
 
@@ -393,6 +393,7 @@ class Worker:
 
     def _admit(self, now: float) -> None:
         sched = self.sched
+        sched.set_time(now)  # the scheduler runs on simulated time
         if not self.dirty or len(sched) == 0:
             return
         room = self.model.max_running - len(self.runs)
@@ -490,6 +491,7 @@ class Worker:
 
     def end_step(self, now: float) -> None:
         """Apply the planned step's effects at time ``now``."""
+        self.sched.set_time(now)
         assert self.plan is not None
         chunks, n_dec = self.plan
         self.plan = None
@@ -688,6 +690,7 @@ class Simulator:
         w = 0 if self.dispatcher is None else self.dispatcher.dispatch(rid, req.client, req.tokens)
         self.worker_of[rid] = w
         worker = self.workers[w]
+        worker.sched.set_time(now)
         worker.add(req)
         if not worker.busy:
             self._start(worker, now)
