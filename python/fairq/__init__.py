@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fairq._core import QueueFull
+from fairq._core import QueueFull, policies
 from fairq._core import __version__ as __version__
 from fairq._lazy import lazy_attributes
 
@@ -47,6 +47,9 @@ _LAZY: dict[str, str] = {
     "ClientRoundRobin": "fairq.dispatch",
     "PrefixAffinity": "fairq.dispatch",
 }
+
+# every registered local policy's class (``fairq.LAS`` ...), from the core's registry
+_LAZY.update({p["class_name"]: "fairq._core" for p in policies() if p["class_name"] not in _LAZY})
 
 __all__ = ["QueueFull", "__version__", *sorted(_LAZY)]
 
