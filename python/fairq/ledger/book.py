@@ -69,7 +69,8 @@ class Ledger:
     ``options``: the validated :class:`fairq.engineopts.FairOptions` (an
     engine's subclass). ``tree``: the :class:`fairq.RadixTree` the engine's
     prefix-cache mirror keeps (used when the policy needs one, see
-    :attr:`needs_tree`; none given: an empty tree of the ledger's own). ``tiers``: one scheduler per priority tier.
+    :attr:`needs_tree`; none given: an empty tree of the ledger's own).
+    ``tiers``: one scheduler per priority tier.
     ``name``: the metric name prefix (``"vllm"`` gives
     ``"vllm-<policy>-tier<t>"``, :meth:`metric_objects`).
     ``on_new_scheduler(name, scheduler)``: called for each scheduler the
