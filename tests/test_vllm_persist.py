@@ -495,9 +495,7 @@ def test_a_burst_is_in_the_file_and_the_last_stats_once_idle(
     assert s.fairq_persist.saves == saves + 1
 
 
-def test_an_abort_while_idle_is_flushed_in_the_background(
-    policy_env: Any, tmp_path: Path
-) -> None:
+def test_an_abort_while_idle_is_flushed_in_the_background(policy_env: Any, tmp_path: Path) -> None:
     """Requests aborted while nothing runs (clients gone): no step follows,
     so the state file is saved at once and the background flusher sends
     fairq's families through the engine core's output queue."""
