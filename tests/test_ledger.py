@@ -258,3 +258,32 @@ def test_tally_counts_once_and_bounds_tenants() -> None:
     assert t.hit_tokens == {"alice": 60, TenantTally.OTHER: 0}
     t.forget_finished(set())
     assert t.seen("r1")  # only forgotten once far more than live
+
+
+def test_gauge_mirror_writes_multiprocess_files(tmp_path: Path) -> None:
+    """In a process with ``$PROMETHEUS_MULTIPROC_DIR`` (an SGLang scheduler
+    with metrics on), the mirrored gauges reach a ``MultiProcessCollector``
+    (what SGLang's ``/metrics`` serves)."""
+    pytest.importorskip("prometheus_client")
+    import os
+    import subprocess
+    import sys
+
+    code = """
+from prometheus_client import CollectorRegistry, multiprocess
+from prometheus_client.core import CounterMetricFamily
+from fairq.ledger.promsync import GaugeMirror, multiprocess_dir
+assert multiprocess_dir()
+fam = CounterMetricFamily("fairq_x_tokens", "doc", labels=["tenant"])
+fam.add_metric(["heavy"], 816.0)
+assert GaugeMirror().write([fam]) == 1
+reg = CollectorRegistry()
+multiprocess.MultiProcessCollector(reg)
+print(reg.get_sample_value("fairq_x_tokens_total", {"tenant": "heavy"}))
+"""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "816.0"

@@ -135,3 +135,24 @@ def test_an_unusable_file_starts_fresh_and_is_moved_aside(tmp_path: Path) -> Non
 def test_the_state_file_options_are_checked() -> None:
     with pytest.raises(ValueError, match="state_interval_s"):
         engine("vtc", None, state_file="/tmp/x.json", state_interval_s=-1)
+
+
+def test_per_tenant_metrics_reach_gauges_when_idle(tmp_path: Path) -> None:
+    """fairq's per-tenant metrics as gauges (what SGLang's multiprocess
+    ``/metrics`` serves), refreshed by the background flusher: after a burst
+    and silence they hold the whole burst, nothing running."""
+    prometheus_client = pytest.importorskip("prometheus_client")
+    from fairq.ledger.promsync import GaugeMirror
+
+    registry = prometheus_client.CollectorRegistry()
+    e = engine("vtc", None)
+    e.fairq.export_metrics(GaugeMirror(registry))
+    heavy_then_others(e, "x")
+    e.run()
+    with e.fairq.ledger.lock:
+        e.fairq.flusher.run_once()
+    labels = {"name": "sglang-vtc-tier0", "tenant": HEAVY}
+    got = registry.get_sample_value("fairq_scheduler_service_tokens_total", labels)
+    assert got == pytest.approx(4 * (256 + 2 * 2))
+    assert registry.get_sample_value("fairq_scheduler_admissions_total", labels) == 4
+    assert registry.get_sample_value("fairq_scheduler_running_requests", labels) == 0

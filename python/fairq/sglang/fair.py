@@ -102,6 +102,20 @@ def _flush_job(ref: Any) -> Any:
     return job
 
 
+def _serves_multiprocess_metrics() -> bool:
+    """SGLang serves multiprocess metrics (``--enable-metrics`` sets
+    ``$PROMETHEUS_MULTIPROC_DIR``) and ``prometheus_client`` is here."""
+    from fairq.ledger.promsync import multiprocess_dir
+
+    if multiprocess_dir() is None:
+        return False
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _tokens(req: Any, ran: bool) -> list[int]:
     """The tokens a requeue gives: the prompt, or (it ran) prompt and output."""
     return req.origin_input_ids if not ran else req.origin_input_ids + req.output_ids
@@ -314,6 +328,8 @@ class FairState:
                     p.tick()
                 else:
                     p.flush()
+            if not len(self.ledger):
+                self.publish_metrics()
 
     def _order(self, waiting_queue: list[Any]) -> None:
         self.sync(waiting_queue)
@@ -439,7 +455,6 @@ class FairState:
         (which also charges what finished while SGLang made no decision).
         ``saves``: False for a replica that only loads (SGLang's tensor
         parallel ranks other than 0 make the same decisions)."""
-        import weakref
 
         p = Persistence(self, path, self.options.policy, interval_s, format=STATE_FORMAT)
         with contextlib.suppress(OSError):
@@ -448,16 +463,58 @@ class FairState:
             p.save()
         if saves:
             self.persistence = p
-            interval = max(min(1.0, interval_s), 0.05)
+            self.start_flusher(min(1.0, interval_s))
+        return p
+
+    def start_flusher(self, interval_s: float = 1.0) -> Flusher:
+        """The background :class:`~fairq.ledger.Flusher` (started once;
+        ``interval_s`` at least 0.05): every round, under the ledger's lock,
+        :meth:`settle_running`, the saved state if due, and the metrics."""
+        import weakref
+
+        if self.flusher is None:
+            interval = max(interval_s, 0.05)
             self.flusher = Flusher(self.ledger.lock, interval, [_flush_job(weakref.ref(self))])
             self.flusher.start()
-        return p
+        return self.flusher
 
     def _flush(self) -> None:
         """The background flusher's round (under the ledger's lock)."""
         self.settle_running()
         if self.persistence is not None:
             self.persistence.flush(due_only=bool(len(self.ledger)))
+        self.publish_metrics()
+
+    # -- metrics on SGLang's /metrics -----------------------------------------
+    def export_metrics(self, mirror: Any = None) -> None:
+        """Write fairq's per-tenant metrics (:class:`fairq.metrics.FairqCollector`
+        of each tier's scheduler, ``name="sglang-<policy>-tier<t>"``) into
+        prometheus gauges at most every second, from the background flusher:
+        by default where SGLang's ``/metrics`` reads them (its multiprocess
+        files; SGLang started with ``--enable-metrics`` sets
+        ``$PROMETHEUS_MULTIPROC_DIR``), or into ``mirror``
+        (:class:`fairq.ledger.promsync.GaugeMirror`)."""
+        from fairq.ledger.promsync import GaugeMirror
+
+        self._gauges = GaugeMirror() if mirror is None else mirror
+        self._collectors: dict[int, Any] = {}
+        self.start_flusher()
+
+    def publish_metrics(self) -> int:
+        """Write the metrics now (see :meth:`export_metrics`; nothing if not
+        exported). Returns how many samples. Call under the ledger's lock."""
+        gauges = getattr(self, "_gauges", None)
+        if gauges is None:
+            return 0
+        from fairq.metrics import FairqCollector
+
+        families = []
+        for name, sched in self.ledger.metric_objects():
+            c = self._collectors.get(id(sched))
+            if c is None or c.obj is not sched:
+                c = self._collectors[id(sched)] = FairqCollector(sched, name)
+            families += list(c.collect())
+        return int(gauges.write(families))
 
     # -- helpers ------------------------------------------------------------
     def _forget(self, rid: str) -> None:
@@ -534,6 +591,8 @@ def fair_schedule_policy_class(base: type) -> type:
             path = options.state_file if state_path is None else state_path
             if isinstance(path, str):  # the saved state (``state_path=False``: none)
                 self.fairq.persist_to(path, options.state_interval_s, saves=saves)
+            if saves and _serves_multiprocess_metrics():
+                self.fairq.export_metrics()
             self.fairq_policy = f"fairq-{options.policy}"
 
         def calc_priority(
