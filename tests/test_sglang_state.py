@@ -156,3 +156,40 @@ def test_per_tenant_metrics_reach_gauges_when_idle(tmp_path: Path) -> None:
     assert got == pytest.approx(4 * (256 + 2 * 2))
     assert registry.get_sample_value("fairq_scheduler_admissions_total", labels) == 4
     assert registry.get_sample_value("fairq_scheduler_running_requests", labels) == 0
+
+
+class PriorityEngine(Engine):
+    """The harness's engine with SGLang's priority scheduling on (lower
+    values first), as ``--enable-priority-scheduling
+    --schedule-low-priority-values-first`` set it on the scheduler."""
+
+    enable_priority_scheduling = True
+    schedule_low_priority_values_first = True
+
+
+def test_priority_tiers_first_then_fairness(tmp_path: Path) -> None:
+    """Strict priority between tiers, fairness within one; the tiers are
+    saved and restored."""
+    path = tmp_path / "state.json"
+    opts = {"state_file": str(path), "state_interval_s": 3600}
+    e = PriorityEngine("fairq-vtc", options=opts, max_prefill_tokens=64, chunk_size=64)
+    for i in range(3):
+        e.request([5 + i] * 32, 2, rid=f"low:{i}", priority=1)
+    for i in range(2):
+        e.request([50 + i] * 32, 2, rid=f"g:{i}", priority=0)
+        e.request([90 + i] * 32, 2, rid=f"h:{i}", priority=0)
+    order = first_admissions(e, 7)
+    assert set(order[:2]) == set(order[:4]) == {"g", "h"}, order  # fair within tier 0
+    assert order[4:] == ["low"] * 3, order
+    assert set(e.fairq.schedulers()) == {0, 1}
+    e.run()
+    e.fairq.flusher.run_once()
+    doc = saved(path)
+    assert doc["options"]["tiers"] is True and set(doc["state"]["tiers"]) == {"0", "1"}
+    e2 = PriorityEngine("fairq-vtc", options=opts, max_prefill_tokens=64, chunk_size=64)
+    assert e.fairq.service("low") > 0
+    assert e2.fairq.service("low") == pytest.approx(e.fairq.service("low"))
+    # without priority scheduling the same file is another configuration:
+    # moved aside, fresh start
+    e3 = engine("vtc", path)
+    assert e3.fairq.schedulers() == {}

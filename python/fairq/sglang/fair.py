@@ -60,8 +60,14 @@ position once; output per token; finishes and aborts leave at once), with
 two differences of timing, not amount: output tokens are charged at the
 next scheduling decision rather than as the step's output is processed
 (SGLang's ``calc_priority`` is the one call fairq gets between steps), and
-a finish is seen there too. SGLang's priority scheduling has no fair
-counterpart here (one tier).
+a finish is seen there too.
+
+Priority tiers: with SGLang's ``--enable-priority-scheduling`` each
+request's ``priority`` is a tier with its own fair scheduler, strict
+priority between tiers (lower values first with
+``--schedule-low-priority-values-first``, else higher), fairness within one;
+SGLang's own priority preemption retracts running requests, which fairq
+requeues with their charges kept.
 """
 
 from __future__ import annotations
@@ -133,12 +139,21 @@ class FairState:
     :class:`~fairq.sglang.mirror.RadixCacheMirror`.
     """
 
-    def __init__(self, options: FairOptions, tree_cache: Any = None) -> None:
+    def __init__(
+        self,
+        options: FairOptions,
+        tree_cache: Any = None,
+        *,
+        tiers: bool = False,
+        low_first: bool = False,
+    ) -> None:
         self.options = options
         needs_tree = policy_info(options.policy).needs_tree
         self.mirror = RadixCacheMirror.attach(tree_cache) if needs_tree else None
         tree = self.mirror.tree if self.mirror is not None else None
-        self.ledger = Ledger(options, tree=tree, name="sglang")
+        self.ledger = Ledger(options, tree=tree, tiers=tiers, name="sglang")
+        #: the tier of a priority value: the value (lower first) or its negation
+        self._sign = 1 if low_first else -1
         #: output tokens charged (per running request)
         self._out: dict[str, int] = {}
         self._taken = 0
@@ -166,7 +181,7 @@ class FairState:
     # -- the ledger's book, by the names SGLang's side used ------------------
     @property
     def sched(self) -> Any:
-        """The fairq local scheduler (one tier)."""
+        """The fairq local scheduler of tier 0 (the only one without tiers)."""
         return self.ledger.scheduler(0)
 
     @property
@@ -237,7 +252,7 @@ class FairState:
         for rid, req in new:
             if rid not in led.waiting and rid not in led.running:
                 ns = namespace_of(req.extra_key, req.cache_salt)
-                led.add(rid, req, req.origin_input_ids, namespace=ns)
+                led.add(rid, req, req.origin_input_ids, namespace=ns, tier=self._tier(req))
         self._taken_now.clear()
         led.end_step(self._taken, wanted_more=self._refused)
         self._taken = 0
@@ -517,6 +532,13 @@ class FairState:
         return int(gauges.write(families))
 
     # -- helpers ------------------------------------------------------------
+    def _tier(self, req: Any) -> int:
+        """``req``'s tier with priority scheduling (lower tiers first)."""
+        if not self.ledger.tiers:
+            return 0
+        p = getattr(req, "priority", None)
+        return self._sign * p if isinstance(p, int) else 0
+
     def _forget(self, rid: str) -> None:
         """What this class kept of ``rid`` (the ledger forgot the rest)."""
         self._seq.pop(rid, None)
@@ -528,7 +550,7 @@ class FairState:
         return self.ledger.service(tenant)
 
     def schedulers(self) -> dict[int, Any]:
-        """The fairq local scheduler (one tier, 0)."""
+        """The fairq local scheduler of each priority tier (0 without tiers)."""
         return self.ledger.schedulers()
 
     def __len__(self) -> int:
@@ -575,11 +597,6 @@ def fair_schedule_policy_class(base: type) -> type:
             state_path: str | Literal[False] | None = None,
             saves: bool = True,
         ) -> None:
-            if enable_priority_scheduling:
-                raise ValueError(
-                    "enable_priority_scheduling: fairq's policies in SGLang have one tier; "
-                    "turn SGLang's priority scheduling off"
-                )
             super().__init__(
                 "fcfs",
                 tree_cache,
@@ -587,7 +604,12 @@ def fair_schedule_policy_class(base: type) -> type:
                 enable_priority_scheduling,
                 schedule_low_priority_values_first,
             )
-            self.fairq = FairState(options, tree_cache)
+            self.fairq = FairState(
+                options,
+                tree_cache,
+                tiers=enable_priority_scheduling,
+                low_first=schedule_low_priority_values_first,
+            )
             path = options.state_file if state_path is None else state_path
             if isinstance(path, str):  # the saved state (``state_path=False``: none)
                 self.fairq.persist_to(path, options.state_interval_s, saves=saves)
