@@ -427,6 +427,17 @@ BURST, BURST_PROMPT, BURST_OUT = 12, 4, 32
 BURST_SERVICE = BURST * (1.0 * BURST_PROMPT + 2.0 * BURST_OUT)
 
 
+def _burst_server(model: str, state: Path, log: Path) -> VllmServer:
+    """A vtc server on ``state`` saving every second, vLLM's defaults otherwise."""
+    return VllmServer(
+        model,
+        "vtc",
+        options={"state_file": str(state), "state_interval_s": 1},
+        log=log,
+        max_model_len=MAX_LEN,
+    )
+
+
 def test_a_burst_then_silence_then_sigkill_keeps_the_whole_burst(
     model: str, tmp_path: Path
 ) -> None:
@@ -438,14 +449,7 @@ def test_a_burst_then_silence_then_sigkill_keeps_the_whole_burst(
     nothing running."""
     state = tmp_path / "state" / "state.json"
     state.parent.mkdir()
-    s1 = VllmServer(
-        model,
-        "vtc",
-        options={"state_file": str(state), "state_interval_s": 1},
-        log=tmp_path / "burst1.log",
-        max_model_len=MAX_LEN,
-    )
-    with s1:
+    with _burst_server(model, state, tmp_path / "burst1.log") as s1:
         reqs = [
             HttpRequest(f"burst-{i}", "heavy", _prompt(500 + i, BURST_PROMPT), BURST_OUT)
             for i in range(BURST)
@@ -467,14 +471,7 @@ def test_a_burst_then_silence_then_sigkill_keeps_the_whole_burst(
     assert saved["service"] == pytest.approx(BURST_SERVICE), saved
 
     # the restarted server holds the whole burst too
-    s2 = VllmServer(
-        model,
-        "vtc",
-        options={"state_file": str(state), "state_interval_s": 1},
-        log=tmp_path / "burst2.log",
-        max_model_len=MAX_LEN,
-    )
-    with s2:
+    with _burst_server(model, state, tmp_path / "burst2.log") as s2:
         assert "restored the vtc fairness state" in s2.log_text()
         deadline = time.monotonic() + 30
         while True:

@@ -52,6 +52,24 @@ class Flusher:
         #: completed rounds (tests, diagnostics)
         self.rounds = 0
 
+    @staticmethod
+    def weak_job(owner: Any, method: str) -> Callable[[], Any]:
+        """A job calling ``owner.<method>()`` through a weak reference: once
+        nothing else holds ``owner`` the job returns :data:`DONE` (and the
+        thread, with no job left, ends)."""
+        import weakref
+
+        ref = weakref.ref(owner)
+
+        def job() -> Any:
+            obj = ref()
+            if obj is None:
+                return Flusher.DONE
+            getattr(obj, method)()
+            return None
+
+        return job
+
     def add(self, job: Callable[[], Any]) -> None:
         """Run ``job`` too (from the next round)."""
         self.jobs.append(job)

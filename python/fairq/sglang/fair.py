@@ -80,7 +80,7 @@ from itertools import filterfalse
 from typing import Any, Literal
 
 from fairq.engineopts import FairOptions
-from fairq.ledger import Flusher, Ledger, Persistence
+from fairq.ledger import Flusher, Ledger, LedgerView, Persistence
 from fairq.sched import policy_info
 from fairq.sglang.mirror import RadixCacheMirror, namespace_of
 from fairq.sglang.queue import Journal, WaitingList
@@ -93,19 +93,6 @@ _MAX_MOVES = 64
 
 #: The saved state's envelope format (:mod:`fairq.ledger.persist`).
 STATE_FORMAT = "fairq.sglang.state"
-
-
-def _flush_job(ref: Any) -> Any:
-    """The flusher's job over a weak reference (dropped once the state is gone)."""
-
-    def job() -> Any:
-        state = ref()
-        if state is None:
-            return Flusher.DONE
-        state._flush()
-        return None
-
-    return job
 
 
 def _serves_multiprocess_metrics() -> bool:
@@ -127,7 +114,7 @@ def _tokens(req: Any, ran: bool) -> list[int]:
     return req.origin_input_ids if not ran else req.origin_input_ids + req.output_ids
 
 
-class FairState:
+class FairState(LedgerView):
     """SGLang's events translated into :class:`fairq.ledger.Ledger` calls
     (one SGLang scheduler's fairness; the book, the charges, admission and
     the saved state are the ledger's; reading SGLang's journal and
@@ -185,16 +172,6 @@ class FairState:
         return self.ledger.scheduler(0)
 
     @property
-    def tenant_of(self) -> dict[str, str]:
-        """Tenant of each request fairq holds."""
-        return self.ledger.tenant_of
-
-    @property
-    def waiting(self) -> dict[str, Any]:
-        """Waiting in fairq."""
-        return self.ledger.waiting
-
-    @property
     def admitted(self) -> dict[str, Any]:
         """Admitted in fairq this step, not taken by SGLang's adder yet (in order)."""
         return self.ledger.admitted
@@ -213,11 +190,6 @@ class FairState:
     def left(self) -> int:
         """Requests that left fairq (finished, aborted)."""
         return self.ledger.left
-
-    @property
-    def version(self) -> int:
-        """Counts the ledger's changes (the saved state's dirty check)."""
-        return self.ledger.version
 
     # -- each step -------------------------------------------------------
     def sync(self, waiting_queue: Iterable[Any]) -> None:
@@ -485,11 +457,9 @@ class FairState:
         """The background :class:`~fairq.ledger.Flusher` (started once;
         ``interval_s`` at least 0.05): every round, under the ledger's lock,
         :meth:`settle_running`, the saved state if due, and the metrics."""
-        import weakref
-
         if self.flusher is None:
             interval = max(interval_s, 0.05)
-            self.flusher = Flusher(self.ledger.lock, interval, [_flush_job(weakref.ref(self))])
+            self.flusher = Flusher(self.ledger.lock, interval, [Flusher.weak_job(self, "_flush")])
             self.flusher.start()
         return self.flusher
 
@@ -545,30 +515,9 @@ class FairState:
         self._out.pop(rid, None)
 
     # -- introspection ------------------------------------------------------
-    def service(self, tenant: str) -> float:
-        """Weighted tokens served to ``tenant``."""
-        return self.ledger.service(tenant)
-
-    def schedulers(self) -> dict[int, Any]:
-        """The fairq local scheduler of each priority tier (0 without tiers)."""
-        return self.ledger.schedulers()
-
     def __len__(self) -> int:
         """Requests fairq holds (waiting, admitted or running)."""
         return len(self.ledger)
-
-    # -- saved state (fairq.ledger.persist) -----------------------------------
-    def persisted_options(self) -> dict[str, Any]:
-        """:meth:`fairq.ledger.Ledger.persisted_options`."""
-        return self.ledger.persisted_options()
-
-    def persisted(self) -> dict[str, Any]:
-        """:meth:`fairq.ledger.Ledger.persisted`."""
-        return self.ledger.persisted()
-
-    def restore(self, saved: Any) -> None:
-        """:meth:`fairq.ledger.Ledger.restore` (before any request)."""
-        self.ledger.restore(saved)
 
 
 def fair_schedule_policy_class(base: type) -> type:

@@ -294,22 +294,6 @@ FLUSH_INTERVAL_S = 1.0
 MIN_FLUSH_INTERVAL_S = 0.05
 
 
-def _flush_job(ref: Any) -> Any:
-    """The background flusher's job for the scheduler ``ref()`` (a weak
-    reference: a scheduler nobody holds stops its flusher)."""
-
-    from fairq.ledger import Flusher
-
-    def job() -> Any:
-        s = ref()
-        if s is None:
-            return Flusher.DONE
-        s._fairq_flush()
-        return None
-
-    return job
-
-
 def _scheduler_hooks(s: Any) -> Any:
     """The scheduler's step hooks, in the order they run: the dual-phase
     policy, the fair policy (or WFQ's settlement), the saved state, the
@@ -417,15 +401,13 @@ class _FairqMixin:
         persist = self.fairq_persist
         if persist is None and self._fairq_link.queue is None:
             return
-        import weakref
-
         from fairq.ledger import Flusher
 
         interval = FLUSH_INTERVAL_S
         if persist is not None:
             interval = max(min(interval, persist.interval_s), MIN_FLUSH_INTERVAL_S)
         self.fairq_flusher = Flusher(
-            self._fairq_lock, interval, [_flush_job(weakref.ref(self))]
+            self._fairq_lock, interval, [Flusher.weak_job(self, "_fairq_flush")]
         ).start()
 
     def _fairq_flush(self) -> None:
