@@ -287,3 +287,23 @@ print(reg.get_sample_value("fairq_x_tokens_total", {"tenant": "heavy"}))
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "816.0"
+
+
+def test_engines_fair_policies_follow_the_policy_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM and SGLang list their fair policies from fairq.sched.POLICY_INFO
+    (a policy added to the core is one of them with no edit), and vLLM's
+    policy resolution accepts a fair policy its enum does not list."""
+    from fairq.sglang import tenants as sglang_tenants
+    from fairq.vllm import scheduler as fsched
+    from fairq.vllm import tenants as vllm_tenants
+
+    assert set(vllm_tenants.FAIR_POLICIES) == set(POLICY_INFO) - {"fcfs"}
+    assert set(sglang_tenants.POLICIES) == set(POLICY_INFO)
+    monkeypatch.setattr(fsched, "FAIR_POLICIES", (*vllm_tenants.FAIR_POLICIES, "newpol"))
+    monkeypatch.setenv(fsched.ENV_VAR, "NewPol")
+    got = fsched.resolve_policy(SimpleNamespace())
+    assert got == "newpol" and got.value == "newpol"
+    monkeypatch.setenv(fsched.ENV_VAR, "nope")
+    with pytest.raises(ValueError, match="newpol"):
+        fsched.resolve_policy(SimpleNamespace())
+    assert fsched.OPTIONS_ENV_VAR == vllm_tenants.OPTIONS_ENV_VAR == "FAIRQ_VLLM_OPTIONS"

@@ -16,12 +16,24 @@ hold a JSON object of queue options for that policy, e.g.
 :func:`fairq.vllm.install` so the temporary queues vLLM builds inside
 ``schedule()`` are fairq's too.
 
+The fair policies (:data:`fairq.vllm.tenants.FAIR_POLICIES`: every policy
+of :data:`fairq.sched.POLICY_INFO` but ``fcfs``) run on the engine-neutral
+:class:`fairq.ledger.Ledger` (:mod:`fairq.vllm.fair` translates vLLM's
+events). The classes hold their step hooks as one list
+(``scheduler.fairq_hooks``, :class:`fairq.ledger.Hooks`: the dual-phase
+policy, the fair policy or WFQ's settlement, the saved state, the tally),
+and run every fairq entry point under one lock (the ledger's).
+
 With the option ``state_file`` (and ``state_interval_s``) the policy's
-fairness state survives a restart: :mod:`fairq.vllm.persist`. Under every
+fairness state survives a restart: :mod:`fairq.ledger.persist`. Under every
 policy the classes time fairq's code and the engine step, count each
 tenant's requests, prompt tokens and prefix hits (:class:`TenantTally`), and
 ship fairq's metrics with vLLM's scheduler statistics to the server's
-``/metrics`` (``make_stats``, :mod:`fairq.vllm.stats`). Building one on an
+``/metrics`` (``make_stats``, :mod:`fairq.vllm.stats`). When the engine goes
+idle (no unfinished request) the state is saved if it changed and the
+step's statistics carry the metrics as they are then; while it is idle a
+background :class:`fairq.ledger.Flusher` saves when due and sends changed
+metrics through the engine core's output queue. Building one on an
 untested vLLM raises (:mod:`fairq.vllm.compat`).
 
 vLLM is imported only when one of the class names is first looked up, so
