@@ -307,3 +307,20 @@ def test_engines_fair_policies_follow_the_policy_table(monkeypatch: pytest.Monke
     with pytest.raises(ValueError, match="newpol"):
         fsched.resolve_policy(SimpleNamespace())
     assert fsched.OPTIONS_ENV_VAR == vllm_tenants.OPTIONS_ENV_VAR == "FAIRQ_VLLM_OPTIONS"
+
+
+def test_an_idle_save_can_leave_the_step_for_the_flusher(tmp_path: Path) -> None:
+    """With ``PersistHook.wake`` set, going idle wakes the flusher (a long
+    interval notwithstanding), whose round saves; the hook itself does not."""
+    led = ledger("vtc")
+    p = Persistence(led, str(tmp_path / "s.json"), "vtc", 3600.0)
+    f = Flusher(led.lock, 3600.0, [p.flush]).start()
+    hook = PersistHook(p)
+    hook.wake = f.wake
+    add(led, req("a:0"))
+    hook.idle()
+    deadline = time.monotonic() + 5
+    while p.saves == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert p.saves == 1 and f.rounds >= 1
+    f.stop()

@@ -132,10 +132,14 @@ class PersistHook(StepHook):
     ``schedule()`` (which also ends a pre-abort hold) and after each
     output, a save before an abort of every request (``has_requests()``
     of the scheduler says whether any is queued), one when the engine goes
-    idle, and the final one at shutdown."""
+    idle (in the caller, or, with :attr:`wake` set, in a flusher's thread
+    woken at once), and the final one at shutdown."""
 
     def __init__(self, persistence: Any) -> None:
         self.persistence = persistence
+        #: when set (a :meth:`fairq.ledger.Flusher.wake`), the idle save is
+        #: left to the flusher's thread, out of the engine's step
+        self.wake: Any = None
 
     def after_schedule(self, scheduler: Any, output: Any) -> None:
         self.persistence.step()
@@ -149,7 +153,10 @@ class PersistHook(StepHook):
             self.persistence.before_abort_all(bool(has) if has is not None else True)
 
     def idle(self) -> None:
-        self.persistence.flush()
+        if self.wake is not None:
+            self.wake()
+        else:
+            self.persistence.flush()
 
     def shutdown(self) -> None:
         self.persistence.shutdown()

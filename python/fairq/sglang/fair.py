@@ -305,18 +305,17 @@ class FairState(LedgerView):
     def order(self, waiting_queue: list[Any]) -> None:
         """Admit the policy's next requests in fairq and put them, in order,
         at the head of ``waiting_queue`` (in place); the rest keep their order.
-        Under the ledger's lock; the saved state is saved when due, and at
-        once when nothing is left (the engine goes idle)."""
+        Under the ledger's lock; the saved state is saved when due, and
+        when nothing is left (the engine goes idle) the flusher is woken to
+        save it and publish the metrics at once."""
         with self.ledger.lock:
             self._order(waiting_queue)
             p = self.persistence
-            if p is not None:
-                if len(self.ledger):
+            if len(self.ledger):
+                if p is not None:
                     p.tick()
-                else:
-                    p.flush()
-            if not len(self.ledger):
-                self.publish_metrics()
+            elif self.flusher is not None:
+                self.flusher.wake()  # idle: save and publish, out of SGLang's step
 
     def _order(self, waiting_queue: list[Any]) -> None:
         self.sync(waiting_queue)

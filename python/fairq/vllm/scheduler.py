@@ -413,7 +413,7 @@ class _FairqMixin:
         persist = self.fairq_persist
         if persist is None and self._fairq_link.queue is None:
             return
-        from fairq.ledger import Flusher
+        from fairq.ledger import Flusher, PersistHook
 
         interval = FLUSH_INTERVAL_S
         if persist is not None:
@@ -421,17 +421,21 @@ class _FairqMixin:
         self.fairq_flusher = Flusher(
             self._fairq_lock, interval, [Flusher.weak_job(self, "_fairq_flush")]
         ).start()
+        for hook in self.fairq_hooks:
+            if isinstance(hook, PersistHook):  # the idle save out of the step
+                hook.wake = self.fairq_flusher.wake
 
     def _fairq_flush(self) -> None:
         """The background flusher's round (under the lock), while the engine
         is idle (a stepping engine saves and ships from its hooks): the
-        state file if it changed and a save is due, and fairq's families
-        to ``/metrics`` if they changed since last sent."""
+        state file if it changed, and fairq's families to ``/metrics`` if
+        they changed since last sent. Woken at once when the engine goes
+        idle (the save leaves the engine's step)."""
         if self.has_unfinished_requests():  # type: ignore[attr-defined]
             return
         persist = self.fairq_persist
         if persist is not None:
-            persist.flush(due_only=True)
+            persist.flush()  # if it changed: idle, so at most once a round
         if self._fairq_link.queue is not None:
             packer = self._fairq_packer
             if packer.render(self._fairq_objects, self._fairq_families) != packer.last_payload:
