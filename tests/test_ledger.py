@@ -258,3 +258,69 @@ def test_tally_counts_once_and_bounds_tenants() -> None:
     assert t.hit_tokens == {"alice": 60, TenantTally.OTHER: 0}
     t.forget_finished(set())
     assert t.seen("r1")  # only forgotten once far more than live
+
+
+def test_gauge_mirror_writes_multiprocess_files(tmp_path: Path) -> None:
+    """In a process with ``$PROMETHEUS_MULTIPROC_DIR`` (an SGLang scheduler
+    with metrics on), the mirrored gauges reach a ``MultiProcessCollector``
+    (what SGLang's ``/metrics`` serves)."""
+    pytest.importorskip("prometheus_client")
+    import os
+    import subprocess
+    import sys
+
+    code = """
+from prometheus_client import CollectorRegistry, multiprocess
+from prometheus_client.core import CounterMetricFamily
+from fairq.ledger.promsync import GaugeMirror, multiprocess_dir
+assert multiprocess_dir()
+fam = CounterMetricFamily("fairq_x_tokens", "doc", labels=["tenant"])
+fam.add_metric(["heavy"], 816.0)
+assert GaugeMirror().write([fam]) == 1
+reg = CollectorRegistry()
+multiprocess.MultiProcessCollector(reg)
+print(reg.get_sample_value("fairq_x_tokens_total", {"tenant": "heavy"}))
+"""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "816.0"
+
+
+def test_engines_fair_policies_follow_the_policy_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM and SGLang list their fair policies from fairq.sched.POLICY_INFO
+    (a policy added to the core is one of them with no edit), and vLLM's
+    policy resolution accepts a fair policy its enum does not list."""
+    from fairq.sglang import tenants as sglang_tenants
+    from fairq.vllm import scheduler as fsched
+    from fairq.vllm import tenants as vllm_tenants
+
+    assert set(vllm_tenants.FAIR_POLICIES) == set(POLICY_INFO) - {"fcfs"}
+    assert set(sglang_tenants.POLICIES) == set(POLICY_INFO)
+    monkeypatch.setattr(fsched, "FAIR_POLICIES", (*vllm_tenants.FAIR_POLICIES, "newpol"))
+    monkeypatch.setenv(fsched.ENV_VAR, "NewPol")
+    got = fsched.resolve_policy(SimpleNamespace())
+    assert got == "newpol" and got.value == "newpol"
+    monkeypatch.setenv(fsched.ENV_VAR, "nope")
+    with pytest.raises(ValueError, match="newpol"):
+        fsched.resolve_policy(SimpleNamespace())
+    assert fsched.OPTIONS_ENV_VAR == vllm_tenants.OPTIONS_ENV_VAR == "FAIRQ_VLLM_OPTIONS"
+
+
+def test_an_idle_save_can_leave_the_step_for_the_flusher(tmp_path: Path) -> None:
+    """With ``PersistHook.wake`` set, going idle wakes the flusher (a long
+    interval notwithstanding), whose round saves; the hook itself does not."""
+    led = ledger("vtc")
+    p = Persistence(led, str(tmp_path / "s.json"), "vtc", 3600.0)
+    f = Flusher(led.lock, 3600.0, [p.flush]).start()
+    hook = PersistHook(p)
+    hook.wake = f.wake
+    add(led, req("a:0"))
+    hook.idle()
+    deadline = time.monotonic() + 5
+    while p.saves == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert p.saves == 1 and f.rounds >= 1
+    f.stop()

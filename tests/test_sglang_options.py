@@ -77,7 +77,9 @@ def test_options_from_one_mapping() -> None:
         ("dlpm", {"quantm": 1}, "'quantm'"),
         ("dlpm", {"quantum": 0}, "'quantum'"),
         ("vtc", {"quantum": 5}, "'quantum'"),
-        ("fcfs", {"state_file": "x"}, "'state_file'"),  # vLLM's only
+        # SGLang keeps the saved state too (issue 30): its options are checked
+        ("fcfs", {"state_file": ""}, "state_file"),
+        ("vtc", {"state_interval_s": 0}, "state_interval_s"),
         ("lpm", {"tenant_weights": {"a": -1}}, r"tenant_weights\['a'\]"),
         ("lpm", {"tenant_weights": [1]}, "tenant_weights"),
         ("lpm", {"tenant": {"order": ["request_id"]}}, r"tenant.order\[0\]"),

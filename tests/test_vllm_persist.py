@@ -450,6 +450,16 @@ def test_bad_state_options_name_the_field(
 # -- flushed when the engine goes idle ---------------------------------------------
 
 
+def wait_until(ok: Any, timeout: float = 10.0) -> None:
+    """Poll ``ok()`` until it holds (a background thread's work)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not ok():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
 def _service_shipped(stats: Any, tenant: str) -> float:
     from fairq.vllm.stats import decode_families, take_payload
 
@@ -469,10 +479,10 @@ def test_a_burst_is_in_the_file_and_the_last_stats_once_idle(
 ) -> None:
     """A burst, then silence: with a save interval of an hour and metrics
     shipped at most once a second, the step that leaves no unfinished
-    request saves the state file and ships fairq's families as they are
-    after its hooks (the finished requests charged and gone), so neither a
-    SIGKILL nor a ``/metrics`` scrape during the silence misses the end of
-    the burst."""
+    request ships fairq's families as they are after its hooks (the
+    finished requests charged and gone) and wakes the flusher, which saves
+    the state file at once, so neither a SIGKILL nor a ``/metrics`` scrape
+    during the silence misses the end of the burst."""
     path = tmp_path / "state.json"
     policy_env("vtc", state_file=str(path), state_interval_s=3600)
     s = build(max_num_seqs=16)
@@ -482,7 +492,8 @@ def test_a_burst_is_in_the_file_and_the_last_stats_once_idle(
     last: dict[int, Any] = {}
     while s.has_unfinished_requests():
         _, last = harness.step(s)
-    assert s.fairq_persist.saves == saves + 1
+    # saved by the flusher's thread, woken as the engine went idle
+    wait_until(lambda: s.fairq_persist.saves == saves + 1)
     doc = saved(path)["state"]["tiers"]["0"]
     served = {c["name"]: c["service"] for c in doc["clients"]}
     assert served[GREEDY] == pytest.approx(s.fairq.service(GREEDY)) == 4 * (256 + 2 * 2)
@@ -497,8 +508,8 @@ def test_a_burst_is_in_the_file_and_the_last_stats_once_idle(
 
 def test_an_abort_while_idle_is_flushed_in_the_background(policy_env: Any, tmp_path: Path) -> None:
     """Requests aborted while nothing runs (clients gone): no step follows,
-    so the state file is saved at once and the background flusher sends
-    fairq's families through the engine core's output queue."""
+    so the background flusher, woken at once, saves the state file and
+    sends fairq's families through the engine core's output queue."""
     import queue
 
     from fairq.vllm.stats import EngineCoreLink
@@ -512,8 +523,9 @@ def test_an_abort_while_idle_is_flushed_in_the_background(policy_env: Any, tmp_p
     s._fairq_link = EngineCoreLink(out_q)
     saves = s.fairq_persist.saves
     s.finish_requests(list(s.requests), RequestStatus.FINISHED_ABORTED)
-    assert s.fairq_persist.saves == saves + 1 and not s.fairq.tenant_of
-    s.fairq_flusher.run_once()
+    assert not s.fairq.tenant_of
+    wait_until(lambda: s.fairq_persist.saves == saves + 1)
+    s.fairq_flusher.run_once()  # (after the woken round, which sent them)
     client, eco = out_q.get_nowait()
     assert client == 0
     assert _service_shipped(eco.scheduler_stats, GREEDY) == pytest.approx(s.fairq.service(GREEDY))

@@ -417,3 +417,68 @@ def test_fairness_state_survives_sigterm_and_sigkill(model: str, tmp_path: Path)
         _, order = _round(s3, model, state, "r3", _restored(s3, after_kill))
         _assert_greedy_last(order)
     assert len(list(state.parent.glob("state.json.bad-*"))) == 1  # good files stay
+
+
+# -- a burst, silence, SIGKILL (issue 30) ---------------------------------------------
+
+#: the burst: BURST concurrent requests of one tenant, 4 prompt and 32 output
+#: tokens each; VTC's service per request is 1 * 4 + 2 * 32
+BURST, BURST_PROMPT, BURST_OUT = 12, 4, 32
+BURST_SERVICE = BURST * (1.0 * BURST_PROMPT + 2.0 * BURST_OUT)
+
+
+def _burst_server(model: str, state: Path, log: Path) -> VllmServer:
+    """A vtc server on ``state`` saving every second, vLLM's defaults otherwise."""
+    return VllmServer(
+        model,
+        "vtc",
+        options={"state_file": str(state), "state_interval_s": 1},
+        log=log,
+        max_model_len=MAX_LEN,
+    )
+
+
+def test_a_burst_then_silence_then_sigkill_keeps_the_whole_burst(
+    model: str, tmp_path: Path
+) -> None:
+    """Twelve concurrent requests of tenant ``heavy``, then nothing: once the
+    engine goes idle, fairq saves its state and ships its metrics as they are
+    (not as they were at the last save or shipment, up to a second before the
+    burst ended), so the last ``/metrics`` scrape and the state restored after
+    a SIGKILL both hold the whole burst: 816 service tokens, 12 admissions,
+    nothing running."""
+    state = tmp_path / "state" / "state.json"
+    state.parent.mkdir()
+    with _burst_server(model, state, tmp_path / "burst1.log") as s1:
+        reqs = [
+            HttpRequest(f"burst-{i}", "heavy", _prompt(500 + i, BURST_PROMPT), BURST_OUT)
+            for i in range(BURST)
+        ]
+        results = send_all(s1.url, model, reqs, timeout=300)
+        assert all(r.ok and r.completion_tokens == BURST_OUT for r in results), results
+        time.sleep(2.5)  # silence: the engine does not step
+        m = scrape(s1.url)
+        served = metric_sum(m, "fairq_scheduler_service_tokens_total", tenant="heavy")
+        admitted = metric_sum(m, "fairq_scheduler_admissions_total", tenant="heavy")
+        running = metric_sum(m, "fairq_scheduler_running_requests", tenant="heavy")
+        assert (served, admitted, running) == (BURST_SERVICE, BURST, 0.0), (
+            served,
+            admitted,
+            running,
+        )
+        s1.kill()
+    saved = _clients(_doc(state))["heavy"]
+    assert saved["service"] == pytest.approx(BURST_SERVICE), saved
+
+    # the restarted server holds the whole burst too
+    with _burst_server(model, state, tmp_path / "burst2.log") as s2:
+        assert "restored the vtc fairness state" in s2.log_text()
+        deadline = time.monotonic() + 30
+        while True:
+            m = scrape(s2.url)
+            served = metric_sum(m, "fairq_scheduler_service_tokens_total", tenant="heavy")
+            if served or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        # the restored state reaches /metrics with no request (the flusher)
+        assert served == pytest.approx(BURST_SERVICE), served

@@ -10,7 +10,8 @@
   (atomic snapshots, load at start, the envelope vLLM's files have).
 * :class:`StepHook`, :class:`Hooks`, :class:`PersistHook`
   (:mod:`fairq.ledger.hooks`): the step hooks as a declared protocol that an
-  engine scheduler holds as a list.
+  engine scheduler holds as a list; :class:`LedgerView`, what a translator
+  exposes of its ledger.
 * :class:`Flusher` (:mod:`fairq.ledger.flush`): metrics and snapshots at a
   bounded interval whether or not the engine steps, under the ledger's lock.
 * :class:`TenantTally` (:mod:`fairq.ledger.tally`): per-tenant requests,
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 from fairq.ledger.book import MAX_BATCH, MIN_BATCH, UNBOUNDED, Ledger
 from fairq.ledger.flush import Flusher
-from fairq.ledger.hooks import Hooks, PersistHook, StepHook, StepHookProtocol
+from fairq.ledger.hooks import Hooks, LedgerView, PersistHook, StepHook, StepHookProtocol
 from fairq.ledger.persist import Persistence, StateFile, StateSource
 from fairq.ledger.tally import TenantTally
 
@@ -44,6 +45,7 @@ __all__ = [
     "Flusher",
     "Hooks",
     "Ledger",
+    "LedgerView",
     "MAX_BATCH",
     "MIN_BATCH",
     "PersistHook",

@@ -28,7 +28,7 @@ class Flusher:
     """Runs ``jobs`` every ``interval_s`` seconds under ``lock`` (see the
     module doc). :meth:`start` starts the daemon thread, :meth:`stop` ends
     it (and waits up to ``timeout_s``); :meth:`run_once` runs the jobs now
-    in the caller's thread."""
+    in the caller's thread; :meth:`wake` runs a round at once."""
 
     #: What a job returns to be dropped.
     DONE = object()
@@ -47,10 +47,29 @@ class Flusher:
         self.jobs: list[Callable[[], Any]] = list(jobs or [])
         self.name = name
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing: set[int] = set()
         #: completed rounds (tests, diagnostics)
         self.rounds = 0
+
+    @staticmethod
+    def weak_job(owner: Any, method: str) -> Callable[[], Any]:
+        """A job calling ``owner.<method>()`` through a weak reference: once
+        nothing else holds ``owner`` the job returns :data:`DONE` (and the
+        thread, with no job left, ends)."""
+        import weakref
+
+        ref = weakref.ref(owner)
+
+        def job() -> Any:
+            obj = ref()
+            if obj is None:
+                return Flusher.DONE
+            getattr(obj, method)()
+            return None
+
+        return job
 
     def add(self, job: Callable[[], Any]) -> None:
         """Run ``job`` too (from the next round)."""
@@ -66,12 +85,22 @@ class Flusher:
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the thread (the current round finishes first)."""
         self._stop.set()
+        self._wake.set()
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join(timeout_s)
 
+    def wake(self) -> None:
+        """Run a round now rather than at the end of the interval (what an
+        engine going idle calls: the work leaves the engine's step)."""
+        self._wake.set()
+
     def _run(self) -> None:
-        while self.jobs and not self._stop.wait(self.interval_s):
+        while self.jobs:
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
             self.run_once()
 
     def run_once(self) -> None:

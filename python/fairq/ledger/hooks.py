@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["StepHook", "StepHookProtocol", "Hooks", "PersistHook"]
+__all__ = ["StepHook", "StepHookProtocol", "Hooks", "PersistHook", "LedgerView"]
 
 
 @runtime_checkable
@@ -132,10 +132,14 @@ class PersistHook(StepHook):
     ``schedule()`` (which also ends a pre-abort hold) and after each
     output, a save before an abort of every request (``has_requests()``
     of the scheduler says whether any is queued), one when the engine goes
-    idle, and the final one at shutdown."""
+    idle (in the caller, or, with :attr:`wake` set, in a flusher's thread
+    woken at once), and the final one at shutdown."""
 
     def __init__(self, persistence: Any) -> None:
         self.persistence = persistence
+        #: when set (a :meth:`fairq.ledger.Flusher.wake`), the idle save is
+        #: left to the flusher's thread, out of the engine's step
+        self.wake: Any = None
 
     def after_schedule(self, scheduler: Any, output: Any) -> None:
         self.persistence.step()
@@ -149,7 +153,54 @@ class PersistHook(StepHook):
             self.persistence.before_abort_all(bool(has) if has is not None else True)
 
     def idle(self) -> None:
-        self.persistence.flush()
+        if self.wake is not None:
+            self.wake()
+        else:
+            self.persistence.flush()
 
     def shutdown(self) -> None:
         self.persistence.shutdown()
+
+
+class LedgerView:
+    """What an engine's translator (which holds a :class:`~fairq.ledger.Ledger`
+    as ``ledger``) exposes of it by the names the integrations use: the
+    book's maps, the change counter the saved state reads, the schedulers,
+    the service, and the saved state's source methods."""
+
+    ledger: Any
+
+    @property
+    def tenant_of(self) -> dict[str, str]:
+        """Tenant of each request fairq holds."""
+        return self.ledger.tenant_of
+
+    @property
+    def waiting(self) -> dict[str, Any]:
+        """Waiting in fairq (arrival order)."""
+        return self.ledger.waiting
+
+    @property
+    def version(self) -> int:
+        """Counts the ledger's changes (the saved state's dirty check)."""
+        return int(self.ledger.version)
+
+    def schedulers(self) -> dict[int, Any]:
+        """The fairq local scheduler of each priority tier (0 without tiers)."""
+        return self.ledger.schedulers()
+
+    def service(self, tenant: str) -> float:
+        """Weighted tokens served to ``tenant`` (summed over tiers)."""
+        return float(self.ledger.service(tenant))
+
+    def persisted_options(self) -> dict[str, Any]:
+        """:meth:`fairq.ledger.Ledger.persisted_options`."""
+        return self.ledger.persisted_options()
+
+    def persisted(self) -> dict[str, Any]:
+        """:meth:`fairq.ledger.Ledger.persisted`."""
+        return self.ledger.persisted()
+
+    def restore(self, saved: Any) -> None:
+        """:meth:`fairq.ledger.Ledger.restore` (before any request)."""
+        self.ledger.restore(saved)

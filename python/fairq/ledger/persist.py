@@ -246,7 +246,7 @@ class Persistence:
         self._dirty = False
         #: the source's ``version`` at the last save or load (a source
         #: with a ``version`` that counts its changes, as the ledger, is
-        #: "dirty" only when it changed; else when a step ran)
+        #: "dirty" when it changed; one without, when a step ran)
         self._saved_version = self._version()
 
     # -- load ---------------------------------------------------------------
@@ -317,7 +317,7 @@ class Persistence:
     def dirty(self) -> bool:
         """Whether the state may have changed since the last save or load."""
         v = self._version()
-        return self._dirty if v is None else (self._dirty and v != self._saved_version)
+        return self._dirty if v is None else v != self._saved_version
 
     # -- save ---------------------------------------------------------------
     def tick(self) -> None:

@@ -89,7 +89,22 @@ def build_policy(scheduler: Any, options: FairOptions) -> Any:
         getattr(scheduler, "enable_priority_scheduling", False),
         getattr(scheduler, "schedule_low_priority_values_first", False),
         options=options,
+        **_state_place(scheduler, options),
     ), fair_adder_class
+
+
+def _state_place(scheduler: Any, options: FairOptions) -> dict[str, Any]:
+    """Where ``scheduler`` keeps the saved state: with data parallelism each
+    data-parallel rank its own file, ``<state_file>.dp<rank>``; of the
+    tensor-parallel ranks (which make the same decisions) rank 0 saves, the
+    others only load."""
+    path = options.state_file
+    if path is None:
+        return {}
+    dp_size = int(getattr(getattr(scheduler, "server_args", None), "dp_size", 1) or 1)
+    if dp_size > 1:
+        path = f"{path}.dp{int(getattr(scheduler, 'dp_rank', 0) or 0)}"
+    return {"state_path": path, "saves": int(getattr(scheduler, "tp_rank", 0) or 0) == 0}
 
 
 def install(policy: str | None = None, **options: Any) -> list[str]:

@@ -1,4 +1,6 @@
-"""fairq's FCFS, LPM, VTC and DLPM inside SGLang's scheduler.
+"""fairq's policies inside SGLang's scheduler, on the engine-neutral
+:class:`fairq.ledger.Ledger` (this module translates SGLang's events: its
+journal, its adder's admissions and its list's order).
 
 SGLang's prefill step (``Scheduler._get_new_batch_prefill_raw``, 0.5.23)
 calls ``self.policy.calc_priority(waiting_queue, running_batch)`` to order
@@ -12,10 +14,11 @@ LoRA slots, retraction).
 * :class:`FairSchedulePolicy` is SGLang's ``SchedulePolicy`` with
   ``calc_priority`` replaced: it brings fairq up to date with what happened
   since the last call (:meth:`FairState.sync`), admits the policy's next
-  ``k`` requests in fairq (each charged an estimate as it is chosen, so the
-  next choice already sees it; DLPM: only the first may refill credit, the
-  rest are admitted within the credit left), and moves them, in that order,
-  to the head of SGLang's list.
+  ``k`` requests in the ledger (:meth:`fairq.ledger.Ledger.admit`, its one
+  admission shape: each charged an estimate as it is chosen, so the next
+  choice already sees it; DLPM: one refill at most per decision, the rest
+  within the credit left), and moves them, in that order, to the head of
+  SGLang's list.
 * :func:`fair_adder_class` makes a ``PrefillAdder`` subclass whose walk
   takes only those admitted requests (``budget_state()`` ends the walk once
   none is left; a request fairq did not admit is refused) and which charges
@@ -42,77 +45,106 @@ LoRA slots, retraction).
   requests are moved to the head by binary search on the order fairq saw
   the list in (each found checked by identity; else one pass over it).
 
+The saved state (options ``state_file``, ``state_interval_s``): as vLLM's
+(:mod:`fairq.ledger.persist`, envelope format ``fairq.sglang.state``),
+loaded when the policy is built, saved every ``state_interval_s`` from the
+decisions, at once when nothing is left, and by a background
+:class:`~fairq.ledger.Flusher` (which also charges the output and the
+finishes SGLang makes while its waiting list is empty: it makes no decision
+then). With data parallelism each rank keeps ``<state_file>.dp<rank>``; of
+the tensor-parallel ranks, rank 0 saves.
+
 Charging rules against vLLM's (``docs/ALGORITHMS.md`` section 9): the same
 rules (extend per chunk after the engine's prefix match, each prompt
 position once; output per token; finishes and aborts leave at once), with
 two differences of timing, not amount: output tokens are charged at the
 next scheduling decision rather than as the step's output is processed
 (SGLang's ``calc_priority`` is the one call fairq gets between steps), and
-a finish is seen there too. SGLang's priority scheduling has no fair
-counterpart here (one tier).
+a finish is seen there too.
+
+Priority tiers: with SGLang's ``--enable-priority-scheduling`` each
+request's ``priority`` is a tier with its own fair scheduler, strict
+priority between tiers (lower values first with
+``--schedule-low-priority-values-first``, else higher), fairness within one;
+SGLang's own priority preemption retracts running requests, which fairq
+requeues with their charges kept.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 from bisect import bisect_left
 from collections.abc import Iterable
 from itertools import filterfalse
-from typing import Any
+from typing import Any, Literal
 
 from fairq.engineopts import FairOptions
-from fairq.sched import make_scheduler
+from fairq.ledger import Flusher, Ledger, LedgerView, Persistence
+from fairq.sched import policy_info
 from fairq.sglang.mirror import RadixCacheMirror, namespace_of
 from fairq.sglang.queue import Journal, WaitingList
 
 __all__ = ["FairState", "fair_adder_class", "fair_schedule_policy_class"]
 
-#: Token budget of an admission in fairq (SGLang's adder checks the real one).
-_UNBOUNDED = 1 << 62
-#: Most requests admitted in fairq per step.
-_MAX_BATCH = 1024
 #: Most admitted requests moved to the head one by one (more: one pass).
 _MAX_MOVES = 64
 
 
-class FairState:
-    """fairq's side of one SGLang scheduler: the policy, tenants and charges.
+#: The saved state's envelope format (:mod:`fairq.ledger.persist`).
+STATE_FORMAT = "fairq.sglang.state"
+
+
+def _serves_multiprocess_metrics() -> bool:
+    """SGLang serves multiprocess metrics (``--enable-metrics`` sets
+    ``$PROMETHEUS_MULTIPROC_DIR``) and ``prometheus_client`` is here."""
+    from fairq.ledger.promsync import multiprocess_dir
+
+    if multiprocess_dir() is None:
+        return False
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _tokens(req: Any, ran: bool) -> list[int]:
+    """The tokens a requeue gives: the prompt, or (it ran) prompt and output."""
+    return req.origin_input_ids if not ran else req.origin_input_ids + req.output_ids
+
+
+class FairState(LedgerView):
+    """SGLang's events translated into :class:`fairq.ledger.Ledger` calls
+    (one SGLang scheduler's fairness; the book, the charges, admission and
+    the saved state are the ledger's; reading SGLang's journal and
+    reordering its list are this class's).
 
     ``options``: :class:`fairq.engineopts.FairOptions` (built by
     :func:`fairq.sglang.tenants.make_options`). ``tree_cache``: SGLang's
-    prefix cache; LPM and DLPM follow it through a
+    prefix cache; a policy that needs a prefix tree follows it through a
     :class:`~fairq.sglang.mirror.RadixCacheMirror`.
     """
 
-    def __init__(self, options: FairOptions, tree_cache: Any = None) -> None:
+    def __init__(
+        self,
+        options: FairOptions,
+        tree_cache: Any = None,
+        *,
+        tiers: bool = False,
+        low_first: bool = False,
+    ) -> None:
         self.options = options
-        needs_tree = options.policy in ("lpm", "dlpm")
+        needs_tree = policy_info(options.policy).needs_tree
         self.mirror = RadixCacheMirror.attach(tree_cache) if needs_tree else None
         tree = self.mirror.tree if self.mirror is not None else None
-        self.sched: Any = make_scheduler(options.policy, tree, **options.policy_options)
-        for t, w in options.tenant_weights.items():
-            self.sched.set_weight(t, w)
-        #: tenant of each request fairq holds
-        self.tenant_of: dict[str, str] = {}
-        #: waiting in fairq
-        self.waiting: dict[str, Any] = {}
-        #: admitted in fairq this step, not taken by SGLang's adder yet (in order)
-        self.admitted: dict[str, Any] = {}
-        #: taken by SGLang's adder (running, chunked, or finished unseen)
-        self.running: dict[str, Any] = {}
-        #: prompt positions charged (high-water mark), extend tokens charged,
-        #: output tokens charged
-        self._high: dict[str, int] = {}
-        self._extend: dict[str, int] = {}
+        self.ledger = Ledger(options, tree=tree, tiers=tiers, name="sglang")
+        #: the tier of a priority value: the value (lower first) or its negation
+        self._sign = 1 if low_first else -1
+        #: output tokens charged (per running request)
         self._out: dict[str, int] = {}
-        self._batch = 4
         self._taken = 0
         self._refused = False
-        self._refills = options.policy == "dlpm"
-        #: requests that entered / left fairq (finished, aborted), for tests
-        #: and stats (a request that arrived and was aborted between two
-        #: decisions never enters)
-        self.added = 0
-        self.left = 0
         #: taken by SGLang's adder since the last sync (still in SGLang's list
         #: until SGLang removes them)
         self._taken_now: set[str] = set()
@@ -129,6 +161,35 @@ class FairState:
         self._lo = 0
         #: decisions whose move to the head fell back to a pass (diagnostics)
         self.slow_orders = 0
+        #: the saved state (:meth:`persist_to`) and its background flusher
+        self.persistence: Persistence | None = None
+        self.flusher: Flusher | None = None
+
+    # -- the ledger's book, by the names SGLang's side used ------------------
+    @property
+    def sched(self) -> Any:
+        """The fairq local scheduler of tier 0 (the only one without tiers)."""
+        return self.ledger.scheduler(0)
+
+    @property
+    def admitted(self) -> dict[str, Any]:
+        """Admitted in fairq this step, not taken by SGLang's adder yet (in order)."""
+        return self.ledger.admitted
+
+    @property
+    def running(self) -> dict[str, Any]:
+        """Taken by SGLang's adder (running, chunked, or finished unseen)."""
+        return self.ledger.running
+
+    @property
+    def added(self) -> int:
+        """Requests that entered fairq (one aborted between two decisions never does)."""
+        return self.ledger.added
+
+    @property
+    def left(self) -> int:
+        """Requests that left fairq (finished, aborted)."""
+        return self.ledger.left
 
     # -- each step -------------------------------------------------------
     def sync(self, waiting_queue: Iterable[Any]) -> None:
@@ -138,37 +199,34 @@ class FairState:
         journal fairq has read before: only what changed since is read
         (arrivals, aborts, retractions, admissions); anything else (a plain
         list, a lost journal): the whole list is read once."""
-        sched = self.sched
+        led = self.ledger
         changes = self._changes(waiting_queue)
-        for rid, req in list(self.admitted.items()):  # admitted, not taken
-            self._requeue(rid, req, refund=rid not in self._high)
+        led.release(_tokens)  # admitted, not taken: back, refunded unless it ran
         if changes is None:
             back, gone, new = self._read_all(waiting_queue)
             self._reseq(waiting_queue)
         else:
             back, gone, new = changes
         gone_set = set(gone)
-        for rid, req in list(self.running.items()):
+        for rid, req in list(led.running.items()):
             n = len(req.output_ids) - self._out.get(rid, 0)
             if n > 0:
-                sched.charge_output(rid, n)
+                led.charge_output(rid, n)
                 self._out[rid] = len(req.output_ids)
             if req.finished() or (rid in gone_set):
-                del self.running[rid]
-                sched.finish(rid)
+                led.finish(rid)
                 self._forget(rid)
-            elif rid in back:  # retracted: back to waiting
-                self._requeue(rid, req, refund=False)
+            elif rid in back:  # retracted: back to waiting, charges kept
+                led.requeue(rid, _tokens(req, True), refund=False)
         for rid in gone:  # left SGLang's list without being taken: aborted
-            if rid in self.waiting:
-                del self.waiting[rid]
-                sched.remove(rid)
+            if led.remove(rid):
                 self._forget(rid)
         for rid, req in new:
-            if rid not in self.waiting and rid not in self.running:
-                self._add(rid, req)
+            if rid not in led.waiting and rid not in led.running:
+                ns = namespace_of(req.extra_key, req.cache_salt)
+                led.add(rid, req, req.origin_input_ids, namespace=ns, tier=self._tier(req))
         self._taken_now.clear()
-        self._batch = min(2 * self._batch, _MAX_BATCH) if self._refused else max(4, self._taken + 1)
+        led.end_step(self._taken, wanted_more=self._refused)
         self._taken = 0
         self._refused = False
 
@@ -246,34 +304,25 @@ class FairState:
 
     def order(self, waiting_queue: list[Any]) -> None:
         """Admit the policy's next requests in fairq and put them, in order,
-        at the head of ``waiting_queue`` (in place); the rest keep their order."""
+        at the head of ``waiting_queue`` (in place); the rest keep their order.
+        Under the ledger's lock; the saved state is saved when due, and
+        when nothing is left (the engine goes idle) the flusher is woken to
+        save it and publish the metrics at once."""
+        with self.ledger.lock:
+            self._order(waiting_queue)
+            p = self.persistence
+            if len(self.ledger):
+                if p is not None:
+                    p.tick()
+            elif self.flusher is not None:
+                self.flusher.wake()  # idle: save and publish, out of SGLang's step
+
+    def _order(self, waiting_queue: list[Any]) -> None:
         self.sync(waiting_queue)
-        if not self.waiting:
+        if not self.ledger.waiting:
             return
-        sched = self.sched
-        k = self._batch
-        if self._refills:
-            # Algorithm 1 until k are admitted, as its walk fills a batch:
-            # one admission that may refill, the rest within the credit
-            # left, again while short. What SGLang's adder then does not
-            # take is requeued with its charge refunded; a refill made for
-            # it stays (Algorithm 1 made it to fill the batch).
-            adm: list[Any] = []
-            while len(adm) < k:
-                first = sched.schedule(_UNBOUNDED, 1)
-                if not first:
-                    break
-                adm += first
-                if len(adm) < k:
-                    adm += sched.schedule_within_credit(_UNBOUNDED, k - len(adm))
-        else:
-            adm = sched.schedule(_UNBOUNDED, k)
-        head = []
-        for a in adm:
-            rid = a.request_id
-            req = self.waiting.pop(rid)
-            self.admitted[rid] = req
-            head.append(req)
+        # the ledger's one admission shape (:meth:`fairq.ledger.Ledger.admit`)
+        head = self.ledger.admit()
         if not head:
             return
         wl = waiting_queue if isinstance(waiting_queue, WaitingList) else None
@@ -349,65 +398,136 @@ class FairState:
     def taken(self, req: Any) -> None:
         """SGLang's adder admitted ``req`` (or its next chunk): charge the
         prompt positions of ``[prefix_len, extend_end)`` not charged yet."""
+        with self.ledger.lock:
+            self._taken_one(req)
+
+    def _taken_one(self, req: Any) -> None:
         rid = req.rid
-        if rid in self.admitted:
-            del self.admitted[rid]
-            self.running[rid] = req
+        led = self.ledger
+        if led.take(rid):
             self._taken_now.add(rid)
             self._taken += 1
-        elif rid not in self.running:
+        elif rid not in led.running:
             return  # not fairq's (nothing to charge)
         end = req.extend_end
         if end is None:
             return
-        end = min(int(end), len(req.origin_input_ids))
-        high = self._high.get(rid, 0)
-        new = end - max(int(req.prefix_len), high)
-        if new > 0:
-            self._extend[rid] = self._extend.get(rid, 0) + new
-        if end > high:
-            self._high[rid] = end
-        self.sched.recharge_extend(rid, self._extend.get(rid, 0))
+        led.charge_prompt(rid, int(req.prefix_len), int(end), len(req.origin_input_ids))
+        led.settle()
+
+    def settle_running(self) -> None:
+        """Charge the output tokens SGLang appended to the running requests
+        since the last decision, and let the finished ones leave (what the
+        next decision would do; SGLang makes none while its waiting list is
+        empty, so the background flusher calls this). Call under the
+        ledger's lock."""
+        led = self.ledger
+        for rid, req in list(led.running.items()):
+            n = len(req.output_ids) - self._out.get(rid, 0)
+            if n > 0:
+                led.charge_output(rid, n)
+                self._out[rid] = len(req.output_ids)
+            if req.finished():
+                led.finish(rid)
+                self._forget(rid)
+
+    # -- saved state (fairq.ledger.persist) -----------------------------------
+    def persist_to(self, path: str, interval_s: float, saves: bool = True) -> Persistence:
+        """Keep the fairness state in ``path`` (:mod:`fairq.ledger.persist`,
+        format :data:`STATE_FORMAT`): load it now (before any request; an
+        unusable file is logged, moved aside and the start is fresh), then
+        save it every ``interval_s`` from the decisions, at once when the
+        engine goes idle, and from a background :class:`~fairq.ledger.Flusher`
+        (which also charges what finished while SGLang made no decision).
+        ``saves``: False for a replica that only loads (SGLang's tensor
+        parallel ranks other than 0 make the same decisions)."""
+
+        p = Persistence(self, path, self.options.policy, interval_s, format=STATE_FORMAT)
+        with contextlib.suppress(OSError):
+            os.makedirs(os.path.dirname(p.file.path), exist_ok=True)
+        if not p.load() and saves:
+            p.save()
+        if saves:
+            self.persistence = p
+            self.start_flusher(min(1.0, interval_s))
+        return p
+
+    def start_flusher(self, interval_s: float = 1.0) -> Flusher:
+        """The background :class:`~fairq.ledger.Flusher` (started once;
+        ``interval_s`` at least 0.05): every round, under the ledger's lock,
+        :meth:`settle_running`, the saved state if due, and the metrics."""
+        if self.flusher is None:
+            interval = max(interval_s, 0.05)
+            self.flusher = Flusher(self.ledger.lock, interval, [Flusher.weak_job(self, "_flush")])
+            self.flusher.start()
+        return self.flusher
+
+    def _flush(self) -> None:
+        """The background flusher's round (under the ledger's lock)."""
+        self.settle_running()
+        if self.persistence is not None:
+            self.persistence.flush(due_only=bool(len(self.ledger)))
+        self.publish_metrics()
+
+    # -- metrics on SGLang's /metrics -----------------------------------------
+    def export_metrics(self, mirror: Any = None) -> None:
+        """Write fairq's per-tenant metrics (:class:`fairq.metrics.FairqCollector`
+        of each tier's scheduler, ``name="sglang-<policy>-tier<t>"``) into
+        prometheus gauges at most every second, from the background flusher:
+        by default where SGLang's ``/metrics`` reads them (its multiprocess
+        files; SGLang started with ``--enable-metrics`` sets
+        ``$PROMETHEUS_MULTIPROC_DIR``), or into ``mirror``
+        (:class:`fairq.ledger.promsync.GaugeMirror`)."""
+        from fairq.ledger.promsync import GaugeMirror
+
+        self._gauges = GaugeMirror() if mirror is None else mirror
+        self._collectors: dict[int, Any] = {}
+        self.start_flusher()
+
+    def publish_metrics(self) -> int:
+        """Write the metrics now (see :meth:`export_metrics`; nothing if not
+        exported). Returns how many samples. Call under the ledger's lock."""
+        gauges = getattr(self, "_gauges", None)
+        if gauges is None:
+            return 0
+        from fairq.metrics import FairqCollector
+
+        families = []
+        for name, sched in self.ledger.metric_objects():
+            c = self._collectors.get(id(sched))
+            if c is None or c.obj is not sched:
+                c = self._collectors[id(sched)] = FairqCollector(sched, name)
+            families += list(c.collect())
+        return int(gauges.write(families))
 
     # -- helpers ------------------------------------------------------------
-    def _add(self, rid: str, req: Any) -> None:
-        tenant = self.options.tenant(req)
-        ns = namespace_of(req.extra_key, req.cache_salt)
-        self.sched.add(rid, tenant, req.origin_input_ids, req, namespace=ns)
-        self.tenant_of[rid] = tenant
-        self.waiting[rid] = req
-        self.added += 1
-
-    def _requeue(self, rid: str, req: Any, *, refund: bool) -> None:
-        self.admitted.pop(rid, None)
-        self.running.pop(rid, None)
-        toks = req.origin_input_ids if refund else req.origin_input_ids + req.output_ids
-        self.sched.requeue(rid, toks, req, refund=refund)
-        self.waiting[rid] = req
+    def _tier(self, req: Any) -> int:
+        """``req``'s tier with priority scheduling (lower tiers first)."""
+        if not self.ledger.tiers:
+            return 0
+        p = getattr(req, "priority", None)
+        return self._sign * p if isinstance(p, int) else 0
 
     def _forget(self, rid: str) -> None:
-        self.tenant_of.pop(rid, None)
+        """What this class kept of ``rid`` (the ledger forgot the rest)."""
         self._seq.pop(rid, None)
-        self._high.pop(rid, None)
-        self._extend.pop(rid, None)
         self._out.pop(rid, None)
-        self.left += 1
 
     # -- introspection ------------------------------------------------------
-    def service(self, tenant: str) -> float:
-        """Weighted tokens served to ``tenant`` (the scheduler's ``service``)."""
-        return float(self.sched.service(tenant))
-
     def __len__(self) -> int:
         """Requests fairq holds (waiting, admitted or running)."""
-        return len(self.waiting) + len(self.admitted) + len(self.running)
+        return len(self.ledger)
 
 
 def fair_schedule_policy_class(base: type) -> type:
     """A subclass of SGLang's ``SchedulePolicy`` (``base``) running fairq.
 
     Built as SGLang builds its policy, with the same positional arguments,
-    plus ``options=`` (:class:`~fairq.engineopts.FairOptions`).
+    plus ``options=`` (:class:`~fairq.engineopts.FairOptions`) and, for the
+    saved state (``options.state_file``), ``state_path=`` (the file of this
+    scheduler, default ``options.state_file``; False: none) and ``saves=``
+    (False: load only), which :func:`fairq.sglang._install.build_policy`
+    derives from the scheduler's data- and tensor-parallel ranks.
     """
 
     class FairSchedulePolicy(base):
@@ -422,12 +542,9 @@ def fair_schedule_policy_class(base: type) -> type:
             schedule_low_priority_values_first: bool,
             *,
             options: FairOptions,
+            state_path: str | Literal[False] | None = None,
+            saves: bool = True,
         ) -> None:
-            if enable_priority_scheduling:
-                raise ValueError(
-                    "enable_priority_scheduling: fairq's policies in SGLang have one tier; "
-                    "turn SGLang's priority scheduling off"
-                )
             super().__init__(
                 "fcfs",
                 tree_cache,
@@ -435,7 +552,17 @@ def fair_schedule_policy_class(base: type) -> type:
                 enable_priority_scheduling,
                 schedule_low_priority_values_first,
             )
-            self.fairq = FairState(options, tree_cache)
+            self.fairq = FairState(
+                options,
+                tree_cache,
+                tiers=enable_priority_scheduling,
+                low_first=schedule_low_priority_values_first,
+            )
+            path = options.state_file if state_path is None else state_path
+            if isinstance(path, str):  # the saved state (``state_path=False``: none)
+                self.fairq.persist_to(path, options.state_interval_s, saves=saves)
+            if saves and _serves_multiprocess_metrics():
+                self.fairq.export_metrics()
             self.fairq_policy = f"fairq-{options.policy}"
 
         def calc_priority(

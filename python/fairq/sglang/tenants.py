@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from fairq import engineopts as _engineopts
+from fairq.engineopts import STATE_KEYS
+from fairq.sched import POLICY_INFO
 from fairq.tenancy import SourceOrder
 
 __all__ = [
@@ -35,8 +37,9 @@ CONFIG_ENV_VAR = "FAIRQ_SGLANG_CONFIG"
 OPTIONS_ENV_VAR = "FAIRQ_SGLANG_OPTIONS"
 
 #: fairq's policies inside SGLang, by the name SGLang is given
-#: (``fairq-<policy>``).
-POLICIES = ("fcfs", "lpm", "vtc", "dlpm")
+#: (``fairq-<policy>``): every local policy of
+#: :data:`fairq.sched.POLICY_INFO` (one added to the core needs no edit here).
+POLICIES = tuple(POLICY_INFO)
 
 #: Where a tenant can come from, in the default resolution order.
 SOURCES = ("custom_labels", "routing_key", "extra_key", "lora", "rid")
@@ -116,11 +119,13 @@ class FairOptions(_engineopts.FairOptions):
     """Validated options of a fair policy inside SGLang: the shared
     :class:`fairq.engineopts.FairOptions` with SGLang's policies
     (:data:`POLICIES`) and tenant resolver (:class:`TenantResolver`, also
-    ``tenant``'s default); no further keys (no saved state)."""
+    ``tenant``'s default); further keys: the saved state's
+    (:data:`fairq.engineopts.STATE_KEYS`: ``state_file``,
+    ``state_interval_s``)."""
 
     ENGINE_POLICIES: ClassVar[tuple[str, ...]] = POLICIES
     RESOLVER: ClassVar[Any] = TenantResolver
-    ENGINE_KEYS: ClassVar[tuple[str, ...]] = ()
+    ENGINE_KEYS: ClassVar[tuple[str, ...]] = STATE_KEYS
 
     tenant: Callable[[Any], str] = field(default_factory=TenantResolver)
 
@@ -129,8 +134,9 @@ def make_options(policy: Any, raw: Mapping[str, Any] | None = None) -> FairOptio
     """Validated options of ``policy`` (``fairq-dlpm`` or ``dlpm``) from plain
     data; every error names its field. Keys: the policy's own (VTC
     ``w_in``/``w_out``, DLPM ``quantum``/``w_e``/``w_q``), ``tenant_weights``,
-    ``tenant`` (:class:`TenantResolver`'s keywords), and ``policy`` (ignored
-    here: the caller resolved it)."""
+    ``tenant`` (:class:`TenantResolver`'s keywords), ``state_file`` and
+    ``state_interval_s`` (the saved state, :mod:`fairq.ledger.persist`),
+    and ``policy`` (ignored here: the caller resolved it)."""
     key = policy_key(policy)
     if raw is not None and not isinstance(raw, Mapping):
         raise TypeError(f"options must be a mapping, got {raw!r}")

@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from fairq.ledger import Ledger, StepHook
+from fairq.ledger import Ledger, LedgerView, StepHook
 from fairq.sched import policy_info
 from fairq.vllm._base import RequestQueue
 from fairq.vllm.mirror import PrefixCacheMirror, request_namespace
@@ -50,10 +50,12 @@ from fairq.vllm.tenants import FairOptions
 __all__ = ["FairState", "FairWaitingQueue"]
 
 
-class FairState(StepHook):
+class FairState(LedgerView, StepHook):
     """vLLM's events translated into :class:`fairq.ledger.Ledger` calls
     (one vLLM scheduler's fairness; the book, the charges, admission and
-    the saved state are the ledger's).
+    the saved state are the ledger's, exposed through
+    :class:`~fairq.ledger.LedgerView`: ``tenant_of``, ``waiting``,
+    ``schedulers()``, ``service()``, the saved state's source methods).
 
     ``options``: :class:`fairq.vllm.tenants.FairOptions`. ``block_size``:
     vLLM's (the mirror's page). ``tiers``: split requests by priority.
@@ -71,16 +73,6 @@ class FairState(StepHook):
 
     # -- the ledger's book, by vLLM's names ----------------------------------
     @property
-    def tenant_of(self) -> dict[str, str]:
-        """Tenant of each request fairq holds."""
-        return self.ledger.tenant_of
-
-    @property
-    def waiting(self) -> dict[str, Any]:
-        """Waiting in fairq (request objects, arrival order)."""
-        return self.ledger.waiting
-
-    @property
     def running(self) -> dict[str, Any]:
         """Admitted in fairq: popped by vLLM (running, or held back), or
         not yet popped (:attr:`ready`)."""
@@ -90,15 +82,6 @@ class FairState(StepHook):
     def ready(self) -> list[Any]:
         """Admitted, not yet popped by vLLM, in the policy's order."""
         return list(self.ledger.admitted.values())
-
-    @property
-    def version(self) -> int:
-        """Counts the ledger's changes (the saved state's dirty check)."""
-        return self.ledger.version
-
-    def schedulers(self) -> dict[int, Any]:
-        """The fairq local scheduler of each priority tier (0 without tiers)."""
-        return self.ledger.schedulers()
 
     @staticmethod
     def _tokens(request: Any, resumed: bool) -> list[int]:
@@ -231,24 +214,6 @@ class FairState(StepHook):
     def finished(self, rid: str) -> None:
         """vLLM is done with ``rid`` (finished, aborted): it leaves fairq."""
         self.ledger.finish(rid)
-
-    # -- saved state (fairq.ledger.persist) -----------------------------------
-    def persisted_options(self) -> dict[str, Any]:
-        """:meth:`fairq.ledger.Ledger.persisted_options`."""
-        return self.ledger.persisted_options()
-
-    def persisted(self) -> dict[str, Any]:
-        """:meth:`fairq.ledger.Ledger.persisted`."""
-        return self.ledger.persisted()
-
-    def restore(self, saved: Any) -> None:
-        """:meth:`fairq.ledger.Ledger.restore`."""
-        self.ledger.restore(saved)
-
-    # -- introspection ------------------------------------------------------
-    def service(self, tenant: str) -> float:
-        """Weighted tokens served to ``tenant`` (summed over tiers)."""
-        return self.ledger.service(tenant)
 
 
 class FairWaitingQueue(RequestQueue):

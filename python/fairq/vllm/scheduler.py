@@ -16,12 +16,24 @@ hold a JSON object of queue options for that policy, e.g.
 :func:`fairq.vllm.install` so the temporary queues vLLM builds inside
 ``schedule()`` are fairq's too.
 
+The fair policies (:data:`fairq.vllm.tenants.FAIR_POLICIES`: every policy
+of :data:`fairq.sched.POLICY_INFO` but ``fcfs``) run on the engine-neutral
+:class:`fairq.ledger.Ledger` (:mod:`fairq.vllm.fair` translates vLLM's
+events). The classes hold their step hooks as one list
+(``scheduler.fairq_hooks``, :class:`fairq.ledger.Hooks`: the dual-phase
+policy, the fair policy or WFQ's settlement, the saved state, the tally),
+and run every fairq entry point under one lock (the ledger's).
+
 With the option ``state_file`` (and ``state_interval_s``) the policy's
-fairness state survives a restart: :mod:`fairq.vllm.persist`. Under every
+fairness state survives a restart: :mod:`fairq.ledger.persist`. Under every
 policy the classes time fairq's code and the engine step, count each
 tenant's requests, prompt tokens and prefix hits (:class:`TenantTally`), and
 ship fairq's metrics with vLLM's scheduler statistics to the server's
-``/metrics`` (``make_stats``, :mod:`fairq.vllm.stats`). Building one on an
+``/metrics`` (``make_stats``, :mod:`fairq.vllm.stats`). When the engine goes
+idle (no unfinished request) the state is saved if it changed and the
+step's statistics carry the metrics as they are then; while it is idle a
+background :class:`fairq.ledger.Flusher` saves when due and sends changed
+metrics through the engine core's output queue. Building one on an
 untested vLLM raises (:mod:`fairq.vllm.compat`).
 
 vLLM is imported only when one of the class names is first looked up, so
@@ -294,22 +306,6 @@ FLUSH_INTERVAL_S = 1.0
 MIN_FLUSH_INTERVAL_S = 0.05
 
 
-def _flush_job(ref: Any) -> Any:
-    """The background flusher's job for the scheduler ``ref()`` (a weak
-    reference: a scheduler nobody holds stops its flusher)."""
-
-    from fairq.ledger import Flusher
-
-    def job() -> Any:
-        s = ref()
-        if s is None:
-            return Flusher.DONE
-        s._fairq_flush()
-        return None
-
-    return job
-
-
 def _scheduler_hooks(s: Any) -> Any:
     """The scheduler's step hooks, in the order they run: the dual-phase
     policy, the fair policy (or WFQ's settlement), the saved state, the
@@ -417,27 +413,29 @@ class _FairqMixin:
         persist = self.fairq_persist
         if persist is None and self._fairq_link.queue is None:
             return
-        import weakref
-
-        from fairq.ledger import Flusher
+        from fairq.ledger import Flusher, PersistHook
 
         interval = FLUSH_INTERVAL_S
         if persist is not None:
             interval = max(min(interval, persist.interval_s), MIN_FLUSH_INTERVAL_S)
         self.fairq_flusher = Flusher(
-            self._fairq_lock, interval, [_flush_job(weakref.ref(self))]
+            self._fairq_lock, interval, [Flusher.weak_job(self, "_fairq_flush")]
         ).start()
+        for hook in self.fairq_hooks:
+            if isinstance(hook, PersistHook):  # the idle save out of the step
+                hook.wake = self.fairq_flusher.wake
 
     def _fairq_flush(self) -> None:
         """The background flusher's round (under the lock), while the engine
         is idle (a stepping engine saves and ships from its hooks): the
-        state file if it changed and a save is due, and fairq's families
-        to ``/metrics`` if they changed since last sent."""
+        state file if it changed, and fairq's families to ``/metrics`` if
+        they changed since last sent. Woken at once when the engine goes
+        idle (the save leaves the engine's step)."""
         if self.has_unfinished_requests():  # type: ignore[attr-defined]
             return
         persist = self.fairq_persist
         if persist is not None:
-            persist.flush(due_only=True)
+            persist.flush()  # if it changed: idle, so at most once a round
         if self._fairq_link.queue is not None:
             packer = self._fairq_packer
             if packer.render(self._fairq_objects, self._fairq_families) != packer.last_payload:
