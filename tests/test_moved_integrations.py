@@ -1,10 +1,11 @@
-"""The integrations that moved to their one home keep their old import paths.
+"""Modules that moved keep their old import paths (:data:`fairq._moved.MOVED`).
 
-``fairq.integrations.ray`` is now ``fairq.ray``, ``fairq.integrations.transformers``
-``fairq.transformers`` (``fairq.integrations`` maps
-every old name to the new module object, :data:`fairq.integrations.MOVED`):
-users' imports, and the import paths Ray Serve deployments carry, must keep
-giving the very same modules and classes.
+``fairq.integrations.ray`` is ``fairq.ray`` now, ``fairq.integrations.transformers``
+``fairq.transformers``, and the bench machinery that was inside the vLLM and
+SGLang integrations (``fairq.vllm.server``, ``.traffic``, ``.demo``,
+``.harness``, ``fairq.sglang.harness``) is in ``fairq.enginebench``: users'
+imports, and the import paths Ray Serve deployments carry, must keep giving
+the very same modules and classes.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 
 import pytest
 
-from fairq.integrations import MOVED
+from fairq._moved import MOVED
 
 
 @pytest.mark.parametrize("old", sorted(MOVED))

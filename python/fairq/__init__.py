@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from fairq._core import QueueFull, policies
 from fairq._core import __version__ as __version__
 from fairq._lazy import lazy_attributes
+from fairq._moved import install as _install_moved
 
 # name -> module that defines it. Each feature module owns its names.
 _LAZY: dict[str, str] = {
@@ -50,6 +51,8 @@ _LAZY: dict[str, str] = {
 
 # every registered local policy's class (``fairq.LAS`` ...), from the core's registry
 _LAZY.update({p["class_name"]: "fairq._core" for p in policies() if p["class_name"] not in _LAZY})
+
+_install_moved()  # old module paths (fairq.integrations.ray ...) keep importing
 
 __all__ = ["QueueFull", "__version__", *sorted(_LAZY)]
 
