@@ -29,6 +29,7 @@ from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from fairq.enginebench.workload import EngineRequest, multi_client_workload  # noqa: E402
 from fairq.sim.model import StepModel  # noqa: E402
 from fairq.vllm import scheduler as fsched  # noqa: E402
+from fairq.vllm.tenants import FAIR_POLICIES  # noqa: E402
 
 BLOCK = 16
 
@@ -105,7 +106,7 @@ def max_gap_while_backlogged(rep: harness.Replay, measure: int = 1) -> float:
 
 
 @pytest.mark.parametrize("async_sched", [False, True], ids=["sync", "async"])
-@pytest.mark.parametrize("policy", ["vtc", "lpm", "dlpm"])
+@pytest.mark.parametrize("policy", FAIR_POLICIES)  # every registered policy (LAS included)
 def test_every_request_finishes_exactly_once(
     policy_env: Any, policy: str, async_sched: bool
 ) -> None:
@@ -157,7 +158,7 @@ def test_lpm_lets_the_greedy_tenant_dominate_and_dlpm_keeps_its_hit_rate(policy_
     assert results["dlpm"].hit_rate > results["vtc"].hit_rate + 0.1
 
 
-@pytest.mark.parametrize("policy", ["vtc", "dlpm"])
+@pytest.mark.parametrize("policy", ["vtc", "dlpm", "las"])
 def test_charges_equal_what_vllm_computed_under_preemption(policy_env: Any, policy: str) -> None:
     """A KV cache too small for the batch forces preemptions. fairq's per-tenant
     service (``w_e * extend + w_q * output``) equals what vLLM computed for the
