@@ -42,8 +42,10 @@ from fairq.enginebench.harness.sglang import (
     publish_server_args,
 )
 from fairq.sglang.mirror import RadixCacheMirror
+from fairq.sglang.tenants import POLICIES as SGLANG_POLICIES
 
-POLICIES = ["fairq-fcfs", "fairq-lpm", "fairq-vtc", "fairq-dlpm"]
+#: every registered policy, as SGLang names it (LAS included)
+POLICIES = [f"fairq-{p}" for p in SGLANG_POLICIES]
 
 
 # -- the prefix-cache mirror ---------------------------------------------------
