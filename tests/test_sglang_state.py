@@ -1,11 +1,12 @@
 """The saved fairness state in SGLang (``state_file``, on fairq.ledger).
 
 Runs with the SGLang venv's python (``.ci/sglang-requirements.txt``), over
-SGLang's real scheduling objects (:class:`fairq.sglang.harness.Engine`, as
+SGLang's real scheduling objects (:class:`fairq.enginebench.harness.sglang.Engine`, as
 ``tests/test_sglang_fair.py``); skipped where SGLang is not importable. A
 heavy tenant gets ahead; a scheduler rebuilt from the file keeps it behind;
 the end of a burst reaches the file while SGLang makes no decision (the
-background flusher); priority scheduling is refused.
+background flusher); priority tiers are served strictly, fairly within a tier;
+per-tenant metrics reach gauges while SGLang is idle.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ except Exception as e:  # noqa: BLE001
     )
 
 from fairq.sglang.fair import STATE_FORMAT  # noqa: E402
-from fairq.sglang.harness import Engine  # noqa: E402
+from fairq.enginebench.harness.sglang import Engine  # noqa: E402
 
 HEAVY = "heavy"
 OTHERS = ("a", "b")
