@@ -58,7 +58,7 @@ impl Phase {
     }
 }
 
-/// Counters and gauges (see `docs/ARCHITECTURE.md` for the exported names).
+/// Counters and gauges (see `docs/design/core.md` for the exported names).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Metrics {
     pub schedule_calls: u64,

@@ -237,7 +237,7 @@ def test_think_not_starved_beyond_the_reservation(dual_env: Any) -> None:
     far more steps than without the guard, where every think request is
     preempted as soon as memory runs out. (A think request preempted waits
     for re-admission under the waiting queue's policy: the guard covers the
-    running requests, see ARCHITECTURE.md.)"""
+    running requests, see docs/design/engines.md.)"""
     served_steps = {}
     for reservation in (0, 1):
         s = build(
@@ -428,7 +428,7 @@ def test_fair_within_a_phase(dual_env: Any) -> None:
 
 @pytest.mark.parametrize("policy", ["vtc", "dlpm"])
 def test_fair_order_within_a_phase_keeps_the_stated_rule(dual_env: Any, policy: str) -> None:
-    """ARCHITECTURE's rule, checked every step on the output phase: a tenant
+    """The design's rule (docs/design/engines.md), checked every step on the output phase: a tenant
     f that got n_f slots while tenant g left a request without one had
     service_f / w_f + (n_f - 1) * c_f <= service_g / w_g + n_g * c_g
     (c = w_out / w, one output token's charge), with weights."""

@@ -41,7 +41,7 @@ every later tenant is reported under ``tenant="other"``: counters and request
 gauges are summed there (a tenant never moves between labels, so series do
 not flap), per-tenant state gauges (counter, deficit) are the mean over those
 tenants. ``fairq_tenants_other`` says how many tenants ``other`` holds. A
-scheduler forgets idle tenants as its client table grows (ARCHITECTURE.md,
+scheduler forgets idle tenants as its client table grows (docs/design/core.md,
 "Tenants that come and go"); their counters then leave the sums, which
 Prometheus reads as a counter reset (``rate()`` handles it).
 

@@ -4,7 +4,7 @@
 over token ids. Tokens are a list of ints, a numpy integer array or a uint32
 buffer; ids outside ``0..2**32-1`` raise ``ValueError``.
 
-Semantics (see docs/ARCHITECTURE.md, "arch-radix"):
+Semantics (see docs/design/core.md, "Prefix cache model"):
 
 * ``match(tokens, namespace=None)``: longest cached prefix, in whole pages. A
   pure query: it does not refresh LRU stamps.

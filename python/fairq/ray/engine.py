@@ -8,7 +8,7 @@ fairq policy (``fairq-dlpm`` by default), so D2LPM's router and DLPM's local
 scheduler run together as ALGORITHMS.md section 7 describes. The tests and
 ``fairq ray-bench`` use it on CPU; in production the replicas are
 ``ray.serve.llm`` vLLM engines running fairq's vLLM scheduler (see
-docs/ARCHITECTURE.md, "D2LPM on Ray Serve").
+docs/design/engines.md, "D2LPM on Ray Serve").
 
 Request body (a dict; anything else fails the request through Ray's normal
 error path, a ``ValueError`` naming the field)::

@@ -26,7 +26,7 @@ core's ``fairq.D2LPM``; this class only maps Ray's lifecycle onto it:
 * a request cancelled before it was routed is withdrawn (its charge refunded).
 
 Every router instance (one per ``DeploymentHandle`` and per HTTP proxy) holds
-its own D2LPM state; see docs/ARCHITECTURE.md ("D2LPM on Ray Serve") for what
+its own D2LPM state; see docs/design/engines.md ("D2LPM on Ray Serve") for what
 that does to the fairness bound.
 """
 

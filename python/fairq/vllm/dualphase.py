@@ -4,7 +4,7 @@ Turned on with the option ``dual_phase`` (``FAIRQ_VLLM_OPTIONS`` or the
 ``FAIRQ_VLLM_CONFIG`` file) under any fairq policy of fairq's scheduler
 classes; with ``vtc``, ``lpm`` or ``dlpm`` the order *within* each phase is
 the fair policy's. ``ALGORITHMS.md`` section 4 is the contract,
-``ARCHITECTURE.md`` ("The dual-phase policy inside vLLM") the design.
+``docs/design/engines.md`` ("The dual-phase policy inside vLLM") the design.
 
 vLLM's ``schedule()`` stays vLLM's. Before it runs, :meth:`DualPhasePolicy.before_schedule`
 rewrites two things vLLM reads and nothing else:
