@@ -26,8 +26,8 @@ except Exception as e:  # noqa: BLE001
         allow_module_level=True,
     )
 
-from fairq.sglang.fair import STATE_FORMAT  # noqa: E402
 from fairq.enginebench.harness.sglang import Engine  # noqa: E402
+from fairq.sglang.fair import STATE_FORMAT  # noqa: E402
 
 HEAVY = "heavy"
 OTHERS = ("a", "b")
