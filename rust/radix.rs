@@ -366,18 +366,31 @@ impl RadixTree {
     /// Replace `old` by `new` in `parent`'s child map (same first page).
     fn replace_child(&mut self, parent: u32, old: u32, new: u32) {
         let k = self.page_key(&self.nodes[new as usize].key[..self.page]);
-        let head = self.nodes[parent as usize].children[&k];
         let sib = self.nodes[old as usize].sib;
         self.nodes[new as usize].sib = sib;
         self.nodes[old as usize].sib = NIL;
-        if head == old {
-            self.nodes[parent as usize].children.insert(k, new);
+        self.relink(parent, k, old, new);
+    }
+
+    /// Point the link that leads to `child` in `parent`'s chain of children
+    /// whose first page is `k` (the child map's entry, or the previous
+    /// sibling's `sib`) at `to` instead; `to == NIL` at the head drops the
+    /// entry.
+    fn relink(&mut self, parent: u32, k: u64, child: u32, to: u32) {
+        let children = &mut self.nodes[parent as usize].children;
+        let head = children[&k];
+        if head == child {
+            if to == NIL {
+                children.remove(&k);
+            } else {
+                children.insert(k, to);
+            }
         } else {
             let mut c = head;
-            while self.nodes[c as usize].sib != old {
+            while self.nodes[c as usize].sib != child {
                 c = self.nodes[c as usize].sib;
             }
-            self.nodes[c as usize].sib = new;
+            self.nodes[c as usize].sib = to;
         }
     }
 
@@ -391,21 +404,8 @@ impl RadixTree {
 
     fn remove_child(&mut self, parent: u32, child: u32) {
         let k = self.page_key(&self.nodes[child as usize].key[..self.page]);
-        let head = self.nodes[parent as usize].children[&k];
         let sib = self.nodes[child as usize].sib;
-        if head == child {
-            if sib == NIL {
-                self.nodes[parent as usize].children.remove(&k);
-            } else {
-                self.nodes[parent as usize].children.insert(k, sib);
-            }
-        } else {
-            let mut c = head;
-            while self.nodes[c as usize].sib != child {
-                c = self.nodes[c as usize].sib;
-            }
-            self.nodes[c as usize].sib = sib;
-        }
+        self.relink(parent, k, child, sib);
         self.nodes[child as usize].sib = NIL;
         self.push_log(parent, k);
     }
@@ -792,38 +792,53 @@ mod tests {
     fn truncate_matches_a_set_of_prefixes() {
         // Reference: the set of cached token prefixes (whole pages); a
         // truncation removes every cached sequence extending tokens[..keep+p].
-        let mut rng = 5u64;
-        let mut next = || crate::testutil::lcg(&mut rng);
-        for page in [1usize, 2, 4] {
-            let mut t = RadixTree::new(None, page).unwrap();
-            let mut seqs: Vec<Vec<u32>> = Vec::new();
-            for _ in 0..2000 {
-                let len = page * (next() % 5) as usize;
-                let toks: Vec<u32> = (0..len).map(|_| (next() % 2) as u32).collect();
-                if next() % 3 > 0 {
-                    t.insert(&ns(), &toks);
-                    seqs.push(toks);
-                } else {
-                    let keep = (next() % 5) as usize;
-                    let kp = keep / page * page;
-                    let held = |s: &Vec<u32>| {
-                        s.len() >= kp + page
-                            && s[..kp + page] == toks[..(kp + page).min(toks.len())]
-                    };
-                    let before = t.size();
-                    let n = t.truncate(&ns(), &toks, keep).unwrap();
-                    if toks.len() >= kp + page {
-                        for s in seqs.iter_mut() {
-                            if held(s) {
-                                s.truncate(kp);
-                            }
+        random_steps(5, None, &[1, 2, 4], 2000, |t, page, seqs, next| {
+            let len = page * (next() % 5) as usize;
+            let toks: Vec<u32> = (0..len).map(|_| (next() % 2) as u32).collect();
+            if next() % 3 > 0 {
+                t.insert(&ns(), &toks);
+                seqs.push(toks);
+            } else {
+                let keep = (next() % 5) as usize;
+                let kp = keep / page * page;
+                let held = |s: &Vec<u32>| {
+                    s.len() >= kp + page && s[..kp + page] == toks[..(kp + page).min(toks.len())]
+                };
+                let before = t.size();
+                let n = t.truncate(&ns(), &toks, keep).unwrap();
+                if toks.len() >= kp + page {
+                    for s in seqs.iter_mut() {
+                        if held(s) {
+                            s.truncate(kp);
                         }
                     }
-                    assert_eq!(before - n, t.size());
                 }
-                for s in &seqs {
-                    assert_eq!(t.match_len(&ns(), s), s.len());
-                }
+                assert_eq!(before - n, t.size());
+            }
+            for s in seqs.iter() {
+                assert_eq!(t.match_len(&ns(), s), s.len());
+            }
+        });
+    }
+
+    /// For each page size in `pages`, a fresh tree of `capacity` and an
+    /// empty list of sequences, then `steps` calls of `step(tree, page,
+    /// sequences, next)`, each followed by the tree's invariant check; one
+    /// generator seeded with `seed` for the whole run.
+    fn random_steps(
+        seed: u64,
+        capacity: Option<usize>,
+        pages: &[usize],
+        steps: usize,
+        mut step: impl FnMut(&mut RadixTree, usize, &mut Vec<Vec<u32>>, &mut dyn FnMut() -> u64),
+    ) {
+        let mut rng = seed;
+        let mut next = || crate::testutil::lcg(&mut rng);
+        for &page in pages {
+            let mut t = RadixTree::new(capacity, page).unwrap();
+            let mut seqs = Vec::new();
+            for _ in 0..steps {
+                step(&mut t, page, &mut seqs, &mut next);
                 t.check_invariants();
             }
         }
@@ -881,33 +896,26 @@ mod tests {
 
     #[test]
     fn random_ops_invariants() {
-        let mut rng = 7u64;
-        let mut next = || crate::testutil::lcg(&mut rng);
-        for page in [1usize, 2, 3] {
-            let mut t = RadixTree::new(Some(200), page).unwrap();
-            let mut held: Vec<Vec<u32>> = Vec::new();
-            for _ in 0..3000 {
-                let len = (next() % 12) as usize;
-                let toks: Vec<u32> = (0..len).map(|_| (next() % 3) as u32).collect();
-                match next() % 6 {
-                    0..=2 => {
-                        t.insert(&ns(), &toks);
-                    }
-                    3 => {
-                        t.lock(&ns(), &toks);
-                        held.push(toks);
-                    }
-                    4 if !held.is_empty() => {
-                        let i = (next() as usize) % held.len();
-                        let k = held.swap_remove(i);
-                        t.unlock(&ns(), &k).unwrap();
-                    }
-                    _ => {
-                        t.evict((next() % 10) as usize);
-                    }
+        random_steps(7, Some(200), &[1, 2, 3], 3000, |t, _, held, next| {
+            let len = (next() % 12) as usize;
+            let toks: Vec<u32> = (0..len).map(|_| (next() % 3) as u32).collect();
+            match next() % 6 {
+                0..=2 => {
+                    t.insert(&ns(), &toks);
                 }
-                t.check_invariants();
+                3 => {
+                    t.lock(&ns(), &toks);
+                    held.push(toks);
+                }
+                4 if !held.is_empty() => {
+                    let i = (next() as usize) % held.len();
+                    let k = held.swap_remove(i);
+                    t.unlock(&ns(), &k).unwrap();
+                }
+                _ => {
+                    t.evict((next() % 10) as usize);
+                }
             }
-        }
+        });
     }
 }

@@ -182,29 +182,22 @@ impl PyDrrCore {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn push_impl(
-        &mut self,
+    /// What `push` and `push_request` hand the queue; `arrival` None:
+    /// `time.monotonic()` now.
+    fn push_args(
+        &self,
         py: Python<'_>,
-        item: Py<PyAny>,
-        class_name: &str,
         snapshot: Snapshot,
         strict_priority: i64,
         priority_jump: f64,
         arrival: Option<f64>,
-    ) -> PyResult<u64> {
-        let idx = self.idx(class_name)?;
-        let arrival = self.arrival(py, arrival)?;
-        Ok(self.q.push(
-            idx,
-            item,
-            PushArgs {
-                snapshot,
-                strict_priority,
-                priority_jump,
-                arrival,
-            },
-        )?)
+    ) -> PyResult<PushArgs> {
+        Ok(PushArgs {
+            snapshot,
+            strict_priority,
+            priority_jump,
+            arrival: self.arrival(py, arrival)?,
+        })
     }
 }
 
@@ -262,10 +255,8 @@ impl PyDrrCore {
     /// Enqueue `item` into `class_name` with scheduling cost `cost`
     /// (clamped to >= 1). Returns a ticket for `remove`.
     #[pyo3(signature = (item, class_name, cost, strict_priority=0, priority_jump=0.0, arrival=None))]
-    #[allow(clippy::too_many_arguments)]
     fn push(
         slf: &Bound<'_, Self>,
-        py: Python<'_>,
         item: Py<PyAny>,
         #[pyo3(from_py_with = args::class_name)] class_name: String,
         cost: &Bound<'_, PyAny>,
@@ -274,16 +265,10 @@ impl PyDrrCore {
         #[pyo3(from_py_with = args::arrival_opt)] arrival: Option<f64>,
     ) -> PyResult<u64> {
         let mut this = super::lock_mut(slf, "fairq.DRRQueue")?;
-        let cost = non_negative_int("cost", cost)?;
-        this.push_impl(
-            py,
-            item,
-            &class_name,
-            Snapshot::from_cost(cost),
-            strict_priority,
-            priority_jump,
-            arrival,
-        )
+        let snapshot = Snapshot::from_cost(non_negative_int("cost", cost)?);
+        let idx = this.idx(&class_name)?;
+        let args = this.push_args(slf.py(), snapshot, strict_priority, priority_jump, arrival)?;
+        Ok(this.q.push(idx, item, args)?)
     }
 
     /// Enqueue with a full token snapshot (`raw_isl_tokens`, `cached_tokens`).
@@ -291,7 +276,6 @@ impl PyDrrCore {
     #[allow(clippy::too_many_arguments)]
     fn _push_snapshot(
         slf: &Bound<'_, Self>,
-        py: Python<'_>,
         item: Py<PyAny>,
         #[pyo3(from_py_with = args::class_name)] class_name: String,
         raw_isl_tokens: &Bound<'_, PyAny>,
@@ -303,16 +287,10 @@ impl PyDrrCore {
         let mut this = super::lock_mut(slf, "fairq.DRRQueue")?;
         let raw = non_negative_int("raw_isl_tokens", raw_isl_tokens)?;
         let cached = non_negative_int("cached_tokens", cached_tokens)?;
-        let snap = Snapshot::new(raw, cached)?;
-        this.push_impl(
-            py,
-            item,
-            &class_name,
-            snap,
-            strict_priority,
-            priority_jump,
-            arrival,
-        )
+        let snapshot = Snapshot::new(raw, cached)?;
+        let idx = this.idx(&class_name)?;
+        let args = this.push_args(slf.py(), snapshot, strict_priority, priority_jump, arrival)?;
+        Ok(this.q.push(idx, item, args)?)
     }
 
     /// Classify by family and exact uncached tokens, snapshot the cost
@@ -334,17 +312,8 @@ impl PyDrrCore {
     ) -> PyResult<u64> {
         let mut this = super::lock_mut(slf, "fairq.DRRQueue")?;
         let snapshot = Snapshot::new(raw_isl_tokens, cached_tokens)?;
-        let arrival = this.arrival(py, arrival)?;
-        let (_, ticket) = this.q.push_request(
-            policy_family.as_deref(),
-            item,
-            PushArgs {
-                snapshot,
-                strict_priority,
-                priority_jump,
-                arrival,
-            },
-        )?;
+        let args = this.push_args(py, snapshot, strict_priority, priority_jump, arrival)?;
+        let (_, ticket) = this.q.push_request(policy_family.as_deref(), item, args)?;
         Ok(ticket)
     }
 

@@ -35,6 +35,17 @@ pub fn extract_namespace(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Namespace> 
     )))
 }
 
+/// The namespace and the token ids of a call, checked in that order.
+fn path_of(
+    tokens: &Bound<'_, PyAny>,
+    namespace: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(Namespace, Vec<u32>)> {
+    Ok((
+        extract_namespace(namespace)?,
+        extract_tokens(tokens, "tokens")?,
+    ))
+}
+
 /// Token radix tree modelling an engine's prefix (KV) cache.
 ///
 /// Holds token-id sequences the way an engine's prefix cache holds KV pages:
@@ -88,8 +99,7 @@ impl PyRadixTree {
         tokens: &Bound<'_, PyAny>,
         namespace: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<usize> {
-        let ns = extract_namespace(namespace)?;
-        let t = extract_tokens(tokens, "tokens")?;
+        let (ns, t) = path_of(tokens, namespace)?;
         Ok(self.inner.match_len(&ns, &t))
     }
 
@@ -100,8 +110,7 @@ impl PyRadixTree {
         tokens: &Bound<'_, PyAny>,
         namespace: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<usize> {
-        let ns = extract_namespace(namespace)?;
-        let t = extract_tokens(tokens, "tokens")?;
+        let (ns, t) = path_of(tokens, namespace)?;
         Ok(self.inner.insert(&ns, &t))
     }
 
@@ -112,8 +121,7 @@ impl PyRadixTree {
         tokens: &Bound<'_, PyAny>,
         namespace: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<usize> {
-        let ns = extract_namespace(namespace)?;
-        let t = extract_tokens(tokens, "tokens")?;
+        let (ns, t) = path_of(tokens, namespace)?;
         Ok(self.inner.lock(&ns, &t))
     }
 
@@ -124,8 +132,7 @@ impl PyRadixTree {
         tokens: &Bound<'_, PyAny>,
         namespace: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let ns = extract_namespace(namespace)?;
-        let t = extract_tokens(tokens, "tokens")?;
+        let (ns, t) = path_of(tokens, namespace)?;
         Ok(self.inner.unlock(&ns, &t)?)
     }
 
@@ -146,8 +153,7 @@ impl PyRadixTree {
         #[pyo3(from_py_with = args::keep)] keep: i64,
         namespace: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<usize> {
-        let ns = extract_namespace(namespace)?;
-        let t = extract_tokens(tokens, "tokens")?;
+        let (ns, t) = path_of(tokens, namespace)?;
         let keep = args::non_negative("keep", keep)?;
         Ok(self.inner.truncate(&ns, &t, keep)?)
     }

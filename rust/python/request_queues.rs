@@ -172,6 +172,82 @@ fn read_key(obj: &Bound<'_, PyAny>) -> PyResult<PriorityKey> {
     })
 }
 
+// --------------------------------------------------------------- shared ----
+
+/// What the FCFS and the priority half share: the name their errors give,
+/// their iteration snapshot and their core's removals by identity.
+trait QueueHalf: pyo3::PyClass<Frozen = pyo3::pyclass::boolean_struct::False> {
+    const OBJECT: &'static str;
+    fn snap(&mut self) -> &mut Snapshot;
+    /// Remove the first queued occurrence of `id`.
+    fn take(&mut self, id: u64) -> Option<Py<PyAny>>;
+    /// Remove every queued occurrence of each of `ids`.
+    fn take_all(&mut self, ids: Vec<u64>) -> Vec<Py<PyAny>>;
+    fn len(&self) -> usize;
+}
+
+/// [`QueueHalf`] for a class holding its core in `q` and its snapshot in
+/// `snap`, whose core removes one occurrence with `$take`.
+macro_rules! queue_half {
+    ($class:ty, $object:expr, $take:ident) => {
+        impl QueueHalf for $class {
+            const OBJECT: &'static str = $object;
+            fn snap(&mut self) -> &mut Snapshot {
+                &mut self.snap
+            }
+            fn take(&mut self, id: u64) -> Option<Py<PyAny>> {
+                self.q.$take(id)
+            }
+            fn take_all(&mut self, ids: Vec<u64>) -> Vec<Py<PyAny>> {
+                self.q.remove_all(ids)
+            }
+            fn len(&self) -> usize {
+                self.q.len()
+            }
+        }
+    };
+}
+
+/// Remove `request` (by identity); whether it was queued. The removed
+/// object and the stale snapshot are dropped after the borrow ends (a
+/// `__del__` that touches this queue must not see it borrowed).
+fn remove_one<T: QueueHalf>(slf: &Bound<'_, T>, request: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let (removed, stale) = {
+        let mut me = super::lock_mut(slf, T::OBJECT)?;
+        let removed = me.take(oid(request));
+        let stale = if removed.is_some() {
+            me.snap().invalidate()
+        } else {
+            None
+        };
+        (removed, stale)
+    };
+    drop(stale);
+    Ok(removed.is_some())
+}
+
+/// Remove every occurrence of each of `requests` (collected first); absent
+/// ones are ignored. Decrefs run after the borrow ends.
+fn remove_each<T: QueueHalf>(slf: &Bound<'_, T>, requests: &Bound<'_, PyAny>) -> PyResult<()> {
+    let ids: Vec<u64> = collect(requests)?.iter().map(oid).collect();
+    let (removed, stale) = {
+        let mut me = super::lock_mut(slf, T::OBJECT)?;
+        (me.take_all(ids), me.snap().invalidate())
+    };
+    drop(stale);
+    drop(removed);
+    Ok(())
+}
+
+/// `Name(len=n)`, with the name of `slf`'s (sub)class.
+fn repr<T: QueueHalf>(slf: &Bound<'_, T>) -> PyResult<String> {
+    Ok(format!(
+        "{}(len={})",
+        slf.as_any().get_type().name()?,
+        super::lock(slf, T::OBJECT)?.len()
+    ))
+}
+
 // ----------------------------------------------------------------- FCFS ----
 
 /// Rust half of `fairq.vllm.FCFSRequestQueue` (vLLM's deque-based FCFS queue).
@@ -180,6 +256,8 @@ pub struct PyFcfsQueue {
     q: FcfsQueue<Py<PyAny>>,
     snap: Snapshot,
 }
+
+const FCFS: &str = "fairq.vllm.FCFSRequestQueue";
 
 #[pymethods]
 impl PyFcfsQueue {
@@ -221,7 +299,7 @@ impl PyFcfsQueue {
     /// Put every item of ``requests`` at the front in turn (reverse order of appearance).
     fn prepend_requests(slf: &Bound<'_, Self>, requests: &Bound<'_, PyAny>) -> PyResult<()> {
         let items = collect(requests)?;
-        let mut me = super::lock_mut(slf, "fairq.vllm.FCFSRequestQueue")?;
+        let mut me = super::lock_mut(slf, FCFS)?;
         drop(me.snap.invalidate());
         me.q.extend_front(items.into_iter().map(|r| (oid(&r), r.unbind())));
         Ok(())
@@ -229,41 +307,19 @@ impl PyFcfsQueue {
 
     /// Remove the first occurrence (by identity); ``ValueError`` if absent.
     fn remove_request(slf: &Bound<'_, Self>, request: &Bound<'_, PyAny>) -> PyResult<()> {
-        // Bind the removed object so its decref runs after the borrow ends
-        // (a `__del__` that touches this queue must not see it borrowed).
-        let (removed, stale) = {
-            let mut me = super::lock_mut(slf, "fairq.vllm.FCFSRequestQueue")?;
-            let removed = me.q.remove_first(oid(request));
-            let stale = if removed.is_some() {
-                me.snap.invalidate()
-            } else {
-                None
-            };
-            (removed, stale)
-        };
-        drop(stale);
-        match removed {
-            Some(_) => Ok(()),
-            None => {
-                // deque.remove's message since CPython 3.10 (fairq's floor).
-                Err(PyValueError::new_err(format!(
-                    "{} is not in deque",
-                    repr_of(request)
-                )))
-            }
+        if remove_one(slf, request)? {
+            return Ok(());
         }
+        // deque.remove's message since CPython 3.10 (fairq's floor).
+        Err(PyValueError::new_err(format!(
+            "{} is not in deque",
+            repr_of(request)
+        )))
     }
 
     /// Remove every occurrence of each of ``requests``; absent ones are ignored.
     fn remove_requests(slf: &Bound<'_, Self>, requests: &Bound<'_, PyAny>) -> PyResult<()> {
-        let ids: Vec<u64> = collect(requests)?.iter().map(oid).collect();
-        let (removed, stale) = {
-            let mut me = super::lock_mut(slf, "fairq.vllm.FCFSRequestQueue")?;
-            (me.q.remove_all(ids), me.snap.invalidate())
-        };
-        drop(stale); // decref after the borrow ends
-        drop(removed);
-        Ok(())
+        remove_each(slf, requests)
     }
 
     fn __contains__(&self, request: &Bound<'_, PyAny>) -> bool {
@@ -280,7 +336,7 @@ impl PyFcfsQueue {
                 .call_method0("__index__")?
                 .extract()
                 .map_err(|_| PyIndexError::new_err("deque index out of range"))?;
-            let me = super::lock(slf, "fairq.vllm.FCFSRequestQueue")?;
+            let me = super::lock(slf, FCFS)?;
             return Ok(me.q.get(i)?.clone_ref(slf.py()));
         }
         Err(PyTypeError::new_err(format!(
@@ -306,11 +362,7 @@ impl PyFcfsQueue {
     }
 
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
-        Ok(format!(
-            "{}(len={})",
-            slf.get_type().name()?,
-            super::lock(slf, "fairq.vllm.FCFSRequestQueue")?.q.len()
-        ))
+        repr(slf)
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
@@ -323,6 +375,8 @@ impl PyFcfsQueue {
         self.q.clear();
     }
 }
+
+queue_half!(PyFcfsQueue, FCFS, remove_first);
 
 // ------------------------------------------------------------- priority ----
 
@@ -415,33 +469,15 @@ impl PyPriorityQueue {
 
     /// Remove by identity in O(log n); ``ValueError`` if absent.
     fn remove_request(slf: &Bound<'_, Self>, request: &Bound<'_, PyAny>) -> PyResult<()> {
-        let (removed, stale) = {
-            let mut me = super::lock_mut(slf, PRIORITY)?;
-            let removed = me.q.remove(oid(request));
-            let stale = if removed.is_some() {
-                me.snap.invalidate()
-            } else {
-                None
-            };
-            (removed, stale)
-        };
-        drop(stale);
-        match removed {
-            Some(_) => Ok(()),
-            None => Err(PyValueError::new_err("list.remove(x): x not in list")),
+        match remove_one(slf, request)? {
+            true => Ok(()),
+            false => Err(PyValueError::new_err("list.remove(x): x not in list")),
         }
     }
 
     /// Remove each of ``requests`` present; absent ones are ignored.
     fn remove_requests(slf: &Bound<'_, Self>, requests: &Bound<'_, PyAny>) -> PyResult<()> {
-        let ids: Vec<u64> = collect(requests)?.iter().map(oid).collect();
-        let (removed, stale) = {
-            let mut me = super::lock_mut(slf, PRIORITY)?;
-            (me.q.remove_all(ids), me.snap.invalidate())
-        };
-        drop(stale);
-        drop(removed);
-        Ok(())
+        remove_each(slf, requests)
     }
 
     fn __contains__(&self, request: &Bound<'_, PyAny>) -> bool {
@@ -466,11 +502,7 @@ impl PyPriorityQueue {
     }
 
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
-        Ok(format!(
-            "{}(len={})",
-            slf.get_type().name()?,
-            super::lock(slf, PRIORITY)?.q.len()
-        ))
+        repr(slf)
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
@@ -483,6 +515,8 @@ impl PyPriorityQueue {
         self.q.clear();
     }
 }
+
+queue_half!(PyPriorityQueue, PRIORITY, remove);
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFcfsQueue>()?;

@@ -18,7 +18,7 @@ use pyo3::types::{PyDict, PyList, PyTuple, PyWeakrefMethods, PyWeakrefReference}
 use crate::python::args;
 use crate::python::value::{from_value, to_value};
 use crate::value::Value;
-use crate::wfq::state::parse_state;
+use crate::wfq::state::{parse_state, ParsedState};
 use crate::wfq::{FastMap, ItemQueue, Tags, VirtualClock};
 
 /// What the binding keeps of a popped item besides the core's tags.
@@ -292,8 +292,12 @@ impl PyWfqQueue {
                 })
             })
             .collect::<PyResult<Vec<_>>>()?;
-        this.core
-            .load_state(parsed.clock, parsed.virtual_time, flows, waiting)?;
+        this.core.load_state(ParsedState {
+            clock: parsed.clock,
+            virtual_time: parsed.virtual_time,
+            flows,
+            waiting,
+        })?;
         this.departed.clear();
         Ok(())
     }

@@ -9,6 +9,18 @@ fn ids<T>(v: &[Admission<T>]) -> Vec<RequestId> {
 fn int(i: i64) -> RequestId {
     RequestId::Int(i)
 }
+/// Add request `int(id)` of `client` with prompt `toks` (no item, the
+/// default namespace); it must be accepted.
+fn add(
+    s: &mut LocalScheduler<()>,
+    tree: Option<&mut RadixTree>,
+    id: i64,
+    client: &str,
+    toks: Vec<u32>,
+) {
+    s.add(tree, int(id), client, toks, (), Namespace::Default)
+        .unwrap();
+}
 
 #[test]
 fn lpm_order_and_skip() {
@@ -16,21 +28,10 @@ fn lpm_order_and_skip() {
     let ns = Namespace::Default;
     t.insert(&ns, &[1, 2, 3, 4]);
     let mut s = LocalScheduler::new(Policy::Lpm).unwrap();
-    s.add(Some(&mut t), int(0), "a", vec![9, 9], (), ns.clone())
-        .unwrap();
-    s.add(Some(&mut t), int(1), "a", vec![1, 2, 7], (), ns.clone())
-        .unwrap();
-    s.add(
-        Some(&mut t),
-        int(2),
-        "b",
-        vec![1, 2, 3, 4, 5],
-        (),
-        ns.clone(),
-    )
-    .unwrap();
-    s.add(Some(&mut t), int(3), "b", vec![7; 50], (), ns.clone())
-        .unwrap();
+    add(&mut s, Some(&mut t), 0, "a", vec![9, 9]);
+    add(&mut s, Some(&mut t), 1, "a", vec![1, 2, 7]);
+    add(&mut s, Some(&mut t), 2, "b", vec![1, 2, 3, 4, 5]);
+    add(&mut s, Some(&mut t), 3, "b", vec![7; 50]);
     let adm = s.schedule(Some(&t), 10, None).unwrap();
     assert_eq!(ids(&adm), vec![int(2), int(1), int(0)]);
     assert_eq!(adm[0].cached_len, 4);
@@ -59,8 +60,7 @@ fn incremental_matches_follow_tree_changes() {
             match next() % 5 {
                 0 => {
                     let c = ["a", "b", "c"][(next() % 3) as usize];
-                    s.add(Some(&mut t), int(id), c, toks, (), ns.clone())
-                        .unwrap();
+                    add(&mut s, Some(&mut t), id, c, toks);
                     id += 1;
                 }
                 1 => {
@@ -103,15 +103,11 @@ fn vtc_lift_and_dlpm_refill() {
         w_out: 2.0,
     })
     .unwrap();
-    let ns = Namespace::Default;
-    v.add(None, int(1), "a", vec![0; 10], (), ns.clone())
-        .unwrap();
-    v.add(None, int(2), "a", vec![0; 10], (), ns.clone())
-        .unwrap();
+    add(&mut v, None, 1, "a", vec![0; 10]);
+    add(&mut v, None, 2, "a", vec![0; 10]);
     v.schedule(None, 10, None).unwrap();
     v.charge_output(&int(1), 5).unwrap();
-    v.add(None, int(3), "b", vec![0; 4], (), ns.clone())
-        .unwrap();
+    add(&mut v, None, 3, "b", vec![0; 4]);
     assert_eq!(v.counter("b"), 20.0);
 
     let mut t = RadixTree::new(None, 1).unwrap();
@@ -121,12 +117,9 @@ fn vtc_lift_and_dlpm_refill() {
         w_q: 2.0,
     })
     .unwrap();
-    d.add(Some(&mut t), int(1), "a", vec![1; 4], (), ns.clone())
-        .unwrap();
-    d.add(Some(&mut t), int(2), "a", vec![1; 4], (), ns.clone())
-        .unwrap();
-    d.add(Some(&mut t), int(3), "b", vec![2; 4], (), ns)
-        .unwrap();
+    add(&mut d, Some(&mut t), 1, "a", vec![1; 4]);
+    add(&mut d, Some(&mut t), 2, "a", vec![1; 4]);
+    add(&mut d, Some(&mut t), 3, "b", vec![2; 4]);
     let adm = d.schedule(Some(&t), 100, None).unwrap();
     assert_eq!(ids(&adm), vec![int(1), int(2), int(3)]);
     assert_eq!(d.deficit("a"), -3.0);
@@ -144,15 +137,7 @@ fn dlpm_extreme_weights_saturate() {
     })
     .unwrap();
     let mut t = RadixTree::new(None, 1).unwrap();
-    d.add(
-        Some(&mut t),
-        RequestId::Int(1),
-        "x",
-        vec![1; 10],
-        (),
-        Namespace::Default,
-    )
-    .unwrap();
+    add(&mut d, Some(&mut t), 1, "x", vec![1; 10]);
     d.schedule(Some(&t), 100, None).unwrap();
     assert_eq!(d.deficit("x"), f64::MIN);
     d.charge_output(&RequestId::Int(1), 1000).unwrap();
@@ -162,15 +147,7 @@ fn dlpm_extreme_weights_saturate() {
     assert!(d.deficit("x").is_finite());
     d.recharge_extend(&RequestId::Int(1), 10).unwrap();
     assert!(d.deficit("x").is_finite());
-    d.add(
-        Some(&mut t),
-        RequestId::Int(2),
-        "x",
-        vec![2; 3],
-        (),
-        Namespace::Default,
-    )
-    .unwrap();
+    add(&mut d, Some(&mut t), 2, "x", vec![2; 3]);
     let a = d.schedule(Some(&t), 100, None).unwrap();
     assert_eq!(a.len(), 1);
     assert!(d.deficit("x").is_finite());
@@ -204,17 +181,14 @@ fn dlpm(quantum: f64) -> LocalScheduler<()> {
 
 #[test]
 fn dlpm_small_quantum_is_work_conserving() {
-    let ns = Namespace::Default;
     let mut t = RadixTree::new(None, 1).unwrap();
     let mut d = dlpm(1e-3);
     let mut l: LocalScheduler<()> = LocalScheduler::new(Policy::Lpm).unwrap();
     for i in 0..30 {
         let toks: Vec<u32> = (0..10).map(|j| (i * 100 + j) as u32).collect();
         let c = ["a", "b", "c"][i % 3];
-        d.add(Some(&mut t), int(i as i64), c, toks.clone(), (), ns.clone())
-            .unwrap();
-        l.add(Some(&mut t), int(i as i64), c, toks, (), ns.clone())
-            .unwrap();
+        add(&mut d, Some(&mut t), i as i64, c, toks.clone());
+        add(&mut l, Some(&mut t), i as i64, c, toks);
     }
     for _ in 0..3 {
         let a = d.schedule(Some(&t), 95, None).unwrap();
@@ -229,26 +203,43 @@ fn dlpm_small_quantum_is_work_conserving() {
     assert_eq!(d.schedule(Some(&t), 1000, None).unwrap().len(), 3);
 }
 
+/// DLPM with `quantum` over a fresh tree, holding a0 = [1; 4], a1 = [2; 4]
+/// and b2 = [3; `b_len`], none admitted.
+fn dlpm_a_a_b(quantum: f64, b_len: usize) -> (RadixTree, LocalScheduler<()>) {
+    let dlpm = Policy::Dlpm {
+        quantum,
+        w_e: 1.0,
+        w_q: 2.0,
+    };
+    holding(
+        dlpm,
+        &[("a", vec![1; 4]), ("a", vec![2; 4]), ("b", vec![3; b_len])],
+    )
+}
+
+/// A scheduler of `policy` over a fresh tree (page 1) holding each
+/// `(client, prompt)` of `requests` as request `int(i)` at index `i`, none
+/// admitted.
+fn holding(policy: Policy, requests: &[(&str, Vec<u32>)]) -> (RadixTree, LocalScheduler<()>) {
+    let mut t = RadixTree::new(None, 1).unwrap();
+    let mut s = LocalScheduler::new(policy).unwrap();
+    for (i, (client, toks)) in requests.iter().enumerate() {
+        add(&mut s, Some(&mut t), i as i64, client, toks.clone());
+    }
+    (t, s)
+}
+
 #[test]
 fn dlpm_credit_client_that_does_not_fit_blocks_refills_for_one_call() {
     // Theorem 4.1 needs refills only when every waiting client has
     // q <= 0: a client with credit whose requests do not fit blocks them,
     // until the oversize rule admits its request alone.
-    let ns = Namespace::Default;
-    let mut t = RadixTree::new(None, 1).unwrap();
-    let mut d = dlpm(5.0);
-    d.add(Some(&mut t), int(0), "a", vec![1; 4], (), ns.clone())
-        .unwrap();
-    d.add(Some(&mut t), int(1), "a", vec![2; 4], (), ns.clone())
-        .unwrap();
-    d.add(Some(&mut t), int(2), "b", vec![3; 50], (), ns.clone())
-        .unwrap();
+    let (mut t, mut d) = dlpm_a_a_b(5.0, 50);
     // refill (+5 each); a0 admitted (a: 1); a1 admitted (a: -3);
     // b2 does not fit; b keeps q = 5 and no refill is allowed
     let adm = d.schedule(Some(&t), 10, None).unwrap();
     assert_eq!(ids(&adm), vec![int(0), int(1)]);
-    d.add(Some(&mut t), int(3), "a", vec![4; 2], (), ns.clone())
-        .unwrap();
+    add(&mut d, Some(&mut t), 3, "a", vec![4; 2]);
     // a3 fits but a has no credit and b (credit) does not fit: with the
     // oversize rule off, nothing, and no refill
     let off = d.schedule_step(Some(&t), 10, None, Some(0), true).unwrap();
@@ -270,24 +261,28 @@ fn dlpm_credit_client_that_does_not_fit_blocks_refills_for_one_call() {
     d.check_invariants(Some(&t));
 }
 
-/// The four policies, with DLPM's quantum 5.
+/// Every policy: [`four_policies`] with DLPM's quantum 5, and LAS.
 fn all_policies() -> [Policy; 5] {
+    let [fcfs, lpm, vtc, dlpm] = four_policies(1.0, 5.0);
+    let las = Policy::Las {
+        half_life_s: 60.0,
+        w_in: 1.0,
+        w_out: 2.0,
+    };
+    [fcfs, lpm, vtc, dlpm, las]
+}
+
+/// FCFS, LPM, VTC and DLPM with input weight `w_in` (DLPM's `w_e`), output
+/// weight 2 and DLPM's `quantum`.
+fn four_policies(w_in: f64, quantum: f64) -> [Policy; 4] {
     [
         Policy::Fcfs,
         Policy::Lpm,
-        Policy::Vtc {
-            w_in: 1.0,
-            w_out: 2.0,
-        },
+        Policy::Vtc { w_in, w_out: 2.0 },
         Policy::Dlpm {
-            quantum: 5.0,
-            w_e: 1.0,
+            quantum,
+            w_e: w_in,
             w_q: 2.0,
-        },
-        Policy::Las {
-            half_life_s: 60.0,
-            w_in: 1.0,
-            w_out: 2.0,
         },
     ]
 }
@@ -297,16 +292,9 @@ fn oversize_request_is_admitted_alone_in_every_policy() {
     // a's 100-token request arrives first; b's three 3-token requests after
     // it; budget 10. The big one never fits a step: each policy admits it
     // alone in a call that admits nothing else, and nobody waits forever.
-    let ns = Namespace::Default;
     for policy in all_policies() {
-        let mut t = RadixTree::new(None, 1).unwrap();
-        let mut s: LocalScheduler<()> = LocalScheduler::new(policy).unwrap();
-        s.add(Some(&mut t), int(0), "a", vec![9; 100], (), ns.clone())
-            .unwrap();
-        for i in 1..4 {
-            s.add(Some(&mut t), int(i), "b", vec![i as u32; 3], (), ns.clone())
-                .unwrap();
-        }
+        let b = |i| ("b", vec![i; 3]);
+        let (t, mut s) = holding(policy, &[("a", vec![9; 100]), b(1), b(2), b(3)]);
         let mut calls = Vec::new();
         while !s.is_empty() {
             let adm = s.schedule(Some(&t), 10, None).unwrap();
@@ -349,16 +337,9 @@ fn oversize_request_is_admitted_alone_in_every_policy() {
 fn oversize_rule_only_when_a_call_admits_nothing() {
     // What only misses what is left after other admissions keeps waiting
     // (FCFS: and stops the walk, as before); the rule needs a free slot.
-    let ns = Namespace::Default;
     for policy in all_policies() {
-        let mut t = RadixTree::new(None, 1).unwrap();
-        let mut s: LocalScheduler<()> = LocalScheduler::new(policy).unwrap();
-        s.add(Some(&mut t), int(0), "a", vec![1; 6], (), ns.clone())
-            .unwrap();
-        s.add(Some(&mut t), int(1), "a", vec![2; 8], (), ns.clone())
-            .unwrap();
-        s.add(Some(&mut t), int(2), "a", vec![3; 30], (), ns.clone())
-            .unwrap();
+        let a = [("a", vec![1; 6]), ("a", vec![2; 8]), ("a", vec![3; 30])];
+        let (t, mut s) = holding(policy, &a);
         assert!(s.schedule(Some(&t), 10, Some(0)).unwrap().is_empty());
         // 6 fits, then neither 8 nor 30 fits the 4 left: they wait
         let adm = s.schedule(Some(&t), 10, None).unwrap();
@@ -373,15 +354,9 @@ fn oversize_rule_only_when_a_call_admits_nothing() {
 
 #[test]
 fn oversize_budget_caps_the_rule_or_turns_it_off() {
-    let ns = Namespace::Default;
     for policy in all_policies() {
         for refill in [true, false] {
-            let mut t = RadixTree::new(None, 1).unwrap();
-            let mut s: LocalScheduler<()> = LocalScheduler::new(policy).unwrap();
-            s.add(Some(&mut t), int(0), "a", vec![1; 40], (), ns.clone())
-                .unwrap();
-            s.add(Some(&mut t), int(1), "b", vec![2; 20], (), ns.clone())
-                .unwrap();
+            let (t, mut s) = holding(policy, &[("a", vec![1; 40]), ("b", vec![2; 20])]);
             if !refill {
                 // DLPM: nobody has credit yet and this call must not refill
                 let adm = s.schedule_step(Some(&t), 10, None, None, false).unwrap();
@@ -426,18 +401,19 @@ fn max_prompt_tokens_rejects_at_add_and_changes_nothing() {
         let mut s: LocalScheduler<()> = LocalScheduler::new(policy).unwrap();
         assert_eq!(s.max_prompt_tokens(), None);
         s.set_max_prompt_tokens(Some(8));
-        s.add(Some(&mut t), int(0), "a", vec![1; 8], (), ns.clone())
-            .unwrap();
-        let err = s
-            .add(
-                Some(&mut t),
+        add(&mut s, Some(&mut t), 0, "a", vec![1; 8]);
+        // request "big" of client b, `len` tokens
+        let big = |s: &mut LocalScheduler<()>, t: &mut RadixTree, len| {
+            s.add(
+                Some(t),
                 RequestId::from("big"),
                 "b",
-                vec![2; 9],
+                vec![2; len],
                 (),
                 ns.clone(),
             )
-            .unwrap_err();
+        };
+        let err = big(&mut s, &mut t, 9).unwrap_err();
         let msg = err.to_string();
         assert!(matches!(err, Error::Value(_)), "{policy:?}");
         assert!(
@@ -450,15 +426,7 @@ fn max_prompt_tokens_rejects_at_add_and_changes_nothing() {
         );
         s.check_invariants(Some(&t));
         // the id is free: it may come back shorter
-        s.add(
-            Some(&mut t),
-            RequestId::from("big"),
-            "b",
-            vec![2; 3],
-            (),
-            ns.clone(),
-        )
-        .unwrap();
+        big(&mut s, &mut t, 3).unwrap();
         assert_eq!(s.schedule(Some(&t), 11, None).unwrap().len(), 2);
         // an engine setting, not fairness state: a load keeps it
         let mut fresh: LocalScheduler<()> = LocalScheduler::new(policy).unwrap();
@@ -471,34 +439,13 @@ fn max_prompt_tokens_rejects_at_add_and_changes_nothing() {
 #[test]
 fn recharge_extend_replaces_the_admission_charge() {
     let ns = Namespace::Default;
-    for policy in [
-        Policy::Fcfs,
-        Policy::Lpm,
-        Policy::Vtc {
-            w_in: 1.5,
-            w_out: 2.0,
-        },
-        Policy::Dlpm {
-            quantum: 100.0,
-            w_e: 1.5,
-            w_q: 2.0,
-        },
-    ] {
+    for policy in four_policies(1.5, 100.0) {
         let mut t = RadixTree::new(None, 1).unwrap();
         t.insert(&ns, &[1, 2, 3, 4]);
         let mut s = LocalScheduler::new(policy).unwrap();
         s.set_weight("a", 2.0).unwrap();
-        s.add(
-            Some(&mut t),
-            int(0),
-            "a",
-            vec![1, 2, 3, 4, 5, 6],
-            (),
-            ns.clone(),
-        )
-        .unwrap();
-        s.add(Some(&mut t), int(1), "a", vec![9; 3], (), ns.clone())
-            .unwrap();
+        add(&mut s, Some(&mut t), 0, "a", vec![1, 2, 3, 4, 5, 6]);
+        add(&mut s, Some(&mut t), 1, "a", vec![9; 3]);
         let adm = s.schedule(Some(&t), 100, Some(1)).unwrap();
         assert_eq!(ids(&adm), vec![int(0)]);
         assert_eq!(adm[0].extend_len, 2);
@@ -550,15 +497,7 @@ fn recharge_extend_replaces_the_admission_charge() {
 #[test]
 fn dlpm_recharge_moves_the_positive_waiting_count() {
     // A recharge can give a backlogged client credit back (or take it).
-    let ns = Namespace::Default;
-    let mut t = RadixTree::new(None, 1).unwrap();
-    let mut d = dlpm(4.0);
-    d.add(Some(&mut t), int(0), "a", vec![1; 4], (), ns.clone())
-        .unwrap();
-    d.add(Some(&mut t), int(1), "a", vec![2; 4], (), ns.clone())
-        .unwrap();
-    d.add(Some(&mut t), int(2), "b", vec![3; 4], (), ns.clone())
-        .unwrap();
+    let (t, mut d) = dlpm_a_a_b(4.0, 4);
     let adm = d.schedule(Some(&t), 4, None).unwrap();
     assert_eq!(ids(&adm), vec![int(0)]);
     assert_eq!(d.deficit("a"), 0.0);
@@ -577,7 +516,6 @@ fn dlpm_recharge_moves_the_positive_waiting_count() {
 
 #[test]
 fn state_round_trip_restores_counters_and_running_requests() {
-    let ns = Namespace::Default;
     let mut t = RadixTree::new(None, 1).unwrap();
     let mut s = LocalScheduler::new(Policy::Dlpm {
         quantum: 4.0,
@@ -586,10 +524,8 @@ fn state_round_trip_restores_counters_and_running_requests() {
     })
     .unwrap();
     s.set_weight("a", 2.0).unwrap();
-    s.add(Some(&mut t), int(1), "a", vec![1, 2, 3], (), ns.clone())
-        .unwrap();
-    s.add(Some(&mut t), int(2), "b", vec![4, 5], (), ns.clone())
-        .unwrap();
+    add(&mut s, Some(&mut t), 1, "a", vec![1, 2, 3]);
+    add(&mut s, Some(&mut t), 2, "b", vec![4, 5]);
     s.schedule(Some(&t), 100, None).unwrap();
     s.charge_output(&int(2), 3).unwrap();
     let state = s.state().unwrap();
@@ -618,8 +554,7 @@ fn bad_state_names_its_field_and_changes_nothing() {
         w_out: 2.0,
     })
     .unwrap();
-    s.add(None, int(1), "a", vec![1], (), Namespace::Default)
-        .unwrap();
+    add(&mut s, None, 1, "a", vec![1]);
     let good = s.state().unwrap();
     let Value::Map(mut pairs) = good.clone() else {
         panic!("a state is a mapping")
@@ -660,19 +595,7 @@ fn accounting<T>(s: &LocalScheduler<T>, clients: &[&str]) -> Vec<(f64, f64, f64)
 
 #[test]
 fn requeue_with_refund_undoes_the_admission_exactly() {
-    for policy in [
-        Policy::Fcfs,
-        Policy::Lpm,
-        Policy::Vtc {
-            w_in: 1.0,
-            w_out: 2.0,
-        },
-        Policy::Dlpm {
-            quantum: 8.0,
-            w_e: 1.0,
-            w_q: 2.0,
-        },
-    ] {
+    for policy in four_policies(1.0, 8.0) {
         let mut t = RadixTree::new(None, 1).unwrap();
         let ns = Namespace::Default;
         t.insert(&ns, &[1, 2, 3]);
@@ -751,12 +674,9 @@ fn requeue_keeps_the_vtc_client_unlifted() {
         w_out: 2.0,
     };
     let mut s: LocalScheduler<()> = LocalScheduler::new(vtc).unwrap();
-    let ns = Namespace::Default;
-    s.add(None, int(0), "a", vec![1; 2], (), ns.clone())
-        .unwrap();
-    s.add(None, int(1), "b", vec![1; 2], (), ns.clone())
-        .unwrap();
-    s.add(None, int(2), "b", vec![1; 2], (), ns).unwrap();
+    add(&mut s, None, 0, "a", vec![1; 2]);
+    add(&mut s, None, 1, "b", vec![1; 2]);
+    add(&mut s, None, 2, "b", vec![1; 2]);
     let adm = s.schedule(None, 100, Some(2)).unwrap(); // a (0 -> 2), then b (0 -> 2)
     assert_eq!(ids(&adm), vec![int(0), int(1)]);
     s.charge_output(&int(1), 5).unwrap(); // b: 12
@@ -768,20 +688,11 @@ fn requeue_keeps_the_vtc_client_unlifted() {
 
 #[test]
 fn schedule_within_credit_stops_where_a_refill_would_be_needed() {
-    let ns = Namespace::Default;
     let mut t = RadixTree::new(None, 1).unwrap();
     let mut d = dlpm(10.0);
     for i in 0..6 {
         let c = ["a", "b"][i % 2];
-        d.add(
-            Some(&mut t),
-            int(i as i64),
-            c,
-            vec![i as u32; 4],
-            (),
-            ns.clone(),
-        )
-        .unwrap();
+        add(&mut d, Some(&mut t), i as i64, c, vec![i as u32; 4]);
     }
     // nobody has credit yet: nothing is admitted and nothing refilled
     assert!(d
@@ -803,8 +714,7 @@ fn schedule_within_credit_stops_where_a_refill_would_be_needed() {
     assert_eq!(ids(&adm), vec![int(4), int(5)]);
     assert_eq!((d.deficit("a"), d.deficit("b")), (-2.0, -2.0));
     // a new request of a: no waiting client has credit, so it stops at once
-    d.add(Some(&mut t), int(6), "a", vec![9; 4], (), ns.clone())
-        .unwrap();
+    add(&mut d, Some(&mut t), 6, "a", vec![9; 4]);
     assert!(d
         .schedule_within_credit(Some(&t), 100, None)
         .unwrap()
@@ -824,8 +734,7 @@ fn lpm_rule_case(rule: LpmRule) -> (RadixTree, LocalScheduler<()>) {
     t.insert(&ns, &[1, 2, 3, 4]);
     let mut s = LocalScheduler::new(Policy::Lpm).unwrap();
     s.set_lpm_rule(rule).unwrap();
-    s.add(Some(&mut t), int(0), "a", vec![9; 6], (), ns.clone())
-        .unwrap();
+    add(&mut s, Some(&mut t), 0, "a", vec![9; 6]);
     s.add(
         Some(&mut t),
         int(1),
@@ -835,60 +744,41 @@ fn lpm_rule_case(rule: LpmRule) -> (RadixTree, LocalScheduler<()>) {
         ns.clone(),
     )
     .unwrap();
-    s.add(Some(&mut t), int(2), "c", vec![1, 2, 5], (), ns)
-        .unwrap();
+    add(&mut s, Some(&mut t), 2, "c", vec![1, 2, 5]);
     (t, s)
 }
 
 #[test]
 fn lpm_rule_stop_at_unfit_and_fcfs_fallback() {
-    // the paper's walk: r1 (8) does not fit 7 and is skipped; r2, r0 fit
-    let (t, mut s) = lpm_rule_case(LpmRule::default());
-    assert_eq!(
-        ids(&s.schedule(Some(&t), 7, None).unwrap()),
-        [int(2), int(0)]
-    );
-    // SGLang's walk stops at r1; nothing admitted, so the oversize rule
-    // admits r1 alone (prefilled in chunks)
-    let rule = LpmRule {
-        stop_at_unfit: true,
-        fcfs_above: None,
-        multi_priority: false,
-    };
-    let (t, mut s) = lpm_rule_case(rule);
-    assert_eq!(ids(&s.schedule(Some(&t), 7, None).unwrap()), [int(1)]);
-    // 3 waiting > 2: arrival order; r0 (6) fits, r1 skipped, r2 (1) fits
-    let rule = LpmRule {
-        stop_at_unfit: false,
-        fcfs_above: Some(2),
-        multi_priority: false,
-    };
-    let (t, mut s) = lpm_rule_case(rule);
-    assert_eq!(
-        ids(&s.schedule(Some(&t), 7, None).unwrap()),
-        [int(0), int(2)]
-    );
-    s.check_invariants(Some(&t));
-    // 3 waiting, not > 3: longest match first again
-    let rule = LpmRule {
-        stop_at_unfit: false,
-        fcfs_above: Some(3),
-        multi_priority: false,
-    };
-    let (t, mut s) = lpm_rule_case(rule);
-    assert_eq!(
-        ids(&s.schedule(Some(&t), 7, None).unwrap()),
-        [int(2), int(0)]
-    );
-    // SGLang's rule in arrival order: r0 fits, r1 does not: stop
-    let (t, mut s) = lpm_rule_case(LpmRule {
-        stop_at_unfit: true,
-        fcfs_above: Some(2),
-        multi_priority: false,
-    });
-    assert_eq!(ids(&s.schedule(Some(&t), 7, None).unwrap()), [int(0)]);
-    s.check_invariants(Some(&t));
-    assert_eq!(s.lpm_rule().fcfs_above, Some(2));
+    // (stop_at_unfit, fcfs_above, what one call with budget 7 admits)
+    let cases = [
+        // the paper's walk: r1 (8) does not fit 7 and is skipped; r2, r0 fit
+        (false, None, vec![int(2), int(0)]),
+        // SGLang's walk stops at r1; nothing admitted, so the oversize rule
+        // admits r1 alone (prefilled in chunks)
+        (true, None, vec![int(1)]),
+        // 3 waiting > 2: arrival order; r0 (6) fits, r1 skipped, r2 (1) fits
+        (false, Some(2), vec![int(0), int(2)]),
+        // 3 waiting, not > 3: longest match first again
+        (false, Some(3), vec![int(2), int(0)]),
+        // SGLang's rule in arrival order: r0 fits, r1 does not: stop
+        (true, Some(2), vec![int(0)]),
+    ];
+    for (stop_at_unfit, fcfs_above, want) in cases {
+        let rule = LpmRule {
+            stop_at_unfit,
+            fcfs_above,
+            multi_priority: false,
+        };
+        let (t, mut s) = lpm_rule_case(rule);
+        assert_eq!(
+            ids(&s.schedule(Some(&t), 7, None).unwrap()),
+            want,
+            "{rule:?}"
+        );
+        s.check_invariants(Some(&t));
+        assert_eq!(s.lpm_rule(), rule);
+    }
 }
 
 #[test]
@@ -934,8 +824,7 @@ fn preble_add(
         } else {
             vec![100 + i as u32; 11]
         };
-        s.add(Some(t), int(i), client, toks, (), Namespace::Default)
-            .unwrap();
+        add(s, Some(t), i, client, toks);
     }
 }
 
@@ -962,15 +851,7 @@ fn preble_serves_one_level_per_step_top_down() {
     // an unfit request is skipped, the walk goes on (budget 11 + 0)
     let mut s = LocalScheduler::new(Policy::Lpm).unwrap();
     s.set_lpm_rule(LpmRule::PREBLE).unwrap();
-    s.add(
-        Some(&mut t),
-        int(0),
-        "a",
-        vec![7; 20],
-        (),
-        Namespace::Default,
-    )
-    .unwrap();
+    add(&mut s, Some(&mut t), 0, "a", vec![7; 20]);
     preble_add(&mut s, &mut t, "a", 1, 1, false);
     assert_eq!(ids(&s.schedule(Some(&t), 11, None).unwrap()), [int(1)]);
     // the oversize rule on the same level: r0 (20 > 11) alone
@@ -1024,10 +905,8 @@ fn las_decays_by_half_per_half_life_and_orders_by_decayed_service() {
         w_out: 2.0,
     };
     let mut s: LocalScheduler<()> = LocalScheduler::new(policy).unwrap();
-    let ns = Namespace::Default;
     s.set_time(0.0).unwrap();
-    s.add(None, int(0), "a", vec![1; 80], (), ns.clone())
-        .unwrap();
+    add(&mut s, None, 0, "a", vec![1; 80]);
     assert_eq!(ids(&s.schedule(None, 100, None).unwrap()), vec![int(0)]);
     s.charge_output(&int(0), 10).unwrap(); // a: 80 + 20
     assert_eq!(s.state_value("a"), 100.0);
@@ -1036,13 +915,10 @@ fn las_decays_by_half_per_half_life_and_orders_by_decayed_service() {
         assert_eq!(s.state_value("a"), want, "t = {t}");
     }
     // b used 10 at t = 40: a (6.25) is served before b (10)
-    s.add(None, int(1), "b", vec![2; 10], (), ns.clone())
-        .unwrap();
+    add(&mut s, None, 1, "b", vec![2; 10]);
     assert_eq!(ids(&s.schedule(None, 100, Some(1)).unwrap()), vec![int(1)]);
-    s.add(None, int(2), "b", vec![2; 5], (), ns.clone())
-        .unwrap();
-    s.add(None, int(3), "a", vec![3; 5], (), ns.clone())
-        .unwrap();
+    add(&mut s, None, 2, "b", vec![2; 5]);
+    add(&mut s, None, 3, "a", vec![3; 5]);
     assert_eq!(ids(&s.schedule(None, 100, Some(1)).unwrap()), vec![int(3)]);
     s.check_invariants(None);
     // the clock never goes back; the state round-trips
@@ -1052,7 +928,6 @@ fn las_decays_by_half_per_half_life_and_orders_by_decayed_service() {
     r.set_time(40.0).unwrap();
     r.load_state(&saved).unwrap();
     assert_eq!(r.state_value("a"), s.state_value("a"));
-    r.add(None, int(2), "b", vec![2; 5], (), ns.clone())
-        .unwrap(); // re-add the waiting
+    add(&mut r, None, 2, "b", vec![2; 5]); // re-add the waiting
     assert_eq!(r.state().unwrap(), saved);
 }

@@ -14,6 +14,7 @@
 
 use std::hash::Hash;
 
+use super::state::ParsedState;
 use super::{Tags, VirtualClock, Wfq};
 use crate::error::{Error, Result};
 use crate::heap::Handle;
@@ -168,14 +169,8 @@ impl<K: Hash + Eq + Clone, V> ItemQueue<K, V> {
 
     /// Restore a parsed state (see [`super::state`]); forgets remembered
     /// tags of popped objects (identities do not survive a restart).
-    pub fn load_state(
-        &mut self,
-        clock: VirtualClock,
-        virtual_time: f64,
-        flows: Vec<(K, f64)>,
-        waiting: Vec<Tags<K>>,
-    ) -> Result<()> {
-        self.core.load_state(clock, virtual_time, flows, waiting)?;
+    pub fn load_state(&mut self, state: ParsedState<K>) -> Result<()> {
+        self.core.load_state(state)?;
         self.departed.clear();
         Ok(())
     }

@@ -31,16 +31,17 @@ pub const FORMAT: &str = "fairq.WFQQueue";
 /// The state version this build writes and reads.
 pub const VERSION: u64 = 1;
 
-/// A validated state, flows still as their document values (the caller maps
-/// them to its own flow keys once validation has passed).
+/// A validated state. [`parse_state`] gives the flows as their document
+/// values (`K = Value`); the caller maps them to its own flow keys once
+/// validation has passed and hands the result to [`Wfq::load_state`].
 #[derive(Debug, Clone)]
-pub struct ParsedState {
+pub struct ParsedState<K = Value> {
     pub clock: VirtualClock,
     pub virtual_time: f64,
     /// `(flow, F_last)`.
-    pub flows: Vec<(Value, f64)>,
-    /// Tags of the waiting requests in arrival order; `flow` as a document value.
-    pub waiting: Vec<Tags<Value>>,
+    pub flows: Vec<(K, f64)>,
+    /// Tags of the waiting requests in arrival order.
+    pub waiting: Vec<Tags<K>>,
 }
 
 /// Saved tags an add must match, and where they stood in the document.
@@ -235,13 +236,13 @@ impl<K: Hash + Eq + Clone, V> Wfq<K, V> {
     /// (`flows` in document order, `waiting` tags with mapped flows). The
     /// queue must be empty. The next adds must re-add the waiting requests
     /// in order (see the module docs).
-    pub fn load_state(
-        &mut self,
-        clock: VirtualClock,
-        virtual_time: f64,
-        flows: Vec<(K, f64)>,
-        waiting: Vec<Tags<K>>,
-    ) -> Result<()> {
+    pub fn load_state(&mut self, state: ParsedState<K>) -> Result<()> {
+        let ParsedState {
+            clock,
+            virtual_time,
+            flows,
+            waiting,
+        } = state;
         if !self.heap.is_empty() {
             return Err(Error::value(format!(
                 "load_state needs an empty queue; this one holds {} requests (load into a fresh \
