@@ -19,34 +19,25 @@ __all__ = [
 #: The transformers versions fairq's scheduler classes are tested with.
 SUPPORTED_TRANSFORMERS = ">=5.17,<5.24"
 
+#: The fields of a model size, in the order of :data:`MODEL_SIZES`' rows.
+_SHAPE_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+)
+
+#: ``LlamaConfig`` shape fields by size name.
 MODEL_SIZES: dict[str, dict[str, int]] = {
-    # ~0.1M parameters: CPU tests and smoke runs
-    "tiny": dict(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    ),
-    # ~16M parameters: a CPU benchmark where compute is not negligible
-    "small": dict(
-        vocab_size=4096,
-        hidden_size=512,
-        intermediate_size=1408,
-        num_hidden_layers=4,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-    ),
-    # ~1.1B parameters, Llama-3.2-1B-like shapes: GPU runs
-    "1b": dict(
-        vocab_size=32000,
-        hidden_size=2048,
-        intermediate_size=8192,
-        num_hidden_layers=16,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-    ),
+    name: dict(zip(_SHAPE_FIELDS, row, strict=True))
+    for name, row in {
+        # vocab, hidden, intermediate, layers, attention heads, key/value heads
+        "tiny": (256, 64, 128, 2, 4, 2),  # ~0.1M parameters: CPU tests and smoke runs
+        "small": (4096, 512, 1408, 4, 8, 4),  # ~16M: a CPU bench where compute is not negligible
+        "1b": (32000, 2048, 8192, 16, 32, 8),  # ~1.1B, Llama-3.2-1B-like shapes: GPU runs
+    }.items()
 }
 
 
