@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -247,6 +248,33 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
+#: The summary table's columns after the scheduler's name.
+_SUMMARY_COLUMNS = (
+    "throughput_output_tok_s",
+    "jain_index_window",
+    "prefix_hit_rate",
+    "steps",
+    "schedule_ms_per_step",
+    "wall_s",
+)
+#: A policy's per-client table's columns after the client's name (a missing one: ``-``).
+_CLIENT_COLUMNS = (
+    "requests",
+    "service",
+    "service_in_window",
+    "fairq_service",
+    "latency_p50_s",
+    "latency_p99_s",
+    "ttft_p50_s",
+    "ttft_p99_s",
+)
+
+
+def _row(cells: Iterable[Any]) -> str:
+    """A markdown table row: ``cells`` through :func:`_fmt`."""
+    return "| " + " | ".join(_fmt(x) for x in cells) + " |"
+
+
 def markdown(results: list[dict[str, Any]]) -> str:
     """Summary table plus a per-client table for each policy."""
     lines = [
@@ -254,12 +282,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
         "| steps | schedule (ms/step) | wall (s) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for r in results:
-        lines.append(
-            f"| {r['scheduler_type']} | {_fmt(r['throughput_output_tok_s'])} "
-            f"| {_fmt(r['jain_index_window'])} | {_fmt(r['prefix_hit_rate'])} | {r['steps']} "
-            f"| {_fmt(r['schedule_ms_per_step'])} | {_fmt(r['wall_s'])} |"
-        )
+    lines += [_row([r["scheduler_type"], *(r[k] for k in _SUMMARY_COLUMNS)]) for r in results]
     for r in results:
         lines += [
             "",
@@ -269,13 +292,10 @@ def markdown(results: list[dict[str, Any]]) -> str:
             "| p50 latency (s) | p99 latency (s) | p50 TTFT (s) | p99 TTFT (s) |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
-        for client, c in r["clients"].items():
-            lines.append(
-                f"| {client} | {c['requests']} | {c['service']} | {_fmt(c['service_in_window'])} "
-                f"| {_fmt(c.get('fairq_service', '-'))} | {_fmt(c['latency_p50_s'])} "
-                f"| {_fmt(c['latency_p99_s'])} | {_fmt(c['ttft_p50_s'])} "
-                f"| {_fmt(c['ttft_p99_s'])} |"
-            )
+        lines += [
+            _row([client, *(c.get(k, "-") for k in _CLIENT_COLUMNS)])
+            for client, c in r["clients"].items()
+        ]
     return "\n".join(lines)
 
 
