@@ -30,7 +30,7 @@ from fairq.transformers.model import (
     SUPPORTED_TRANSFORMERS,
     build_model,
     check_scheduler_type,
-    page_size_field,
+    greedy_manager,
 )
 from fairq.transformers.tenants import FAIR_POLICIES
 
@@ -45,30 +45,6 @@ class EngineRun:
     outputs: dict[str, Any]
     wall_s: float
     meta: dict[str, Any] = field(default_factory=dict)
-
-
-def _manager(model: Any, scheduler_type: str, max_new_tokens: int, limits: dict[str, Any]) -> Any:
-    """A continuous-batching manager of ``model`` (not started) with
-    ``scheduler_type``, the engine ``limits`` (page size, blocks, batch),
-    block sharing on, synchronous batching and greedy decoding with EOS
-    disabled (every request generates exactly its ``max_new_tokens``)."""
-    from transformers import ContinuousBatchingConfig, GenerationConfig
-
-    cb_config = ContinuousBatchingConfig(
-        **limits,
-        allow_block_sharing=True,
-        use_async_batching=False,
-        scheduler_type=scheduler_type,
-    )
-    gen_config = GenerationConfig(
-        do_sample=False,
-        eos_token_id=-1,
-        pad_token_id=0,
-        max_new_tokens=max_new_tokens,
-    )
-    return model.init_continuous_batching(
-        generation_config=gen_config, continuous_batching_config=cb_config
-    )
 
 
 def _check_dependencies(workload: list[EngineRequest]) -> None:
@@ -112,9 +88,15 @@ def run_engine(
     _check_dependencies(workload)
     expected = fs.SCHEDULER_MAPPING[scheduler_type]
     fs.LAST_SCHEDULER.clear()
-    limits: dict[str, Any] = {page_size_field(): page_size, "num_blocks": num_blocks}
-    limits.update(max_batch_tokens=max_batch_tokens, max_requests_per_batch=max_requests_per_batch)
-    manager = _manager(model, scheduler_type, max(r.max_new_tokens for r in workload), limits)
+    manager = greedy_manager(
+        model,
+        scheduler_type,
+        max(r.max_new_tokens for r in workload),
+        page_size=page_size,
+        num_blocks=num_blocks,
+        max_batch_tokens=max_batch_tokens,
+        max_requests_per_batch=max_requests_per_batch,
+    )
     outputs: dict[str, Any] = {}
     independent = [r for r in workload if not r.after]
     dependent = [r for r in workload if r.after]

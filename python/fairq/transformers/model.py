@@ -13,6 +13,7 @@ __all__ = [
     "SUPPORTED_TRANSFORMERS",
     "build_model",
     "check_scheduler_type",
+    "greedy_manager",
     "page_size_field",
 ]
 
@@ -71,6 +72,42 @@ def page_size_field() -> str:
 
     names = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}
     return "page_size" if "page_size" in names else "block_size"
+
+
+def greedy_manager(
+    model: Any,
+    scheduler_type: str,
+    max_new_tokens: int,
+    *,
+    page_size: int,
+    num_blocks: int,
+    max_batch_tokens: int,
+    max_requests_per_batch: int,
+) -> Any:
+    """A continuous-batching manager of ``model`` (not started) with
+    ``scheduler_type`` and these cache and batch limits, block sharing on,
+    synchronous batching and greedy decoding with EOS disabled: every request
+    generates exactly the ``max_new_tokens`` it is added with (at most this
+    ``max_new_tokens``). ``scheduler_type`` is not checked here (see
+    :func:`check_scheduler_type`)."""
+    from transformers import ContinuousBatchingConfig, GenerationConfig
+
+    options: dict[str, Any] = {
+        page_size_field(): page_size,
+        "num_blocks": num_blocks,
+        "max_batch_tokens": max_batch_tokens,
+        "max_requests_per_batch": max_requests_per_batch,
+        "allow_block_sharing": True,
+        "use_async_batching": False,
+        "scheduler_type": scheduler_type,
+    }
+    cb_config = ContinuousBatchingConfig(**options)
+    gen_config = GenerationConfig(
+        do_sample=False, eos_token_id=-1, pad_token_id=0, max_new_tokens=max_new_tokens
+    )
+    return model.init_continuous_batching(
+        generation_config=gen_config, continuous_batching_config=cb_config
+    )
 
 
 def check_scheduler_type(name: str) -> str:
