@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,7 @@ from fairq.transformers.model import (
     SUPPORTED_TRANSFORMERS,
     build_model,
     check_scheduler_type,
-    page_size_field,
+    greedy_manager,
 )
 from fairq.transformers.tenants import FAIR_POLICIES
 
@@ -44,30 +45,6 @@ class EngineRun:
     outputs: dict[str, Any]
     wall_s: float
     meta: dict[str, Any] = field(default_factory=dict)
-
-
-def _manager(model: Any, scheduler_type: str, max_new_tokens: int, limits: dict[str, Any]) -> Any:
-    """A continuous-batching manager of ``model`` (not started) with
-    ``scheduler_type``, the engine ``limits`` (page size, blocks, batch),
-    block sharing on, synchronous batching and greedy decoding with EOS
-    disabled (every request generates exactly its ``max_new_tokens``)."""
-    from transformers import ContinuousBatchingConfig, GenerationConfig
-
-    cb_config = ContinuousBatchingConfig(
-        **limits,
-        allow_block_sharing=True,
-        use_async_batching=False,
-        scheduler_type=scheduler_type,
-    )
-    gen_config = GenerationConfig(
-        do_sample=False,
-        eos_token_id=-1,
-        pad_token_id=0,
-        max_new_tokens=max_new_tokens,
-    )
-    return model.init_continuous_batching(
-        generation_config=gen_config, continuous_batching_config=cb_config
-    )
 
 
 def _check_dependencies(workload: list[EngineRequest]) -> None:
@@ -111,9 +88,15 @@ def run_engine(
     _check_dependencies(workload)
     expected = fs.SCHEDULER_MAPPING[scheduler_type]
     fs.LAST_SCHEDULER.clear()
-    limits: dict[str, Any] = {page_size_field(): page_size, "num_blocks": num_blocks}
-    limits.update(max_batch_tokens=max_batch_tokens, max_requests_per_batch=max_requests_per_batch)
-    manager = _manager(model, scheduler_type, max(r.max_new_tokens for r in workload), limits)
+    manager = greedy_manager(
+        model,
+        scheduler_type,
+        max(r.max_new_tokens for r in workload),
+        page_size=page_size,
+        num_blocks=num_blocks,
+        max_batch_tokens=max_batch_tokens,
+        max_requests_per_batch=max_requests_per_batch,
+    )
     outputs: dict[str, Any] = {}
     independent = [r for r in workload if not r.after]
     dependent = [r for r in workload if r.after]
@@ -247,6 +230,33 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
+#: The summary table's columns after the scheduler's name.
+_SUMMARY_COLUMNS = (
+    "throughput_output_tok_s",
+    "jain_index_window",
+    "prefix_hit_rate",
+    "steps",
+    "schedule_ms_per_step",
+    "wall_s",
+)
+#: A policy's per-client table's columns after the client's name (a missing one: ``-``).
+_CLIENT_COLUMNS = (
+    "requests",
+    "service",
+    "service_in_window",
+    "fairq_service",
+    "latency_p50_s",
+    "latency_p99_s",
+    "ttft_p50_s",
+    "ttft_p99_s",
+)
+
+
+def _row(cells: Iterable[Any]) -> str:
+    """A markdown table row: ``cells`` through :func:`_fmt`."""
+    return "| " + " | ".join(_fmt(x) for x in cells) + " |"
+
+
 def markdown(results: list[dict[str, Any]]) -> str:
     """Summary table plus a per-client table for each policy."""
     lines = [
@@ -254,12 +264,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
         "| steps | schedule (ms/step) | wall (s) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for r in results:
-        lines.append(
-            f"| {r['scheduler_type']} | {_fmt(r['throughput_output_tok_s'])} "
-            f"| {_fmt(r['jain_index_window'])} | {_fmt(r['prefix_hit_rate'])} | {r['steps']} "
-            f"| {_fmt(r['schedule_ms_per_step'])} | {_fmt(r['wall_s'])} |"
-        )
+    lines += [_row([r["scheduler_type"], *(r[k] for k in _SUMMARY_COLUMNS)]) for r in results]
     for r in results:
         lines += [
             "",
@@ -269,13 +274,10 @@ def markdown(results: list[dict[str, Any]]) -> str:
             "| p50 latency (s) | p99 latency (s) | p50 TTFT (s) | p99 TTFT (s) |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
-        for client, c in r["clients"].items():
-            lines.append(
-                f"| {client} | {c['requests']} | {c['service']} | {_fmt(c['service_in_window'])} "
-                f"| {_fmt(c.get('fairq_service', '-'))} | {_fmt(c['latency_p50_s'])} "
-                f"| {_fmt(c['latency_p99_s'])} | {_fmt(c['ttft_p50_s'])} "
-                f"| {_fmt(c['ttft_p99_s'])} |"
-            )
+        lines += [
+            _row([client, *(c.get(k, "-") for k in _CLIENT_COLUMNS)])
+            for client, c in r["clients"].items()
+        ]
     return "\n".join(lines)
 
 

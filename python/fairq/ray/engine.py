@@ -91,7 +91,6 @@ class EngineReplica:
         seed: int = 0,
     ) -> None:
         import torch
-        from transformers import ContinuousBatchingConfig, GenerationConfig
 
         from fairq.transformers import model as tf_model
         from fairq.transformers import scheduler as fs
@@ -103,21 +102,14 @@ class EngineReplica:
         self.model = tf_model.build_model(model_size, seed=seed, device=device)
         self.vocab_size = int(self.model.config.vocab_size)
         sched = tf_model.check_scheduler_type(fs.scheduler_type(policy))
-        cb_options: dict[str, Any] = {
-            tf_model.page_size_field(): page_size,
-            "num_blocks": num_blocks,
-            "max_batch_tokens": max_batch_tokens,
-            "max_requests_per_batch": max_requests_per_batch,
-            "allow_block_sharing": True,
-            "use_async_batching": False,
-            "scheduler_type": sched,
-        }
-        cb = ContinuousBatchingConfig(**cb_options)
-        gen = GenerationConfig(
-            do_sample=False, eos_token_id=-1, pad_token_id=0, max_new_tokens=max_tokens_limit
-        )
-        self.manager = self.model.init_continuous_batching(
-            generation_config=gen, continuous_batching_config=cb
+        self.manager = tf_model.greedy_manager(
+            self.model,
+            sched,
+            max_tokens_limit,
+            page_size=page_size,
+            num_blocks=num_blocks,
+            max_batch_tokens=max_batch_tokens,
+            max_requests_per_batch=max_requests_per_batch,
         )
         self.manager.start()
         self.feedback = ReplicaFeedback()

@@ -97,13 +97,14 @@ class Workload:
 
 
 class _Gen:
-    """Seeded helpers shared by the generators."""
+    """Seeded helpers shared by the generators, and the requests they made."""
 
     def __init__(self, seed: int, scale: float) -> None:
         self.rng = np.random.default_rng(seed)
         self.scale = scale
         self.next_rid = 0
         self.next_program = 0
+        self.requests: list[SimRequest] = []
 
     def n(self, length: float) -> int:
         """A length scaled by ``scale`` (at least 1)."""
@@ -117,13 +118,28 @@ class _Gen:
     def toks(self, length: int) -> np.ndarray:
         return self.rng.integers(0, VOCAB, size=length, dtype=np.uint32)
 
-    def rid(self) -> int:
-        self.next_rid += 1
-        return self.next_rid - 1
-
     def program(self) -> int:
         self.next_program += 1
         return self.next_program - 1
+
+    def add(
+        self,
+        client: str,
+        tokens: np.ndarray,
+        output_len: int,
+        arrival: float = 0.0,
+        after: tuple[int, ...] = (),
+        program: int = -1,
+        output_ids: np.ndarray | None = None,
+    ) -> int:
+        """Append the next request (the fields of :class:`SimRequest`, in its
+        order; the ``rid`` is the request's index) and return its ``rid``."""
+        rid = self.next_rid
+        self.next_rid += 1
+        self.requests.append(
+            SimRequest(rid, client, tokens, output_len, arrival, after, program, output_ids)
+        )
+        return rid
 
     def gamma_arrivals(self, rate: float, duration: float, cv: float) -> list[float]:
         """Arrival times of a Gamma renewal process (mean rate, coefficient of
@@ -140,6 +156,23 @@ class _Gen:
 
 def _clients(n: int) -> list[str]:
     return [f"client{i}" for i in range(n)]
+
+
+def _one_misbehaving(
+    num_clients: int, misbehave: str | None, seed: int, scale: float
+) -> tuple[_Gen, list[str], str | None]:
+    """The generator, the clients and the misbehaving one (the first client
+    when ``misbehave`` names a type, else None)."""
+    clients = _clients(num_clients)
+    return _Gen(seed, scale), clients, clients[0] if misbehave else None
+
+
+def _workload(
+    name: str, what: str, g: _Gen, clients: list[str], bad: str | None, misbehave: str | None
+) -> Workload:
+    """The workload of ``g``'s requests with at most one misbehaving client."""
+    label = f"{what}, {misbehave or 'no'} misbehaving client"
+    return Workload(name, g.requests, clients, [bad] if bad else [], label)
 
 
 def long_context_qa(
@@ -161,10 +194,7 @@ def long_context_qa(
     makes its extra requests real cost (cache misses) instead of cache hits."""
     if bad_docs is not None and bad_docs < 1:
         raise ValueError(f"bad_docs must be >= 1, got {bad_docs!r}")
-    g = _Gen(seed, scale)
-    clients = _clients(num_clients)
-    bad = clients[0] if misbehave else None
-    reqs: list[SimRequest] = []
+    g, clients, bad = _one_misbehaving(num_clients, misbehave, seed, scale)
     for c in clients:
         doc_len = 21449 * (2 if (c == bad and misbehave == "S2") else 1)
         n_docs = bad_docs if (c == bad and bad_docs is not None) else docs_per_client
@@ -173,23 +203,9 @@ def long_context_qa(
         for t in g.gamma_arrivals(r, duration, cv):
             doc = docs[int(g.rng.integers(0, n_docs))]
             q = g.toks(g.around(40))
-            reqs.append(
-                SimRequest(
-                    rid=g.rid(),
-                    client=c,
-                    tokens=np.concatenate([doc, q]),
-                    output_len=g.around(15, 0.5),
-                    arrival=t,
-                    program=g.program(),
-                )
-            )
-    return Workload(
-        "qa",
-        reqs,
-        clients,
-        [bad] if bad else [],
-        f"long-context QA, {misbehave or 'no'} misbehaving client",
-    )
+            prompt = np.concatenate([doc, q])
+            g.add(c, prompt, g.around(15, 0.5), arrival=t, program=g.program())
+    return _workload("qa", "long-context QA", g, clients, bad, misbehave)
 
 
 def tree_of_thoughts(
@@ -211,10 +227,7 @@ def tree_of_thoughts(
     tokens together). Children start when the parent finishes.
     ``shared_prefix``: every client uses the same few-shot prefix (one GSM8K
     prompt template for all, as in the paper's Figure 9) instead of its own."""
-    g = _Gen(seed, scale)
-    clients = _clients(num_clients)
-    bad = clients[0] if misbehave else None
-    reqs: list[SimRequest] = []
+    g, clients, bad = _one_misbehaving(num_clients, misbehave, seed, scale)
     common = g.toks(g.n(400)) if shared_prefix else None
     for c in clients:
         fewshot = common if common is not None else g.toks(g.n(400))
@@ -230,31 +243,14 @@ def tree_of_thoughts(
                 for prompt, parent in level:
                     out_len = g.around(256)
                     out_ids = g.toks(out_len) if depth < height else None
-                    rid = g.rid()
-                    reqs.append(
-                        SimRequest(
-                            rid=rid,
-                            client=c,
-                            tokens=prompt,
-                            output_len=out_len,
-                            arrival=t if parent is None else 0.0,
-                            after=() if parent is None else (parent,),
-                            program=prog,
-                            output_ids=out_ids,
-                        )
-                    )
+                    arrival, after = (t, ()) if parent is None else (0.0, (parent,))
+                    rid = g.add(c, prompt, out_len, arrival, after, prog, out_ids)
                     if out_ids is not None:
                         for _ in range(b):
                             instr = g.toks(g.around(20))
                             nxt.append((np.concatenate([prompt, out_ids, instr]), rid))
                 level = nxt
-    return Workload(
-        "tot",
-        reqs,
-        clients,
-        [bad] if bad else [],
-        f"Tree-of-Thoughts, {misbehave or 'no'} misbehaving client",
-    )
+    return _workload("tot", "Tree-of-Thoughts", g, clients, bad, misbehave)
 
 
 def llm_judge(
@@ -274,10 +270,7 @@ def llm_judge(
     parallel, all sharing the article), then a merge call over the article and
     every solve output. Outputs avg 256 tokens. ``shared_prefix``: every
     client uses the same system prompt instead of its own."""
-    g = _Gen(seed, scale)
-    clients = _clients(num_clients)
-    bad = clients[0] if misbehave else None
-    reqs: list[SimRequest] = []
+    g, clients, bad = _one_misbehaving(num_clients, misbehave, seed, scale)
     common = g.toks(g.n(100)) if shared_prefix else None
     for c in clients:
         system = common if common is not None else g.toks(g.n(100))
@@ -289,53 +282,20 @@ def llm_judge(
             head = np.concatenate(
                 [system, extra, article] if extra is not None else [system, article]
             )
-            branch_rid = g.rid()
-            reqs.append(
-                SimRequest(
-                    branch_rid,
-                    c,
-                    np.concatenate([head, g.toks(g.n(30))]),
-                    g.around(128),
-                    arrival=t,
-                    program=prog,
-                )
-            )
+            branch_prompt = np.concatenate([head, g.toks(g.n(30))])
+            branch = g.add(c, branch_prompt, g.around(128), arrival=t, program=prog)
             solves = []
             outs = []
             for _ in range(dims):
-                rid = g.rid()
                 out_len = g.around(256)
                 out_ids = g.toks(out_len)
-                reqs.append(
-                    SimRequest(
-                        rid,
-                        c,
-                        np.concatenate([head, g.toks(g.n(40))]),
-                        out_len,
-                        after=(branch_rid,),
-                        program=prog,
-                        output_ids=out_ids,
-                    )
-                )
+                prompt = np.concatenate([head, g.toks(g.n(40))])
+                rid = g.add(c, prompt, out_len, after=(branch,), program=prog, output_ids=out_ids)
                 solves.append(rid)
                 outs.append(out_ids)
-            reqs.append(
-                SimRequest(
-                    g.rid(),
-                    c,
-                    np.concatenate([head, *outs, g.toks(g.n(30))]),
-                    g.around(256),
-                    after=tuple(solves),
-                    program=prog,
-                )
-            )
-    return Workload(
-        "judge",
-        reqs,
-        clients,
-        [bad] if bad else [],
-        f"LLM-as-a-judge, {misbehave or 'no'} misbehaving client",
-    )
+            merge_prompt = np.concatenate([head, *outs, g.toks(g.n(30))])
+            g.add(c, merge_prompt, g.around(256), after=tuple(solves), program=prog)
+    return _workload("judge", "LLM-as-a-judge", g, clients, bad, misbehave)
 
 
 def multi_turn_chat(
@@ -359,7 +319,6 @@ def multi_turn_chat(
     g = _Gen(seed, scale)
     clients = _clients(num_clients)
     heavy = clients[num_clients - heavy_clients :] if heavy_clients else []
-    reqs: list[SimRequest] = []
     for c in clients:
         system = g.toks(g.n(40))
         r = rate * (heavy_factor if c in heavy else 1.0)
@@ -372,22 +331,10 @@ def multi_turn_chat(
                 prompt = np.concatenate([history, msg])
                 out_len = g.around(142, 0.5)
                 out_ids = g.toks(out_len)
-                rid = g.rid()
-                reqs.append(
-                    SimRequest(
-                        rid,
-                        c,
-                        prompt,
-                        out_len,
-                        arrival=t if prev is None else think_time,
-                        after=() if prev is None else (prev,),
-                        program=prog,
-                        output_ids=out_ids,
-                    )
-                )
+                arrival, after = (t, ()) if prev is None else (think_time, (prev,))
+                prev = g.add(c, prompt, out_len, arrival, after, prog, out_ids)
                 history = np.concatenate([prompt, out_ids])
-                prev = rid
-    return Workload("chat", reqs, clients, heavy, "multi-turn chat, 2 heavy clients")
+    return Workload("chat", g.requests, clients, heavy, "multi-turn chat, 2 heavy clients")
 
 
 WORKLOADS = {

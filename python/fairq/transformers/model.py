@@ -13,40 +13,32 @@ __all__ = [
     "SUPPORTED_TRANSFORMERS",
     "build_model",
     "check_scheduler_type",
+    "greedy_manager",
     "page_size_field",
 ]
 
 #: The transformers versions fairq's scheduler classes are tested with.
 SUPPORTED_TRANSFORMERS = ">=5.17,<5.24"
 
+#: The fields of a model size, in the order of :data:`MODEL_SIZES`' rows.
+_SHAPE_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+)
+
+#: ``LlamaConfig`` shape fields by size name.
 MODEL_SIZES: dict[str, dict[str, int]] = {
-    # ~0.1M parameters: CPU tests and smoke runs
-    "tiny": dict(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    ),
-    # ~16M parameters: a CPU benchmark where compute is not negligible
-    "small": dict(
-        vocab_size=4096,
-        hidden_size=512,
-        intermediate_size=1408,
-        num_hidden_layers=4,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-    ),
-    # ~1.1B parameters, Llama-3.2-1B-like shapes: GPU runs
-    "1b": dict(
-        vocab_size=32000,
-        hidden_size=2048,
-        intermediate_size=8192,
-        num_hidden_layers=16,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-    ),
+    name: dict(zip(_SHAPE_FIELDS, row, strict=True))
+    for name, row in {
+        # vocab, hidden, intermediate, layers, attention heads, key/value heads
+        "tiny": (256, 64, 128, 2, 4, 2),  # ~0.1M parameters: CPU tests and smoke runs
+        "small": (4096, 512, 1408, 4, 8, 4),  # ~16M: a CPU bench where compute is not negligible
+        "1b": (32000, 2048, 8192, 16, 32, 8),  # ~1.1B, Llama-3.2-1B-like shapes: GPU runs
+    }.items()
 }
 
 
@@ -80,6 +72,42 @@ def page_size_field() -> str:
 
     names = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}
     return "page_size" if "page_size" in names else "block_size"
+
+
+def greedy_manager(
+    model: Any,
+    scheduler_type: str,
+    max_new_tokens: int,
+    *,
+    page_size: int,
+    num_blocks: int,
+    max_batch_tokens: int,
+    max_requests_per_batch: int,
+) -> Any:
+    """A continuous-batching manager of ``model`` (not started) with
+    ``scheduler_type`` and these cache and batch limits, block sharing on,
+    synchronous batching and greedy decoding with EOS disabled: every request
+    generates exactly the ``max_new_tokens`` it is added with (at most this
+    ``max_new_tokens``). ``scheduler_type`` is not checked here (see
+    :func:`check_scheduler_type`)."""
+    from transformers import ContinuousBatchingConfig, GenerationConfig
+
+    options: dict[str, Any] = {
+        page_size_field(): page_size,
+        "num_blocks": num_blocks,
+        "max_batch_tokens": max_batch_tokens,
+        "max_requests_per_batch": max_requests_per_batch,
+        "allow_block_sharing": True,
+        "use_async_batching": False,
+        "scheduler_type": scheduler_type,
+    }
+    cb_config = ContinuousBatchingConfig(**options)
+    gen_config = GenerationConfig(
+        do_sample=False, eos_token_id=-1, pad_token_id=0, max_new_tokens=max_new_tokens
+    )
+    return model.init_continuous_batching(
+        generation_config=gen_config, continuous_batching_config=cb_config
+    )
 
 
 def check_scheduler_type(name: str) -> str:
