@@ -19,9 +19,20 @@ import pytest
 from fairq._moved import MOVED
 
 
+def _import_or_skip(name: str) -> object:
+    """``name`` imported; skipped where an optional dependency it needs (not
+    fairq's own module) is missing, as in the wheel's test environments."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name and e.name.split(".")[0] != "fairq":
+            pytest.skip(f"{name} needs {e.name}")
+        raise
+
+
 @pytest.mark.parametrize("old", sorted(MOVED))
 def test_old_package_is_the_new_module(old: str) -> None:
-    new = importlib.import_module(MOVED[old])
+    new = _import_or_skip(MOVED[old])
     assert importlib.import_module(old) is new
     assert new.__name__ == MOVED[old]
     assert new.__spec__ is not None and new.__spec__.name == MOVED[old]
