@@ -81,9 +81,18 @@ __all__ = [
     "StateFile",
     "Persistence",
     "fingerprint",
+    "rank_path",
 ]
 
 logger = logging.getLogger(__name__)
+
+
+def rank_path(path: str, ranks: int, rank: int) -> str:
+    """The state file of one data-parallel rank: ``path`` itself with one
+    rank, ``<path>.dp<rank>`` with several (each rank schedules its own
+    requests, so each keeps its own file)."""
+    return f"{path}.dp{rank}" if ranks > 1 else path
+
 
 #: The envelope's ``format`` of vLLM's files (the default).
 FORMAT = "fairq.vllm.state"
@@ -250,6 +259,19 @@ class Persistence:
         self._saved_version = self._version()
 
     # -- load ---------------------------------------------------------------
+    def start(self, *, save_fresh: bool = True) -> bool:
+        """What every engine does when its scheduler is built: make the
+        file's directory (best effort), :meth:`load` the saved state, and on
+        a fresh start (nothing loaded) save once when ``save_fresh`` (so the
+        file exists, and a path that cannot be written is reported, at
+        start). Returns whether a state was restored. Never raises."""
+        with contextlib.suppress(OSError):
+            os.makedirs(os.path.dirname(self.file.path), exist_ok=True)
+        loaded = self.load()
+        if not loaded and save_fresh:
+            self.save()
+        return loaded
+
     def load(self) -> bool:
         """Load the file into the source. True if a state was restored;
         False for a fresh start (no file, or an unusable one: logged and

@@ -38,6 +38,7 @@ from typing import Any
 
 from fairq import engineopts
 from fairq.engineopts import FairOptions
+from fairq.ledger.persist import rank_path
 from fairq.sglang.queue import TrackedAttribute
 from fairq.sglang.tenants import POLICIES, load_options, make_options, policy_key
 
@@ -102,8 +103,7 @@ def _state_place(scheduler: Any, options: FairOptions) -> dict[str, Any]:
     if path is None:
         return {}
     dp_size = int(getattr(getattr(scheduler, "server_args", None), "dp_size", 1) or 1)
-    if dp_size > 1:
-        path = f"{path}.dp{int(getattr(scheduler, 'dp_rank', 0) or 0)}"
+    path = rank_path(path, dp_size, int(getattr(scheduler, "dp_rank", 0) or 0))
     return {"state_path": path, "saves": int(getattr(scheduler, "tp_rank", 0) or 0) == 0}
 
 

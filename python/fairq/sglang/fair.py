@@ -72,8 +72,6 @@ requeues with their charges kept.
 
 from __future__ import annotations
 
-import contextlib
-import os
 from bisect import bisect_left
 from collections.abc import Iterable
 from itertools import filterfalse
@@ -443,10 +441,7 @@ class FairState(LedgerView):
         parallel ranks other than 0 make the same decisions)."""
 
         p = Persistence(self, path, self.options.policy, interval_s, format=STATE_FORMAT)
-        with contextlib.suppress(OSError):
-            os.makedirs(os.path.dirname(p.file.path), exist_ok=True)
-        if not p.load() and saves:
-            p.save()
+        p.start(save_fresh=saves)
         if saves:
             self.persistence = p
             self.start_flusher(min(1.0, interval_s))

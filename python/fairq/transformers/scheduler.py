@@ -658,8 +658,7 @@ def _persistence(ledger: Ledger, options: FairOptions) -> Persistence | None:
     p = Persistence(
         ledger, options.state_file, ledger.policy, options.state_interval_s, format=STATE_FORMAT
     )
-    if not p.load():
-        p.save()
+    p.start()
     return p
 
 

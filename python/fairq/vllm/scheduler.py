@@ -217,16 +217,13 @@ def _persistence(
     parallelism each engine keeps its own file, ``<state_file>.dp<rank>``."""
     if path is None:
         return None
-    from fairq.ledger.persist import Persistence
+    from fairq.ledger.persist import Persistence, rank_path
 
     parallel = getattr(getattr(scheduler, "vllm_config", None), "parallel_config", None)
-    if int(getattr(parallel, "data_parallel_size", 1) or 1) > 1:
-        path = f"{path}.dp{int(getattr(parallel, 'data_parallel_rank', 0) or 0)}"
+    ranks = int(getattr(parallel, "data_parallel_size", 1) or 1)
+    path = rank_path(path, ranks, int(getattr(parallel, "data_parallel_rank", 0) or 0))
     p = Persistence(source, path, policy, interval_s)
-    with contextlib.suppress(OSError):
-        os.makedirs(os.path.dirname(p.file.path), exist_ok=True)
-    if not p.load():
-        p.save()  # a fresh start: the file exists (and its path works) at once
+    p.start()
     return p
 
 
