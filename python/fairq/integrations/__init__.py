@@ -1,10 +1,7 @@
 """The old home of the transformers and Ray integrations.
 
 They are ``fairq.transformers`` and ``fairq.ray`` now; ``fairq.integrations.<engine>``
-(and every module below it) still imports, as the very same module
-(:mod:`fairq._moved`).
+(and every module below it) still imports, as the very same module: the
+finder of :mod:`fairq._moved`, which ``import fairq`` (run before this
+package) installs.
 """
-
-from __future__ import annotations
-
-import fairq._moved  # noqa: F401  (the finder; installed by ``import fairq`` already)
