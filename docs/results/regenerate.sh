@@ -13,6 +13,7 @@
 #   docs/results/regenerate.sh ray-vllm   # vLLM replicas on Ray Serve behind a router (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build + .ci/ray-vllm-requirements.txt, ~25 min)
 #   docs/results/regenerate.sh step-fit   # vLLM's step times in-process, the step model fitted to them (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~2 min)
 #   docs/results/regenerate.sh wheel      # .ci/build-wheel: the auditwheel report, sizes (~3 min)
+#   docs/results/regenerate.sh gpu        # transformers' 1B model on one GPU: every policy, one trace (~6 min on an H100; writes $GPU_OUT, default gpu/latest; docs/results/gpu/README.md)
 #   docs/results/regenerate.sh splice     # only re-copy the tables into the docs
 #
 # Needs an installed fairq (`pip install .`). Run it on a quiet machine: the
@@ -156,8 +157,35 @@ for part in "${parts[@]}"; do
       } >wheel.md
       rm -rf "$tmp"
       ;;
+    gpu)
+      # One GPU (H100/H200), fairq installed from its wheel with --no-deps next to
+      # PyTorch and transformers: docs/results/gpu/README.md. Sized to end inside
+      # 8 minutes; each table is written as soon as it is measured.
+      out=${GPU_OUT:-gpu/latest}
+      mkdir -p "$out"
+      {
+        nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
+        python3 -c 'import torch, transformers, platform, fairq; print("torch", torch.__version__, "transformers", transformers.__version__, "python", platform.python_version(), "fairq", fairq.__version__)'
+        echo "cpus $(nproc)"
+      } >"$out/machine.txt"
+      # (GPU_MODEL=tiny GPU_DEVICE=cpu: the same commands as a smoke test on a CPU)
+      gb=(fairq engine-bench --engine transformers --model "${GPU_MODEL:-1b}" --device "${GPU_DEVICE:-cuda}")
+      docs=(--clients 4 --requests-per-client 8 --flood-factor 4 --prefix-len 512
+        --docs-per-client 4 --suffix-len 64 --max-new-tokens 32 --num-blocks 160
+        --max-batch-tokens 1024 --max-requests-per-batch 8)
+      # every policy on the H200 run's "docs" workload, DLPM at its default quantum
+      "${gb[@]}" --policies fifo,fcfs,lpm,vtc,dlpm,las "${docs[@]}" \
+        --json "$out/transformers_1b_docs.json" | tee "$out/transformers_1b_docs.md"
+      # the H200 run's hand-set quantum, for comparison in the same run
+      "${gb[@]}" --policies dlpm "${docs[@]}" --quantum 2048 \
+        --json "$out/transformers_1b_docs_q2048.json" | tee "$out/transformers_1b_docs_q2048.md"
+      # one trace replay: Mooncake's conversation trace, scaled (docs/results/traces.md)
+      "${gb[@]}" --policies fifo,fcfs,lpm,vtc,dlpm,las --trace "${GPU_TRACE:-../../examples/mooncake-gpu.jsonl}" \
+        --max-new-tokens 32 --num-blocks 256 --max-batch-tokens 1024 --max-requests-per-batch 8 \
+        --json "$out/transformers_1b_mooncake.json" | tee "$out/transformers_1b_mooncake.md"
+      ;;
     splice) ;;
-    *) echo "unknown part: $part (sim, bench, engine, wheel, splice)" >&2; exit 2 ;;
+    *) echo "unknown part: $part (see the list at the top of this file)" >&2; exit 2 ;;
   esac
 done
-python splice.py
+if [ "${parts[*]}" != gpu ]; then python splice.py; fi
