@@ -102,7 +102,7 @@ class Options:
     module docstring states each rule)."""
 
     seed: int = 0
-    tenants: int = 8
+    tenants: int = 4
     zipf: float = 1.2
     flood_share: float = 0.3
     flood_speedup: float = 4.0
@@ -324,10 +324,9 @@ BUILTIN: dict[str, Builtin] = {
     "mooncake-small": Builtin(
         "mooncake_conversation_10min.jsonl.gz",
         "the conversation cut for a one-minute GPU check: 48 requests of multi-turn "
-        "sessions, 4 tenants and the flood, lengths x 1/16 folded to 1,000 prompt / 32 "
+        "sessions, lengths x 1/16 folded to 1,000 prompt / 32 "
         "output tokens, arrivals x 1/300 (a 2-second burst: a backlog on any engine)",
         Options(
-            tenants=4,
             min_turns=2,
             requests=48,
             length_scale=1 / 16,
