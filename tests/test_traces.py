@@ -283,6 +283,10 @@ def test_cli_import_writes_what_the_builtin_replays(
             "argument --trace: cannot read mooncak: no such file, nor",
         ),
         (["trace"], "needs an ACTION"),
+        (
+            ["engine-bench", "--engine", "vllm", "--trace", "mooncake"],
+            "argument --trace: a request needs 123783 tokens .* max_model_len 8192",
+        ),
     ],
 )
 def test_cli_errors_are_one_line_naming_the_argument(
