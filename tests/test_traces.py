@@ -4,8 +4,8 @@ lines (``hash_ids`` + ``block_size`` in fairq.sim.workloads.parse_trace)."""
 from __future__ import annotations
 
 import json
-import re
 import math
+import re
 from collections import Counter
 from pathlib import Path
 
