@@ -180,7 +180,7 @@ for part in "${parts[@]}"; do
       "${gb[@]}" --policies dlpm "${docs[@]}" --quantum 2048 \
         --json "$out/transformers_1b_docs_q2048.json" | tee "$out/transformers_1b_docs_q2048.md"
       # one trace replay: Mooncake's conversation trace, scaled (docs/results/traces.md)
-      "${gb[@]}" --policies fifo,fcfs,lpm,vtc,dlpm,las --trace "${GPU_TRACE:-../../examples/mooncake-gpu.jsonl}" \
+      "${gb[@]}" --policies fifo,fcfs,lpm,vtc,dlpm,las --trace "${GPU_TRACE:-mooncake-small}" \
         --max-new-tokens 32 --num-blocks 256 --max-batch-tokens 1024 --max-requests-per-batch 8 \
         --json "$out/transformers_1b_mooncake.json" | tee "$out/transformers_1b_mooncake.md"
       ;;
