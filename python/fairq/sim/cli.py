@@ -41,6 +41,7 @@ from fairq.sim.runner import (
     plan_runs,
     plan_sweep,
 )
+from fairq.sim.story import story
 
 #: The table's columns: (header, JSON key(s) of each result, meaning). A
 #: header reads as its key: lower case, ``_`` for spaces and brackets,
@@ -453,6 +454,8 @@ def run(args: argparse.Namespace) -> int:
     steps = sum(r["steps"] for r in results)
     sim_wall = sum(r["wall_s"] for r in results)
     print(table(results))
+    print()
+    print(story(results, sweep=bool(args.sweep)))
     print(
         f"\n{len(results)} simulations in {wall:.1f} s wall; {steps:,} simulated steps "
         f"({steps / sim_wall if sim_wall else 0:,.0f} steps/s); model preset {args.preset}, "
