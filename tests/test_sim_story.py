@@ -50,6 +50,18 @@ def test_verdicts_compare_each_fair_policy_with_the_fastest_unfair_one() -> None
     assert "DLPM vs LPM" in dlpm and "8.0x smaller (1,000 vs 8,000)" in dlpm
     assert "Jain (cost) 1.000 vs 0.800" in dlpm and "at 0.99x" in dlpm
     assert set(FAIR) >= {"vtc", "dlpm"}
+    assert "contention" not in dlpm  # no window given: no caveat
+
+
+def test_a_verdict_says_when_there_was_little_contention() -> None:
+    rows = [
+        _r("LPM", "lpm", 400.0, 8000.0, 0.8),
+        _r("DLPM", "dlpm", 396.0, 1000.0, 1.0, jain_window_s=0.09, makespan_s=4.0),
+        _r("VTC", "vtc", 396.0, 1000.0, 1.0, jain_window_s=0.5, makespan_s=4.0),
+    ]
+    dlpm, vtc = verdicts(rows)[1:]
+    assert "only 0.09 s of 4 s: little contention" in dlpm
+    assert "contention" not in vtc
 
 
 def test_the_sweep_note_says_why_an_infinite_q_w_is_not_the_default() -> None:

@@ -63,6 +63,22 @@ def _jain(x: float) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
 
 
+#: Below this share of the makespan with every client waiting, a verdict
+#: says there was little contention to share (the fairness columns measure
+#: only that window).
+SHORT_WINDOW = 0.05
+
+
+def _little_contention(r: dict[str, Any]) -> str:
+    window, span = r.get("jain_window_s"), r.get("makespan_s")
+    if window is None or not span or window >= SHORT_WINDOW * span:
+        return ""
+    return (
+        f" (every client waited at once for only {window:.2g} s of {span:,.0f} s: "
+        "little contention to share)"
+    )
+
+
 def verdicts(results: Sequence[dict[str, Any]]) -> list[str]:
     """One line per fair policy of each (workload, workers) group that also
     ran a policy that is not fair: its max gap (cost), Jain (cost) and
@@ -87,6 +103,7 @@ def verdicts(results: Sequence[dict[str, Any]]) -> list[str]:
                 f"({r['max_gap_cost']:,.0f} vs {ref['max_gap_cost']:,.0f}), Jain (cost) "
                 f"{_jain(r['jain_cost'])} vs {_jain(ref['jain_cost'])}, at "
                 f"{r['service_tok_s'] / ref['service_tok_s']:.2f}x its service rate"
+                + _little_contention(r)
             )
     if lines:
         lines.insert(
