@@ -25,6 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``fairq demo``."""
     from fairq.cliargs import output_file
 
+    parser.epilog = (
+        "Needs vLLM that can serve here with fairq, in this Python or in "
+        "FAIRQ_VLLM_SERVER_PYTHON (on a CPU: vLLM's CPU build, see the README), and here "
+        "the demo extra (pip install '.[demo]'); both are checked before a server starts. "
+        "About 2.5 minutes on 2 cores."
+    )
     parser.add_argument(
         "--policies",
         default="vllm,dlpm",
