@@ -23,13 +23,16 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``fairq demo``."""
+    import textwrap
+
     from fairq.cliargs import output_file
 
-    parser.epilog = (
+    parser.epilog = textwrap.fill(
         "Needs vLLM that can serve here with fairq, in this Python or in "
         "FAIRQ_VLLM_SERVER_PYTHON (on a CPU: vLLM's CPU build, see the README), and here "
         "the demo extra (pip install '.[demo]'); both are checked before a server starts. "
-        "About 2.5 minutes on 2 cores."
+        "About 2.5 minutes on 2 cores.",
+        79,
     )
     parser.add_argument(
         "--policies",
