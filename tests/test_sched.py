@@ -419,6 +419,12 @@ def run_trace(policy: str, page: int, quantum: float, ops: list[tuple[Any, ...]]
             toks = PREFIXES[p] + suffix
             rid: Any = n if n % 2 else f"r{n}"
             n += 1
+            if not toks:  # an empty prompt is refused; nothing changes
+                before = (s.state_dict(), len(s))
+                with pytest.raises(ValueError, match="prompt is empty"):
+                    s.add(rid, client, toks, item=("item", rid), namespace=ns)
+                assert (s.state_dict(), len(s)) == before
+                continue
             prompts[rid] = (toks, ns)
             s.add(rid, client, toks, item=("item", rid), namespace=ns)
             ref.add(rid, client, toks, ("item", rid), ns)

@@ -375,6 +375,11 @@ impl<T> LocalScheduler<T> {
     /// What `add` and `requeue` check of a request about to wait: its length
     /// fits the slot index, and a tree is given when the policy needs one.
     fn check_waiting_input(&self, tokens: &[u32], has_tree: bool) -> Result<()> {
+        if tokens.is_empty() {
+            return Err(Error::value(
+                "tokens: the prompt is empty (a request needs at least one prompt token)",
+            ));
+        }
         if tokens.len() >= u32::MAX as usize {
             return Err(Error::value(format!(
                 "tokens: {} tokens is too long (max {})",
@@ -400,7 +405,8 @@ impl<T> LocalScheduler<T> {
     // ----- public operations --------------------------------------------------
 
     /// Add a waiting request. `tree` is required for LPM/DLPM and optional
-    /// otherwise (used only to report `cached_len`). With
+    /// otherwise (used only to report `cached_len`). An empty prompt is a
+    /// `Value` error (as in [`Self::requeue`]; nothing changes). With
     /// [`Self::set_max_prompt_tokens`] set, a longer prompt is a `Value`
     /// error naming the request and the limit (nothing changes).
     pub fn add(

@@ -37,7 +37,15 @@ fn lpm_order_and_skip() {
     assert_eq!(adm[0].cached_len, 4);
     assert_eq!(s.len(), 1);
     assert_eq!(s.num_running(), 3);
-    assert!(s.add(Some(&mut t), int(2), "b", vec![], (), ns).is_err());
+    assert!(s
+        .add(Some(&mut t), int(2), "b", vec![], (), ns.clone())
+        .is_err());
+    // an empty prompt is refused, and nothing changes
+    let e = s
+        .add(Some(&mut t), int(9), "c", vec![], (), ns)
+        .unwrap_err();
+    assert!(e.to_string().contains("prompt is empty"), "{e}");
+    assert_eq!((s.len(), s.num_running()), (1, 3));
 }
 
 #[test]
@@ -55,7 +63,7 @@ fn incremental_matches_follow_tree_changes() {
         .unwrap();
         let mut id = 0;
         for _ in 0..3000 {
-            let len = (next() % 10) as usize;
+            let len = 1 + (next() % 9) as usize; // a prompt has at least one token
             let toks: Vec<u32> = (0..len).map(|_| (next() % 3) as u32).collect();
             match next() % 5 {
                 0 => {

@@ -14,6 +14,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
 from fairq.cli import write_json
@@ -29,7 +30,7 @@ from fairq.cliargs import (
     read_trace,
 )
 from fairq.sim.config import LOCAL_POLICIES, MEMORY_MODELS
-from fairq.sim.model import PRESETS
+from fairq.sim.model import PRESETS, StepModel
 from fairq.sim.runner import (
     DEFAULT_PRESET,
     DEFAULT_SUITE,
@@ -41,6 +42,7 @@ from fairq.sim.runner import (
     plan_runs,
     plan_sweep,
 )
+from fairq.sim.story import story
 
 #: The table's columns: (header, JSON key(s) of each result, meaning). A
 #: header reads as its key: lower case, ``_`` for spaces and brackets,
@@ -167,8 +169,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--model",
         action="append",
         metavar="KEY=VALUE",
-        help="override a step-model constant (c0, c_prefill, c_decode, c_kv, kv_capacity, "
-        "prefill_budget, max_running)",
+        help="override a step-model constant (repeatable; "
+        f"{', '.join(f.name for f in fields(StepModel))})",
     )
     p.add_argument(
         "--quantum", type=positive, default=2000.0, help="DLPM's Q_u, > 0 (default 2000)"
@@ -301,6 +303,12 @@ def _plan(args: argparse.Namespace) -> tuple[Any, list[Run], dict[str, Any]]:
         specs = [find_spec(n) for n in args.workload] if args.workload else list(DEFAULT_SUITE)
     except ValueError as e:
         raise UsageError(str(e), arg="--workload") from None
+    if args.dispatch and not args.sweep and max(workers) == 1:
+        raise UsageError(
+            "picks the dispatcher of several workers, and --workers 1 has none: "
+            "add --workers N (N > 1)",
+            arg="--dispatch",
+        )
     if args.sweep and args.trace:
         raise UsageError("--sweep runs the suite's workloads, not a trace: drop one of them")
     if args.trace and (args.workload or args.scale is not None or args.duration is not None):
@@ -318,7 +326,9 @@ def _plan(args: argparse.Namespace) -> tuple[Any, list[Run], dict[str, Any]]:
         runs = [r for s in specs[:1] for r in plan_sweep(s, base, sweep_workers)]
     elif args.trace:
         trace = read_trace(args.trace, args.seed)
-        runs = plan_runs(None, workers, base, trace=trace)
+        runs = plan_runs(
+            None, workers, base, trace=trace, policies=args.policy, dispatchers=args.dispatch
+        )
     else:
         runs = plan_runs(specs, workers, base, policies=args.policy, dispatchers=args.dispatch)
     if not runs:
@@ -453,8 +463,11 @@ def run(args: argparse.Namespace) -> int:
     steps = sum(r["steps"] for r in results)
     sim_wall = sum(r["wall_s"] for r in results)
     print(table(results))
+    print()
+    print(story(results, sweep=bool(args.sweep)))
     print(
-        f"\n{len(results)} simulations in {wall:.1f} s wall; {steps:,} simulated steps "
+        f"\n{len(results)} simulation{'s' if len(results) != 1 else ''} in {wall:.1f} s wall; "
+        f"{steps:,} simulated steps "
         f"({steps / sim_wall if sim_wall else 0:,.0f} steps/s); model preset {args.preset}, "
         f"memory {args.memory} ({sum(r['retractions'] for r in results):,} retractions), "
         f"Q_u={args.quantum:g}, Q_w={args.worker_quantum:g}, seed {args.seed}"
