@@ -18,6 +18,7 @@ metric                                            type     labels          from
 ``fairq_scheduler_admissions_total``              counter  tenant          requests admitted
 ``fairq_scheduler_waiting_requests``              gauge    tenant          waiting depth
 ``fairq_scheduler_running_requests``              gauge    tenant          admitted, unfinished
+``fairq_scheduler_share_lead``                    gauge    tenant          how far over share
 ``fairq_scheduler_vtc_counter``                   gauge    tenant          VTC's virtual counter
 ``fairq_scheduler_deficit``                       gauge    tenant          DLPM's deficit
 ``fairq_scheduler_<state field>``                 gauge    tenant          another policy's own
@@ -161,12 +162,13 @@ class FairqCollector:
                     "waiting": c["waiting"],
                     "running": running.get(c["name"], 0),
                     "counter": c.get(field.name, 0.0) if field else 0.0,
+                    "lead": self.obj.share_lead(c["name"]),
                 },
             )
             for c in st["clients"]
         ]
         folded, n_other = self._per_tenant(
-            rows, ["service", "admitted", "waiting", "running"], ["counter"]
+            rows, ["service", "admitted", "waiting", "running"], ["counter", "lead"]
         )
         f = self._families(
             [
@@ -174,6 +176,12 @@ class FairqCollector:
                 ("scheduler_admissions", "counter", "Requests admitted", ["tenant"]),
                 ("scheduler_waiting_requests", "gauge", "Waiting requests", ["tenant"]),
                 ("scheduler_running_requests", "gauge", "Admitted, unfinished", ["tenant"]),
+                (
+                    "scheduler_share_lead",
+                    "gauge",
+                    "How far over its fair share by the policy's account (larger: further)",
+                    ["tenant"],
+                ),
                 ("tenants_other", "gauge", "Tenants reported as tenant=other", []),
             ]
         )
@@ -186,6 +194,7 @@ class FairqCollector:
             f["scheduler_admissions"].add_metric(ls, v["admitted"])
             f["scheduler_waiting_requests"].add_metric(ls, v["waiting"])
             f["scheduler_running_requests"].add_metric(ls, v["running"])
+            f["scheduler_share_lead"].add_metric(ls, v["lead"])
             if state is not None:
                 next(iter(state.values())).add_metric(ls, v["counter"])
         f["tenants_other"].add_metric([self.name], n_other)
