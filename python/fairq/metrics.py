@@ -33,6 +33,10 @@ metric                                            type     labels          from
 ``fairq_wfq_virtual_time``                        gauge    -               ``V``
 ``fairq_wfq_queue_depth``                         gauge    -               queued items
 ``fairq_wfq_flows``                               gauge    -               flows with state
+``fairq_admission_accepted_total``                counter  tenant          accepted at the door
+``fairq_admission_refused_total``                 counter  tenant, reason  refused (429 / 413)
+``fairq_admission_held_requests``                 gauge    tenant          accepted, unanswered
+``fairq_admission_held_tokens``                   gauge    tenant          their tokens (estimate)
 ``fairq_dualphase_*``                             -        queue / phase   :mod:`fairq.dualphase`
 ================================================  =======  ==============  =========================
 
@@ -254,6 +258,42 @@ class FairqCollector:
             f["drr_dispatched_cost_tokens"].add_metric(ls, s["dispatched_cost"])
         yield from f.values()
 
+    def _admission(self) -> Iterator[Any]:
+        from fairq.ledger.caps import REASONS
+
+        stats = self.obj.stats()
+        rows = [
+            (
+                t,
+                {
+                    "held_requests": v["held_requests"],
+                    "held_tokens": v["held_tokens"],
+                    "accepted": v["accepted"],
+                    **{f"refused_{r}": v["refused"].get(r, 0) for r in REASONS},
+                },
+            )
+            for t, v in stats.items()
+        ]
+        keys = ["held_requests", "held_tokens", "accepted", *(f"refused_{r}" for r in REASONS)]
+        folded, _ = self._per_tenant(rows, keys, [])
+        f = self._families(
+            [
+                ("admission_accepted", "counter", "Requests accepted", ["tenant"]),
+                ("admission_refused", "counter", "Requests refused", ["tenant", "reason"]),
+                ("admission_held_requests", "gauge", "Accepted, unanswered", ["tenant"]),
+                ("admission_held_tokens", "gauge", "Their tokens (estimate)", ["tenant"]),
+            ]
+        )
+        for label, v in folded.items():
+            ls = [self.name, label]
+            f["admission_accepted"].add_metric(ls, v["accepted"])
+            f["admission_held_requests"].add_metric(ls, v["held_requests"])
+            f["admission_held_tokens"].add_metric(ls, v["held_tokens"])
+            for r in REASONS:
+                if v[f"refused_{r}"]:
+                    f["admission_refused"].add_metric([*ls, r], v[f"refused_{r}"])
+        yield from f.values()
+
     def _wfq(self) -> Iterator[Any]:
         f = self._families(
             [
@@ -281,6 +321,10 @@ def _kind(obj: Any) -> str:
         return "drr"
     if isinstance(obj, fairq.WFQQueue):
         return "wfq"
+    from fairq.ledger.caps import AdmissionControl
+
+    if isinstance(obj, AdmissionControl):
+        return "admission"
     raise TypeError(f"no fairq metrics for a {type(obj).__name__}")
 
 

@@ -55,11 +55,16 @@ class SourceOrder:
 
     def __call__(self, request: Any) -> str:
         """The tenant of ``request``: never raises."""
+        return self.resolve(request)[0]
+
+    def resolve(self, request: Any) -> tuple[str, str | None]:
+        """``(tenant, the source that named it)``; the source is None where
+        none did (the tenant is then :attr:`default`). Never raises."""
         for src in self.order:
             t = self._from(src, request)
             if isinstance(t, str) and t:
-                return t
-        return self.default
+                return t, src
+        return self.default, None
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._shown)

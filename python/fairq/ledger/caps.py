@@ -63,9 +63,11 @@ __all__ = ["AdmissionControl", "Limits", "Refusal", "REASONS"]
 #: Why a request is refused (the ``reason`` label of the refusal metric).
 REASONS = ("tenant_requests", "tenant_tokens", "tenant_rate", "global", "global_hard", "too_large")
 
-#: Retry-After bounds (seconds).
+#: Retry-After bounds (seconds), and the estimate before any completion
+#: was seen (nothing to measure a drain rate by yet).
 MIN_RETRY_S = 1.0
 MAX_RETRY_S = 300.0
+UNKNOWN_RETRY_S = 10.0
 
 _INT_KEYS = ("max_requests", "max_tokens", "tenant_max_requests", "tenant_max_tokens")
 _RATE_KEYS = ("tenant_token_rate", "tenant_token_burst")
@@ -351,13 +353,13 @@ class AdmissionControl:
     def _refuse(self, reason: str, tenant: str, st: _Tenant, excess: float, now: float) -> Refusal:
         """A refusal whose Retry-After is the time to drain ``excess``
         requests at the tenant's completion rate (else the server's, shared
-        by weight; else the maximum)."""
+        by weight; else :data:`UNKNOWN_RETRY_S`)."""
         rate = _decayed(st.rate, st.last_done, now)
         if rate <= 0:
             total = _decayed(self._rate, self._last_done, now)
             share = self.weight(tenant) / max(self._active_weight, self.weight(tenant))
             rate = total * share
-        wait = excess / rate if rate > 0 else MAX_RETRY_S
+        wait = excess / rate if rate > 0 else UNKNOWN_RETRY_S
         what = {
             "tenant_requests": "its request cap",
             "tenant_tokens": "its token cap",
