@@ -57,7 +57,7 @@ from ray.serve.request_router import (
 )
 
 import fairq
-from fairq.ledger.caps import AdmissionControl
+from fairq.ledger.caps import AdmissionControl, Limits
 from fairq.ray.extract import EMPTY, default_tenant, default_tokens, estimate_tokens
 from fairq.ray.options import RouterOptions
 
@@ -140,8 +140,9 @@ class FairqD2LPMRouter(RequestRouter):
             0,
         )
         self.admission: AdmissionControl | None = None
-        if options.limits is not None and options.limits.active:
-            self.admission = AdmissionControl(options.limits, options.tenant_weights)
+        limits = options.limits
+        if isinstance(limits, Limits) and limits.active:  # always a Limits once validated
+            self.admission = AdmissionControl(limits, options.tenant_weights)
         self._accounts_at = float("-inf")
 
     @property
