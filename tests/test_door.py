@@ -187,3 +187,40 @@ def test_door_metrics_per_tenant() -> None:
         await t
 
     asyncio.run(run())
+
+
+def test_sglang_door_resolves_as_sglang_and_hands_headers_on_in_custom_labels() -> None:
+    from fairq.sglang.door import FairAdmission as SGLangAdmission
+    from fairq.sglang.tenants import FairOptions as SGLangOptions
+
+    app = App()
+    opts = SGLangOptions.from_mapping("vtc", {"limits": {"tenant_max_requests": 1}})
+    d = SGLangAdmission(app, opts)
+    gen = {"text": "hi", "sampling_params": {"max_new_tokens": 4}}
+    assert asyncio.run(call(d, {**gen, "rid": "acme:1"}, path="/generate"))[0] == 200
+    hdr = {"x-llm-d-inference-fairness-id": "gw"}
+    assert asyncio.run(call(d, {**gen, "rid": "acme:2"}, hdr, "/generate"))[0] == 200
+    assert app.bodies[-1]["custom_labels"] == {"tenant": "gw"}
+    assert set(d.control.stats()) == {"acme", "gw"}
+
+
+def test_sglang_install_door_adds_the_middleware_to_the_serving_app(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+    import types
+
+    from fairq.sglang.door import FairAdmission as SGLangAdmission
+    from fairq.sglang.door import install_door
+
+    added: list[Any] = []
+    fake = types.ModuleType("sglang.srt.entrypoints.http_server")
+    fake.app = types.SimpleNamespace(add_middleware=lambda cls, **kw: added.append((cls, kw)))  # type: ignore[attr-defined]
+    env = {"FAIRQ_SGLANG_OPTIONS": json.dumps({"limits": {"max_requests": 4}})}
+    assert not install_door(env)  # not the serving process
+    monkeypatch.setitem(sys.modules, "sglang.srt.entrypoints.http_server", fake)
+    assert install_door(env)
+    assert added[0][0] is SGLangAdmission and added[0][1]["options"].limits.max_requests == 4
+    assert not install_door({})  # no limits: no door
+    with pytest.raises(ValueError, match=r"limits\.max_requests"):
+        install_door({"FAIRQ_SGLANG_OPTIONS": json.dumps({"limits": {"max_requests": "x"}})})

@@ -44,13 +44,12 @@ from typing import Any
 
 import numpy as np
 
+from fairq.tenancy import GATEWAY_HEADERS
+
 #: Bytes of text per pseudo-token.
 PAGE_BYTES = 4
 
 _TOKEN_FIELDS = ("prompt_token_ids", "input_ids")
-
-#: The gateways' tenant headers (the same as vLLM's front door reads).
-GATEWAY_HEADERS = ("x-gateway-inference-fairness-id", "x-llm-d-inference-fairness-id")
 
 
 def text_to_pseudo_tokens(text: str) -> np.ndarray:

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from fairq import engineopts as _engineopts
 from fairq.engineopts import STATE_KEYS, state_options
 from fairq.sched import POLICY_INFO
-from fairq.tenancy import SourceOrder
+from fairq.tenancy import GATEWAY_HEADERS, SourceOrder
 
 __all__ = [
     "VLLM_ID_PREFIXES",
@@ -53,9 +53,6 @@ FAIR_POLICIES = tuple(p for p in POLICY_INFO if p not in QUEUE_POLICIES)
 #: Where a tenant can come from, in the default resolution order.
 SOURCES = ("header", "extra_args", "lora", "request_id", "cache_salt")
 
-#: The HTTP headers gateways put the tenant in (Gateway API Inference
-#: Extension, llm-d): the ``header`` source's default.
-GATEWAY_HEADERS = ("x-gateway-inference-fairness-id", "x-llm-d-inference-fairness-id")
 
 #: Prefixes vLLM's OpenAI server puts before a client's ``X-Request-Id``.
 VLLM_ID_PREFIXES = ("chatcmpl-", "cmpl-", "embd-", "score-", "rerank-", "classify-", "pool-")
@@ -75,7 +72,7 @@ class TenantResolver(SourceOrder):
       ``"chatcmpl-"``), so ``X-Request-Id: alice:42`` gives ``"alice"``;
     * ``"cache_salt"``: the request's ``cache_salt``;
     * ``"header"``: the first of ``headers`` (HTTP headers, default
-      :data:`GATEWAY_HEADERS`) a request carries. Only the front door
+      :data:`fairq.tenancy.GATEWAY_HEADERS`) a request carries. Only the front door
       (:mod:`fairq.vllm.door`) sees HTTP headers; it hands the tenant it
       resolved to the engine as ``vllm_xargs[extra_args_key]``, so the
       scheduler, for which this source yields nothing, resolves the same
@@ -102,32 +99,19 @@ class TenantResolver(SourceOrder):
         strip_prefixes: tuple[str, ...] | list[str] = VLLM_ID_PREFIXES,
         headers: tuple[str, ...] | list[str] = GATEWAY_HEADERS,
     ) -> None:
-        strip, hdrs = tuple(strip_prefixes), tuple(headers)
-        for name, values in (("strip_prefixes", strip), ("headers", hdrs)):
-            for i, p in enumerate(values):
-                if not isinstance(p, str) or not p:
-                    raise ValueError(f"tenant.{name}[{i}] must be a non-empty string, got {p!r}")
+        strip = tuple(strip_prefixes)
+        for i, p in enumerate(strip):
+            if not isinstance(p, str) or not p:
+                raise ValueError(
+                    f"tenant.strip_prefixes[{i}] must be a non-empty string, got {p!r}"
+                )
         self._set_order(order, separator, default, extra_args_key=extra_args_key)
-        if "header" in self.order and (
-            "extra_args" not in self.order
-            or self.order.index("extra_args") < self.order.index("header")
-        ):
-            raise ValueError(
-                "tenant.order: 'header' needs 'extra_args' after it (the front door "
-                "hands the header's tenant to the engine in vllm_xargs)"
-            )
+        self.headers = self._check_headers(headers, "extra_args")
         self.strip_prefixes = strip
-        self.headers = tuple(h.lower() for h in hdrs)
 
     def _from(self, src: str, request: Any) -> Any:
         if src == "header":
-            hs = getattr(request, "headers", None)
-            if isinstance(hs, Mapping):
-                for h in self.headers:
-                    v = hs.get(h)
-                    if isinstance(v, str) and v:
-                        return v
-            return None
+            return self._header(request)
         if src == "extra_args":
             extra = getattr(getattr(request, "sampling_params", None), "extra_args", None)
             return extra.get(self.extra_args_key) if isinstance(extra, Mapping) else None
