@@ -10,6 +10,7 @@
 #   docs/results/regenerate.sh vllm       # fairq engine-bench --engine vllm (needs vLLM 0.33, ~3 min)
 #   docs/results/regenerate.sh reasoning  # fairq engine-bench --engine vllm --workload reasoning (needs vLLM 0.33, ~2 min)
 #   docs/results/regenerate.sh vllm-server  # real vLLM servers over HTTP (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~25 min)
+#   docs/results/regenerate.sh overload   # 20,000-request flood against a vLLM server with fairq's front door (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~8 min)
 #   docs/results/regenerate.sh ray-vllm   # vLLM replicas on Ray Serve behind a router (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build + .ci/ray-vllm-requirements.txt, ~25 min)
 #   docs/results/regenerate.sh step-fit   # vLLM's step times in-process, the step model fitted to them (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~2 min)
 #   docs/results/regenerate.sh wheel      # .ci/build-wheel: the auditwheel report, sizes (~3 min)
@@ -60,6 +61,11 @@ for part in "${parts[@]}"; do
       fairq engine-bench --engine vllm --workload reasoning --seeds 5 \
         --policies vllm-fcfs,dual,dual+dlpm,dual+vtc,dlpm,vtc \
         --json reasoning.json | tee reasoning-tables.md
+      ;;
+    overload)
+      # the table of overload.md (its text quotes this run's numbers)
+      python -m fairq.enginebench.overload --flood 20000 --duration 120 --rate 1 \
+        --json overload.json | tee overload-table.md
       ;;
     vllm-server)
       fairq engine-bench --engine vllm-server --model small --policies vllm,fcfs,vtc,lpm,dlpm \

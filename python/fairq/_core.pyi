@@ -269,6 +269,8 @@ class WFQQueue:
         ``F_last -= tokens / weight``, never below ``V``. Returns the virtual
         time given back (0.0 for a flow without state)."""
     def flow_last_finish(self, flow: Any) -> float | None: ...
+    def share_lead(self, flow: Any) -> float:
+        """``F_last - V`` of ``flow`` (0 if no state): how far it is over its share."""
     def items(self) -> list[Any]: ...
     def __iter__(self) -> _WfqIterator[Any]: ...
     def __len__(self) -> int: ...
@@ -452,6 +454,10 @@ class LocalScheduler:
     def state_value(self, client: str) -> float:
         """The policy's per-client number now (its registered state field:
         VTC's counter, DLPM's deficit, LAS's attained service; 0 if none)."""
+    def share_lead(self, client: str) -> float:
+        """How far ``client`` is over its fair share by the policy's own
+        account (larger = further over: VTC's counter, minus DLPM's deficit,
+        LAS's attained service, else service / weight; 0 if unknown)."""
     def forget_idle_clients(self) -> int:
         """Forget idle clients that carry no debt (automatic as the table grows)."""
     @property

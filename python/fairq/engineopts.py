@@ -31,9 +31,12 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from fairq.sched import POLICY_INFO, make_scheduler, policy_name
+
+if TYPE_CHECKING:
+    from fairq.ledger.caps import Limits
 
 __all__ = [
     "DEFAULT_INTERVAL_S",
@@ -134,7 +137,9 @@ class FairOptions:
     ``tenant_weights``: ``{tenant: weight > 0}`` (a weight divides the
     tenant's charges: weight 2 gets twice the service). ``tenant``: request
     -> tenant (built by :meth:`from_mapping` from the engine's
-    :attr:`RESOLVER`).
+    :attr:`RESOLVER`). ``limits``: the admission limits
+    (:class:`fairq.ledger.caps.Limits`, from the ``limits`` mapping; None:
+    none), which every engine's front door enforces.
 
     An engine's subclass sets the class attributes :attr:`ENGINE_POLICIES`,
     :attr:`RESOLVER` and :attr:`ENGINE_KEYS` (and gives ``tenant`` its
@@ -158,6 +163,8 @@ class FairOptions:
     state_file: str | None = None
     #: seconds between saves of the state
     state_interval_s: float = DEFAULT_INTERVAL_S
+    #: admission limits (``limits``; None when not given)
+    limits: Limits | None = None
 
     @classmethod
     def from_mapping(
@@ -184,7 +191,13 @@ class FairOptions:
             raise TypeError(f"{cls.__name__}.from_mapping needs a tenant resolver class")
         if policy not in policies:
             raise ValueError(f"policy must be one of {', '.join(policies)} here, got {policy!r}")
-        known = set(POLICIES[policy][1]) | {"tenant_weights", "tenant", "policy", *engine_keys}
+        known = set(POLICIES[policy][1]) | {
+            "tenant_weights",
+            "tenant",
+            "policy",
+            "limits",
+            *engine_keys,
+        }
         for key in raw:
             if key not in known:
                 raise ValueError(
@@ -216,7 +229,10 @@ class FairOptions:
                 raise TypeError(f"tenant.{key} must be a list, got {tenant_raw[key]!r}")
         tenant = resolver_cls(**dict(tenant_raw))
         state = state_options(raw) if "state_file" in engine_keys else (None, DEFAULT_INTERVAL_S)
-        return cls(policy, opts, weights, tenant, *state)
+        from fairq.ledger.caps import Limits
+
+        limits = Limits.from_mapping(raw["limits"]) if raw.get("limits") is not None else None
+        return cls(policy, opts, weights, tenant, *state, limits=limits)
 
 
 def read_options_file(path: str, var: str) -> dict[str, Any]:

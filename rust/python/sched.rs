@@ -395,6 +395,14 @@ impl PyLocalScheduler {
         self.core.state_value(&client)
     }
 
+    /// How far ``client`` is over its fair share by the policy's own
+    /// account (larger = further over; VTC's counter, minus DLPM's
+    /// deficit, LAS's attained service, else service / weight; 0 for an
+    /// unknown client): what admission control ranks tenants by.
+    fn share_lead(&self, #[pyo3(from_py_with = args::client)] client: String) -> f64 {
+        self.core.share_lead(&client)
+    }
+
     /// The fairness state as plain JSON data: policy, options, every
     /// client (weight, service, VTC counter / DLPM deficit, requests
     /// waiting), DLPM's refills and the admitted, unfinished requests.

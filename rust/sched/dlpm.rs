@@ -207,6 +207,7 @@ impl Registered for Dlpm {
             min: None,
             metric: "scheduler_deficit",
             help: "DLPM deficit",
+            lead_sign: -1.0,
         }),
         service_weights: Some((1, 2)),
     };

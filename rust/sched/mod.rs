@@ -694,6 +694,23 @@ impl<T> LocalScheduler<T> {
             .client_index(client)
             .map_or(0.0, |c| self.order.state_value(c, self.now()))
     }
+    /// How far `client` is over its fair share by the policy's own account,
+    /// in the policy's unit (weighted tokens; larger = further over; only
+    /// compared between clients of one scheduler): its state field signed by
+    /// [`StateField::lead_sign`] (VTC's counter, LAS's attained service,
+    /// minus DLPM's deficit), or for a policy without one (FCFS, LPM) the
+    /// service divided by the client's weight. 0 for an unknown client.
+    /// The one number admission control ranks tenants by
+    /// (`fairq.ledger.caps`).
+    pub fn share_lead(&self, client: &str) -> f64 {
+        if self.book.client_index(client).is_none() {
+            return 0.0;
+        }
+        match self.policy.spec().state_field {
+            Some(f) => f.lead_sign * self.state_value(client),
+            None => self.service(client) / self.weight(client),
+        }
+    }
     /// `state_value` if the policy's state field is `field`, else 0.
     fn field_value(&self, field: &str, client: &str) -> f64 {
         match self.policy.spec().state_field {

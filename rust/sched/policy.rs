@@ -228,6 +228,10 @@ pub struct StateField {
     /// The Prometheus family (`fairq_<metric>`) and its help text.
     pub metric: &'static str,
     pub help: &'static str,
+    /// `+1.0` if a larger value means the client was served more than its
+    /// share (VTC's counter, LAS's attained service), `-1.0` if less (DLPM's
+    /// deficit: credit left): the sign of [`super::LocalScheduler::share_lead`].
+    pub lead_sign: f64,
 }
 
 /// What a policy module registers: everything the rest of fairq (the

@@ -939,3 +939,21 @@ fn las_decays_by_half_per_half_life_and_orders_by_decayed_service() {
     add(&mut r, None, 2, "b", vec![2; 5]); // re-add the waiting
     assert_eq!(r.state().unwrap(), saved);
 }
+
+#[test]
+fn share_lead_is_larger_for_the_client_served_more_in_every_policy() {
+    for policy in all_policies() {
+        let (t, mut s) = holding(policy, &[("heavy", vec![1; 50]), ("light", vec![2; 5])]);
+        s.set_time(0.0).unwrap();
+        let adm = s.schedule(Some(&t), 1000, None).unwrap();
+        assert_eq!(adm.len(), 2, "{policy:?}");
+        s.charge_output(&int(0), 20).unwrap();
+        assert!(
+            s.share_lead("heavy") > s.share_lead("light"),
+            "{policy:?}: {} vs {}",
+            s.share_lead("heavy"),
+            s.share_lead("light")
+        );
+        assert_eq!(s.share_lead("nobody"), 0.0);
+    }
+}

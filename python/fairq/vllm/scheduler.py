@@ -73,6 +73,10 @@ __all__ = [
 
 #: Environment variable naming the fairq policy of the waiting queues.
 ENV_VAR = "FAIRQ_VLLM_POLICY"
+
+#: Options the front door reads (:mod:`fairq.vllm.door`), which a queue
+#: policy accepts and ignores.
+DOOR_KEYS = ("limits", "tenant_weights")
 # OPTIONS_ENV_VAR ("FAIRQ_VLLM_OPTIONS", a JSON object of options) lives in
 # fairq.vllm.tenants (which reads it) and is re-exported here.
 #: Scheduler attributes holding waiting queues (whichever exist are replaced).
@@ -131,12 +135,14 @@ def check_queue_env_options(policy: SchedulingPolicy, options: dict[str, Any]) -
     ``priority``, ``wfq``) that it does not take, with a ``ValueError``
     listing the ones it does: the queue's own
     (:data:`fairq.vllm.QUEUE_OPTIONS`) and, for ``wfq``, ``tenant`` and the
-    saved state's ``state_file`` / ``state_interval_s``."""
+    saved state's ``state_file`` / ``state_interval_s``; for every one, the
+    front door's ``limits`` and ``tenant_weights`` (:mod:`fairq.vllm.door`
+    validates and reads them)."""
     from fairq.vllm import QUEUE_OPTIONS
     from fairq.vllm.dualphase import OPTION as DUAL_PHASE
     from fairq.vllm.tenants import STATE_KEYS
 
-    allowed = (*QUEUE_OPTIONS[policy], DUAL_PHASE)
+    allowed = (*QUEUE_OPTIONS[policy], DUAL_PHASE, *DOOR_KEYS)
     if policy is SchedulingPolicy.WFQ:
         allowed = (*allowed, "tenant", *STATE_KEYS)
     for key in options:
@@ -229,7 +235,7 @@ def queue_options(policy: SchedulingPolicy) -> tuple[dict[str, Any], str | None,
     options = resolve_options()
     check_queue_env_options(policy, options)
     state_file, interval_s = state_options(options)
-    for key in (*STATE_KEYS, "dual_phase"):
+    for key in (*STATE_KEYS, "dual_phase", *DOOR_KEYS):
         options.pop(key, None)
     if policy is SchedulingPolicy.WFQ and "flow_key" not in options:
         # one WFQ flow per tenant, resolved as for the fair policies
