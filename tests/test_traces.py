@@ -252,7 +252,7 @@ def test_builtins_load_by_name_and_small_fits_a_gpu_check() -> None:
     )
     big = builtin_lines("mooncake")
     assert len(big) == 1750 and json.loads(big[-1])["block_size"] == MOONCAKE_BLOCK
-    assert set(BUILTIN) >= {"mooncake", "mooncake-synthetic", "mooncake-cpu", "mooncake-small"}
+    assert set(BUILTIN) >= {"mooncake", "mooncake-synthetic", "mooncake-small"}
 
 
 def test_cli_import_writes_what_the_builtin_replays(

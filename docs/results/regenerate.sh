@@ -12,6 +12,7 @@
 #   docs/results/regenerate.sh vllm-server  # real vLLM servers over HTTP (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~25 min)
 #   docs/results/regenerate.sh overload   # 20,000-request flood against a vLLM server with fairq's front door (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~8 min)
 #   docs/results/regenerate.sh ray-vllm   # vLLM replicas on Ray Serve behind a router (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build + .ci/ray-vllm-requirements.txt, ~25 min)
+#   docs/results/regenerate.sh traces     # Mooncake's production traces: the simulator at full scale, vLLM in-process, the vLLM CPU server (FAIRQ_VLLM_SERVER_PYTHON, ~20 min)
 #   docs/results/regenerate.sh step-fit   # vLLM's step times in-process, the step model fitted to them (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~2 min)
 #   docs/results/regenerate.sh wheel      # .ci/build-wheel: the auditwheel report, sizes (~3 min)
 #   docs/results/regenerate.sh gpu        # transformers' 1B model on one GPU: every policy, one trace (~6 min on an H100; writes $GPU_OUT, default gpu/latest; docs/results/gpu/README.md)
@@ -124,6 +125,29 @@ for part in "${parts[@]}"; do
         --flood-gap 0.02 --quantum 512 \
         --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 32" \
         --json ray_vllm_ingress2_q2048.json
+      ;;
+    traces)
+      # docs/results/traces.md. The simulator at full scale: the committed 10-minute cuts
+      fairq simulate --trace mooncake --preset a100-8b --workers 1 --workers 8 --no-progress \
+        --json traces_sim_conversation.json --plot traces_sim_conversation.png \
+        --plot-workload trace:mooncake:1 | tee traces_sim_conversation.md
+      fairq simulate --trace mooncake-synthetic --preset a100-8b --workers 1 --workers 8 \
+        --no-progress --json traces_sim_synthetic.json | tee traces_sim_synthetic.md
+      # vLLM 0.33's scheduler in-process (step times simulated): prompts folded to fit
+      # its max_model_len 8192 (~5 min)
+      tmp=$(mktemp -d)
+      fairq trace import mooncake --max-prompt-len 7168 --max-output-len 1024 -o "$tmp/fold8k.jsonl"
+      fairq engine-bench --engine vllm --trace "$tmp/fold8k.jsonl" --policies fifo,fcfs,lpm,vtc,dlpm \
+        --max-new-tokens 1024 --num-blocks 25000 --max-batch-tokens 4096 \
+        --max-requests-per-batch 256 --waiting 0 --quantum 2000 --json traces_vllm.json \
+        | tee traces_vllm.md
+      rm -rf "$tmp"
+      # the real vLLM CPU server, the scaled trace (~6 min)
+      fairq engine-bench --engine vllm-server --model small --trace mooncake-small \
+        --policies vllm,fcfs,lpm,vtc,dlpm --runs 1 --max-new-tokens 32 --quantum 512 \
+        --max-model-len 2048 \
+        --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 64" \
+        --json traces_vllm_server.json --plot traces_vllm_server.png | tee traces_vllm_server.md
       ;;
     step-fit)
       # the python with vLLM runs the engine in-process; the fitted constants

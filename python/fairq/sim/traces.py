@@ -307,20 +307,6 @@ BUILTIN: dict[str, Builtin] = {
         "Mooncake FAST'25 synthetic trace (public long-document and multi-turn datasets, "
         "Poisson arrivals), its first 10 minutes (2,254 requests), full lengths",
     ),
-    "mooncake-cpu": Builtin(
-        "mooncake_conversation_10min.jsonl.gz",
-        "the conversation cut for CPU engines: 200 requests of multi-turn sessions, "
-        "lengths x 1/16 (32-token blocks) folded to 1,024 prompt / 32 output tokens, "
-        "10 minutes of arrivals replayed in 40 s",
-        Options(
-            min_turns=2,
-            requests=200,
-            length_scale=1 / 16,
-            max_prompt_len=1024,
-            max_output_len=32,
-            time_scale=1 / 15,
-        ),
-    ),
     "mooncake-small": Builtin(
         "mooncake_conversation_10min.jsonl.gz",
         "the conversation cut for a one-minute GPU check: 48 requests of multi-turn "
