@@ -51,6 +51,7 @@ fn incremental_matches_follow_tree_changes() {
             quantum: 5.0,
             w_e: 1.0,
             w_q: 2.0,
+            quantum_scale: 0.0,
         })
         .unwrap();
         let mut id = 0;
@@ -115,6 +116,7 @@ fn vtc_lift_and_dlpm_refill() {
         quantum: 5.0,
         w_e: 1.0,
         w_q: 2.0,
+        quantum_scale: 0.0,
     })
     .unwrap();
     add(&mut d, Some(&mut t), 1, "a", vec![1; 4]);
@@ -134,6 +136,7 @@ fn dlpm_extreme_weights_saturate() {
         quantum: 1.0,
         w_e: 1e308,
         w_q: 1e308,
+        quantum_scale: 0.0,
     })
     .unwrap();
     let mut t = RadixTree::new(None, 1).unwrap();
@@ -175,6 +178,7 @@ fn dlpm(quantum: f64) -> LocalScheduler<()> {
         quantum,
         w_e: 1.0,
         w_q: 2.0,
+        quantum_scale: 0.0,
     })
     .unwrap()
 }
@@ -210,6 +214,7 @@ fn dlpm_a_a_b(quantum: f64, b_len: usize) -> (RadixTree, LocalScheduler<()>) {
         quantum,
         w_e: 1.0,
         w_q: 2.0,
+        quantum_scale: 0.0,
     };
     holding(
         dlpm,
@@ -283,6 +288,7 @@ fn four_policies(w_in: f64, quantum: f64) -> [Policy; 4] {
             quantum,
             w_e: w_in,
             w_q: 2.0,
+            quantum_scale: 0.0,
         },
     ]
 }
@@ -521,6 +527,7 @@ fn state_round_trip_restores_counters_and_running_requests() {
         quantum: 4.0,
         w_e: 1.0,
         w_q: 2.0,
+        quantum_scale: 0.0,
     })
     .unwrap();
     s.set_weight("a", 2.0).unwrap();
@@ -534,6 +541,7 @@ fn state_round_trip_restores_counters_and_running_requests() {
         quantum: 1.0,
         w_e: 1.0,
         w_q: 1.0,
+        quantum_scale: 0.0,
     })
     .unwrap();
     r.load_state(&state).unwrap();
