@@ -435,6 +435,7 @@ fn policy(i: u8) -> Policy {
             quantum: 5.0,
             w_e: 1.0,
             w_q: 2.0,
+            quantum_scale: 0.0,
         },
     }
 }

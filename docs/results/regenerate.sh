@@ -16,6 +16,7 @@
 #   docs/results/regenerate.sh step-fit   # vLLM's step times in-process, the step model fitted to them (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~2 min)
 #   docs/results/regenerate.sh wheel      # .ci/build-wheel: the auditwheel report, sizes (~3 min)
 #   docs/results/regenerate.sh gpu        # transformers' 1B model on one GPU: every policy, one trace (~6 min on an H100; writes $GPU_OUT, default gpu/latest; docs/results/gpu/README.md)
+#   docs/results/regenerate.sh quantum    # DLPM's automatic quantum against fixed ones (~8 min; quantum_auto.md)
 #   docs/results/regenerate.sh splice     # only re-copy the tables into the docs
 #
 # Needs an installed fairq (`pip install .`). Run it on a quiet machine: the
@@ -213,6 +214,29 @@ for part in "${parts[@]}"; do
       "${gb[@]}" --policies fifo,fcfs,lpm,vtc,dlpm,las --trace "${GPU_TRACE:-mooncake-small}" \
         --max-new-tokens 32 --num-blocks 256 --max-batch-tokens 1024 --max-requests-per-batch 8 \
         --json "$out/transformers_1b_mooncake.json" | tee "$out/transformers_1b_mooncake.md"
+      ;;
+    quantum)
+      # DLPM's automatic quantum against fixed ones (quantum_auto.md, ~8 min;
+      # the engine parts need fairq[engine] and vLLM 0.33)
+      fairq simulate --paper --quantum auto --no-progress --json paper_auto.json >paper_auto.md
+      python quantum_compare.py paper.json paper_auto.json >quantum_paper.md
+      for q in 2048 auto; do
+        fairq engine-bench --engine transformers --model tiny --policies vtc,dlpm --clients 4 \
+          --requests-per-client 8 --flood-factor 4 --prefix-len 512 --suffix-len 64 \
+          --max-new-tokens 32 --max-batch-tokens 1024 --max-requests-per-batch 8 \
+          --quantum "$q" --json "quantum_flood_$q.json" | tee "quantum_flood_$q.md"
+        fairq engine-bench --engine transformers --model tiny --policies vtc,dlpm --clients 4 \
+          --requests-per-client 8 --flood-factor 4 --prefix-len 512 --docs-per-client 4 \
+          --suffix-len 64 --max-new-tokens 32 --num-blocks 160 --max-batch-tokens 1024 \
+          --max-requests-per-batch 8 --quantum "$q" --json "quantum_docs_$q.json" \
+          | tee "quantum_docs_$q.md"
+      done
+      for q in 1024 512 auto; do
+        fairq engine-bench --engine vllm --policies dlpm --requests-per-client 24 \
+          --prefix-len 512 --suffix-len 32 --max-new-tokens 16 --num-blocks 80 \
+          --max-batch-tokens 512 --max-requests-per-batch 16 --quantum "$q" --gap 0.02 \
+          --waiting 0 --json "quantum_vllm_$q.json" | tee "quantum_vllm_$q.md"
+      done
       ;;
     splice) ;;
     *) echo "unknown part: $part (see the list at the top of this file)" >&2; exit 2 ;;

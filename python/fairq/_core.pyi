@@ -5,7 +5,7 @@ Each section belongs to one core module (rust/python/<name>.rs).
 
 from array import array
 from collections.abc import Hashable, Sequence
-from typing import Any, SupportsIndex, final
+from typing import Any, Literal, SupportsIndex, final
 
 import numpy as np
 import numpy.typing as npt
@@ -525,10 +525,11 @@ class DLPM(LocalScheduler):
     def __new__(
         cls,
         tree: RadixTree,
-        quantum: float,
+        quantum: float | Literal["auto"],
         w_e: float = 1.0,
         w_q: float = 2.0,
         *,
+        quantum_scale: float | None = None,
         max_prompt_tokens: int | None = None,
     ) -> Self: ...
     def deficit(self, client: str) -> float:
@@ -536,6 +537,12 @@ class DLPM(LocalScheduler):
     @property
     def refills(self) -> int:
         """Virtual refills so far (a bulk refill of k quanta counts k)."""
+    @property
+    def quantum(self) -> float:
+        """The quantum a refill would use now (fixed, or the automatic one's value)."""
+    @property
+    def largest_quantum(self) -> float:
+        """The largest quantum a refill has used (Theorem 4.1's ``Q*``; 0 before any)."""
 
 @final
 class LAS(LocalScheduler):

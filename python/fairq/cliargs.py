@@ -38,6 +38,7 @@ __all__ = [
     "output_file",
     "plot_file",
     "positive",
+    "quantum",
     "read_trace",
 ]
 
@@ -111,6 +112,19 @@ def count_list(low: int = 1) -> Callable[[str], list[int]]:
 positive = number(0, strict=True)
 #: a finite number >= 0 (argparse ``type=``)
 non_negative = number(0)
+
+
+def quantum(text: str) -> float | str:
+    """DLPM's quantum (argparse ``type=``): a finite number > 0 (fixed) or
+    ``auto`` (ALGORITHMS.md §6: derived from the observed request charges)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return positive(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number > 0 or auto, got {text!r}"
+        ) from None
 
 
 def output_file(text: str) -> str:

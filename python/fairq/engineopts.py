@@ -70,19 +70,37 @@ def check_policy(name: str) -> str:
 
 def policy_options(name: str, options: Mapping[str, Any] | None = None) -> dict[str, float]:
     """Defaults for ``name`` overridden by ``options``; rejects unknown or bad
-    options when the scheduler class is made, before the engine builds it."""
+    options when the scheduler class is made, before the engine builds it.
+
+    DLPM's quantum is automatic by default (``quantum_scale`` > 0 times the
+    recent mean request charge, ``quantum`` its value until the first
+    admission; ALGORITHMS.md §6). ``quantum="auto"`` asks for that
+    explicitly; a number for ``quantum`` without ``quantum_scale`` is a
+    fixed quantum (``quantum_scale`` 0), as before the automatic one existed.
+    """
     key = check_policy(name)
     defaults = dict(POLICIES[key][1])
-    for opt, value in (options or {}).items():
+    given = dict(options or {})
+    if "quantum_scale" in defaults and "quantum" in given:
+        q = given["quantum"]
+        if isinstance(q, str) and q.strip().lower() == "auto":
+            del given["quantum"]
+        else:
+            given.setdefault("quantum_scale", 0.0)
+    for opt, value in given.items():
         if opt not in defaults:
             allowed = ", ".join(sorted(defaults)) or "none"
             raise ValueError(f"policy {key!r} has no option {opt!r} (options: {allowed})")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"option {opt!r} must be a number, got {value!r}")
-        # as the schedulers check them: every weight and the quantum finite and > 0
-        if not math.isfinite(float(value)) or float(value) <= 0:
-            raise ValueError(f"option {opt!r} must be a finite number > 0, got {value!r}")
-        defaults[opt] = float(value)
+            auto = ' or "auto"' if opt == "quantum" and "quantum_scale" in defaults else ""
+            raise TypeError(f"option {opt!r} must be a number{auto}, got {value!r}")
+        # as the schedulers check them: every weight and the quantum finite
+        # and > 0; quantum_scale >= 0 (0: a fixed quantum)
+        low = "finite number >= 0" if opt == "quantum_scale" else "finite number > 0"
+        x = float(value)
+        if not math.isfinite(x) or x < 0 or (x == 0 and opt != "quantum_scale"):
+            raise ValueError(f"option {opt!r} must be a {low}, got {value!r}")
+        defaults[opt] = x
     return defaults
 
 

@@ -107,7 +107,7 @@ policy::register! {
     Fcfs => fcfs::Fcfs,
     Lpm => lpm::Lpm,
     Vtc { w_in, w_out } => vtc::Vtc,
-    Dlpm { quantum, w_e, w_q } => dlpm::Dlpm,
+    Dlpm { quantum, w_e, w_q, quantum_scale } => dlpm::Dlpm,
     Las { half_life_s, w_in, w_out } => las::Las,
 }
 
@@ -123,10 +123,10 @@ impl Policy {
             .service_weights
             .map_or((1.0, 2.0), |(i, o)| (values[i], values[o]))
     }
-    /// Every option must be positive and finite.
+    /// Every option must be positive and finite (or 0 where 0 is off).
     fn validate(&self) -> Result<()> {
         for (opt, &v) in self.spec().options.iter().zip(&self.option_values()) {
-            check_positive(opt.name, v)?;
+            opt.check(v)?;
         }
         Ok(())
     }
@@ -281,6 +281,13 @@ impl<T> LocalScheduler<T> {
     /// DLPM: virtual refills so far (0 for the other policies).
     pub fn refills(&self) -> u64 {
         self.order.refills()
+    }
+    /// DLPM: `(the quantum a refill would use now, the largest quantum a
+    /// refill has used so far)` (fixed or automatic, `crate::quantum`;
+    /// the second is 0 before the first refill); `None` for the other
+    /// policies.
+    pub fn quantum(&self) -> Option<(f64, f64)> {
+        self.order.quantum_now()
     }
     /// Re-matches done so far because the tree changed (diagnostics).
     pub fn rematches(&self) -> u64 {

@@ -59,6 +59,7 @@ fn incremental_matches_follow_tree_changes() {
             quantum: 5.0,
             w_e: 1.0,
             w_q: 2.0,
+            quantum_scale: 0.0,
         })
         .unwrap();
         let mut id = 0;
@@ -123,6 +124,7 @@ fn vtc_lift_and_dlpm_refill() {
         quantum: 5.0,
         w_e: 1.0,
         w_q: 2.0,
+        quantum_scale: 0.0,
     })
     .unwrap();
     add(&mut d, Some(&mut t), 1, "a", vec![1; 4]);
@@ -142,6 +144,7 @@ fn dlpm_extreme_weights_saturate() {
         quantum: 1.0,
         w_e: 1e308,
         w_q: 1e308,
+        quantum_scale: 0.0,
     })
     .unwrap();
     let mut t = RadixTree::new(None, 1).unwrap();
@@ -183,6 +186,7 @@ fn dlpm(quantum: f64) -> LocalScheduler<()> {
         quantum,
         w_e: 1.0,
         w_q: 2.0,
+        quantum_scale: 0.0,
     })
     .unwrap()
 }
@@ -218,6 +222,7 @@ fn dlpm_a_a_b(quantum: f64, b_len: usize) -> (RadixTree, LocalScheduler<()>) {
         quantum,
         w_e: 1.0,
         w_q: 2.0,
+        quantum_scale: 0.0,
     };
     holding(
         dlpm,
@@ -291,6 +296,7 @@ fn four_policies(w_in: f64, quantum: f64) -> [Policy; 4] {
             quantum,
             w_e: w_in,
             w_q: 2.0,
+            quantum_scale: 0.0,
         },
     ]
 }
@@ -529,6 +535,7 @@ fn state_round_trip_restores_counters_and_running_requests() {
         quantum: 4.0,
         w_e: 1.0,
         w_q: 2.0,
+        quantum_scale: 0.0,
     })
     .unwrap();
     s.set_weight("a", 2.0).unwrap();
@@ -542,6 +549,7 @@ fn state_round_trip_restores_counters_and_running_requests() {
         quantum: 1.0,
         w_e: 1.0,
         w_q: 1.0,
+        quantum_scale: 0.0,
     })
     .unwrap();
     r.load_state(&state).unwrap();

@@ -27,6 +27,7 @@ from fairq.cliargs import (
     output_file,
     plot_file,
     positive,
+    quantum,
     read_trace,
 )
 from fairq.sim.config import LOCAL_POLICIES, MEMORY_MODELS
@@ -173,7 +174,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         f"{', '.join(f.name for f in fields(StepModel))})",
     )
     p.add_argument(
-        "--quantum", type=positive, default=2000.0, help="DLPM's Q_u, > 0 (default 2000)"
+        "--quantum",
+        type=quantum,
+        default=2000.0,
+        help="DLPM's Q_u: > 0 (fixed; default 2000) or auto (derived from the request charges; "
+        "with --paper: every DLPM run's, in place of the paper's per-workload Q_u)",
     )
     p.add_argument(
         "--worker-quantum",
@@ -402,7 +407,9 @@ def run_paper(args: argparse.Namespace) -> int:
     for flag, value in shaping.items():
         if value is not None:
             raise UsageError(f"--paper runs its own plan; drop {flag}", arg=flag)
-    defaults = {"--preset": (args.preset, DEFAULT_PRESET), "--quantum": (args.quantum, 2000.0)}
+    defaults: dict[str, tuple[Any, Any]] = {"--preset": (args.preset, DEFAULT_PRESET)}
+    if args.quantum != "auto":
+        defaults["--quantum"] = (args.quantum, 2000.0)
     defaults["--worker-quantum"] = (args.worker_quantum, 20000.0)
     for flag, (value, default) in defaults.items():
         if value != default:
@@ -413,7 +420,9 @@ def run_paper(args: argparse.Namespace) -> int:
     workers = sorted(set(args.workers or [1, 2, 4, 8]))
     t0 = time.perf_counter()
     results = run_plan(
-        plan(workers, memory=args.memory), seed=args.seed, progress=not args.no_progress
+        plan(workers, memory=args.memory, quantum=args.quantum if args.quantum == "auto" else None),
+        seed=args.seed,
+        progress=not args.no_progress,
     )
     wall = time.perf_counter() - t0
     rows = claims_table(results)
@@ -470,7 +479,8 @@ def run(args: argparse.Namespace) -> int:
         f"{steps:,} simulated steps "
         f"({steps / sim_wall if sim_wall else 0:,.0f} steps/s); model preset {args.preset}, "
         f"memory {args.memory} ({sum(r['retractions'] for r in results):,} retractions), "
-        f"Q_u={args.quantum:g}, Q_w={args.worker_quantum:g}, seed {args.seed}"
+        f"Q_u={args.quantum if args.quantum == 'auto' else format(args.quantum, 'g')}, "
+        f"Q_w={args.worker_quantum:g}, seed {args.seed}"
     )
     if args.plot:
         from fairq.sim.plot import plot_results, workers_text
