@@ -204,14 +204,14 @@ for part in "${parts[@]}"; do
       docs=(--clients 4 --requests-per-client 8 --flood-factor 4 --prefix-len 512
         --docs-per-client 4 --suffix-len 64 --max-new-tokens 32 --num-blocks 160
         --max-batch-tokens 1024 --max-requests-per-batch 8)
-      # every policy on the H200 run's "docs" workload, DLPM at its default quantum
-      "${gb[@]}" --policies fifo,fcfs,lpm,vtc,dlpm,las "${docs[@]}" \
+      # every policy on the H200 run's "docs" workload, DLPM's quantum automatic
+      "${gb[@]}" --policies fifo,fcfs,lpm,vtc,dlpm,las "${docs[@]}" --quantum auto \
         --json "$out/transformers_1b_docs.json" | tee "$out/transformers_1b_docs.md"
       # the H200 run's hand-set quantum, for comparison in the same run
       "${gb[@]}" --policies dlpm "${docs[@]}" --quantum 2048 \
         --json "$out/transformers_1b_docs_q2048.json" | tee "$out/transformers_1b_docs_q2048.md"
       # one trace replay: Mooncake's conversation trace, scaled (docs/results/traces.md)
-      "${gb[@]}" --policies fifo,fcfs,lpm,vtc,dlpm,las --trace "${GPU_TRACE:-mooncake-small}" \
+      "${gb[@]}" --policies fifo,fcfs,lpm,vtc,dlpm,las --trace "${GPU_TRACE:-mooncake-small}" --quantum auto \
         --max-new-tokens 32 --num-blocks 256 --max-batch-tokens 1024 --max-requests-per-batch 8 \
         --json "$out/transformers_1b_mooncake.json" | tee "$out/transformers_1b_mooncake.md"
       ;;
