@@ -130,7 +130,9 @@ def test_engine_options_live_in_one_module_and_keep_their_old_paths() -> None:
     assert repr(sg.TenantResolver(order=["rid"], separator="/")) == (
         "TenantResolver(order=['rid'], label_key='tenant', separator='/', default='default')"
     )
-    assert repr(vl.TenantResolver()).startswith("TenantResolver(order=['extra_args', 'lora', ")
+    assert repr(vl.TenantResolver()).startswith(
+        "TenantResolver(order=['header', 'extra_args', 'lora', "
+    )
     assert repr(vl.TenantResolver()).endswith(
         "extra_args_key='tenant', separator=':', default='default')"
     )

@@ -224,3 +224,20 @@ def test_wfq_share_lead_is_the_flow_finish_tag_past_virtual_time() -> None:
     assert q.share_lead("heavy") == pytest.approx(100.0)
     assert q.share_lead("light") == pytest.approx(10.0)
     assert q.share_lead("nobody") == 0.0
+
+
+def test_idle_tenants_are_forgotten_so_state_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fairq.ledger.caps as caps
+
+    monkeypatch.setattr(caps, "MAX_IDLE_TENANTS", 50)
+    clock = Clock()
+    ac = AdmissionControl(Limits(tenant_token_rate=1.0, tenant_token_burst=10.0), clock=clock)
+    assert ac.offer("holder", 1) is None
+    for i in range(1000):
+        assert ac.offer(f"t{i}", 5) is None
+        ac.release(f"t{i}", 5)
+        clock.t += 0.1  # a bucket refills in 5 s: about 50 tenants refilling at once
+    assert len(ac.stats()) <= 2 * 52
+    assert ac.held("holder") == (1, 1)  # a tenant holding something is kept
+    # a tenant whose bucket is still refilling is kept (forgetting it would refill it)
+    assert ac.offer("t999", 6) is not None

@@ -252,12 +252,12 @@ def run_once(
     args: Sequence[str],
     log: str,
     connections: int = 256,
+    door: bool = True,
 ) -> dict[str, Any]:
-    """One fresh server with the door, ``reqs`` sent (the flood's by the
-    cheap client), summarized."""
-    with VllmServer(
-        model, "vtc", options=options, args=[*args, "--middleware", MIDDLEWARE], log=log
-    ) as s:
+    """One fresh server (with the door unless ``door`` is False), ``reqs``
+    sent (the flood's by the cheap client), summarized."""
+    extra = ["--middleware", MIDDLEWARE] if door else []
+    with VllmServer(model, "vtc", options=options, args=[*args, *extra], log=log) as s:
         assert s.proc is not None
         # warm up (the first request compiles and allocates)
         send_all(s.url, model, [HttpRequest("warm", "warm", _prompt(1, 32), 4)])
@@ -292,6 +292,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--max-num-seqs", type=int, default=8)
     p.add_argument("--model", default=None, help="model folder (default: write tiny)")
     p.add_argument("--log-dir", default="/tmp")
+    p.add_argument(
+        "--no-door",
+        type=int,
+        default=0,
+        metavar="N",
+        help="a third run without the door, the flood sending N requests (0: none)",
+    )
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     model = a.model or write_model(os.path.join(a.log_dir, "fairq-overload-model"), "tiny")
@@ -312,6 +319,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         log=os.path.join(a.log_dir, "fairq-overload-baseline.log"),
     )
     doc = {"args": vars(a), "flood": flood, "baseline": base}
+    if a.no_door:
+        doc["no_door"] = run_once(
+            model,
+            requests(a.no_door, a.duration, a.rate),
+            options={},
+            args=args,
+            log=os.path.join(a.log_dir, "fairq-overload-nodoor.log"),
+            door=False,
+        )
     doc["p99_ratio"] = flood["light_p99_s"] / base["light_p99_s"]
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
@@ -327,7 +343,9 @@ def table(doc: dict[str, Any]) -> str:
         "light p50 s | light p99 s | RSS before MB | RSS peak MB | door peak held |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name in ("flood", "baseline"):
+    for name in ("flood", "baseline", "no_door"):
+        if name not in doc:
+            continue
         r = doc[name]
         f429 = r["status"].get(FLOOD, {}).get("429", 0)
         rows.append(

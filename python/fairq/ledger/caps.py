@@ -69,6 +69,11 @@ MIN_RETRY_S = 1.0
 MAX_RETRY_S = 300.0
 UNKNOWN_RETRY_S = 10.0
 
+#: Tenants kept with no request held before idle ones are forgotten (their
+#: counts restart at 0 if they come back; a full token bucket is what a new
+#: tenant gets anyway).
+MAX_IDLE_TENANTS = 10_000
+
 _INT_KEYS = ("max_requests", "max_tokens", "tenant_max_requests", "tenant_max_tokens")
 _RATE_KEYS = ("tenant_token_rate", "tenant_token_burst")
 
@@ -249,6 +254,7 @@ class AdmissionControl:
         self._active_weight = 0.0
         self._rate = 0.0
         self._last_done: float | None = None
+        self._sweep_at = MAX_IDLE_TENANTS
 
     # -- inputs -------------------------------------------------------------
     def weight(self, tenant: str) -> float:
@@ -268,12 +274,27 @@ class AdmissionControl:
     def _state(self, tenant: str, now: float) -> _Tenant:
         st = self._t.get(tenant)
         if st is None:
+            if len(self._t) >= self._sweep_at:
+                self._forget_idle(now)
             st = self._t[tenant] = _Tenant()
             burst = self.limits.burst
             if burst is not None:
                 st.bucket = burst * self.weight(tenant)
             st.refilled = now
         return st
+
+    def _forget_idle(self, now: float) -> None:
+        """Forget the tenants that hold nothing and whose bucket has
+        refilled (bounded state under tenant churn; amortised ``O(1)``)."""
+        lim = self.limits
+        for t in [t for t, st in self._t.items() if st.requests == 0]:
+            st = self._t[t]
+            if lim.burst is not None and lim.tenant_token_rate is not None:
+                w = self.weight(t)
+                if st.bucket + (now - st.refilled) * lim.tenant_token_rate * w < lim.burst * w:
+                    continue
+            del self._t[t]
+        self._sweep_at = max(MAX_IDLE_TENANTS, 2 * len(self._t))
 
     # -- the decision -------------------------------------------------------
     def offer(self, tenant: str, tokens: int, now: float | None = None) -> Refusal | None:
