@@ -431,16 +431,18 @@ fn policy(i: u8) -> Policy {
             w_in: 1.0,
             w_out: 2.0,
         },
+        // i >= 5: the automatic quantum (a small scale: refills are frequent)
         _ => Policy::Dlpm {
             quantum: 5.0,
             w_e: 1.0,
             w_q: 2.0,
-            quantum_scale: 0.0,
+            quantum_scale: if i >= 5 { 0.05 } else { 0.0 },
         },
     }
 }
 
-/// A scheduler of `policy(i)`; `i % 5 == 4`: LPM with Preble's queue.
+/// A scheduler of `policy(i)`; `i % 5 == 4`: LPM with Preble's queue;
+/// `i == 8`: DLPM with the automatic quantum.
 fn scheduler(i: u8) -> LocalScheduler<u64> {
     let mut s = LocalScheduler::new(policy(i)).expect("valid");
     if i % 5 == 4 {
@@ -460,7 +462,7 @@ proptest! {
     /// admits something whenever a request waits; service only grows.
     #[test]
     fn local_schedulers_conserve_requests(
-        which in 0u8..5,
+        which in 0u8..10,
         ops in prop::collection::vec((0u8..5, 0u8..3, prompt(), 0u32..30), 0..150),
     ) {
         let ns = Namespace::Default;
@@ -558,7 +560,7 @@ proptest! {
     /// admitted exactly once. No waiting request blocks another forever.
     #[test]
     fn no_waiting_request_is_blocked_forever(
-        which in 0u8..5,
+        which in 0u8..10,
         budget in 1usize..12,
         ops in prop::collection::vec(live_op(), 0..120),
     ) {
@@ -739,7 +741,7 @@ proptest! {
     /// make no refill. FCFS, LPM, VTC: always the same as `schedule`.
     #[test]
     fn within_credit_equals_schedule_until_a_refill(
-        which in 0u8..4,
+        which in prop::sample::select(vec![0u8, 1, 2, 3, 8]),
         ops in prop::collection::vec(wc_op(), 0..80),
     ) {
         let mut history: Vec<WcOp> = Vec::new();

@@ -220,7 +220,7 @@ for part in "${parts[@]}"; do
       # the engine parts need fairq[engine] and vLLM 0.33)
       fairq simulate --paper --quantum auto --no-progress --json paper_auto.json >paper_auto.md
       python quantum_compare.py paper.json paper_auto.json >quantum_paper.md
-      for q in 2048 auto; do
+      for q in 2048 auto 512; do
         fairq engine-bench --engine transformers --model tiny --policies vtc,dlpm --clients 4 \
           --requests-per-client 8 --flood-factor 4 --prefix-len 512 --suffix-len 64 \
           --max-new-tokens 32 --max-batch-tokens 1024 --max-requests-per-batch 8 \
