@@ -203,3 +203,52 @@ def plot_sweep(results: list[dict[str, Any]], path: str) -> None:
     fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+#: plot_routers' panels: (result key, axis label)
+ROUTER_PANELS = (
+    ("jain_client", "Jain (client), backlogged"),
+    ("max_gap_cost", "max service gap (cost)"),
+    ("cache_hit", "cache hit rate"),
+)
+
+
+def plot_routers(results: list[dict[str, Any]], path: str) -> None:
+    """Fairness and hit rate against the view's staleness, one line per
+    (routers, assignment), one row per (workload, workers) of ``results``
+    (``fairq simulate --routers ... --view-staleness ... --plot``)."""
+    plt = _plt()
+    rows = sorted({(r["workload"], r["workers"]) for r in results if r["workers"] > 1})
+    fig, axes = plt.subplots(
+        len(rows),
+        len(ROUTER_PANELS),
+        figsize=(4.2 * len(ROUTER_PANELS), 3.2 * len(rows)),
+        squeeze=False,
+    )
+    for i, (wl, w) in enumerate(rows):
+        mine = [r for r in results if r["workload"] == wl and r["workers"] == w]
+        single = [r for r in mine if r["routers"] == 1 and r["view_staleness"] == 0]
+        lines = sorted({(r["routers"], r["router_assign"]) for r in mine if r not in single})
+        for j, (key, label) in enumerate(ROUTER_PANELS):
+            ax = axes[i][j]
+            for n, a in lines:
+                pts = sorted(
+                    (r["view_staleness"], r[key])
+                    for r in mine
+                    if (r["routers"], r["router_assign"]) == (n, a) or r in single
+                )
+                xs = [p[0] for p in pts]
+                ys = [float("nan") if p[1] is None else p[1] for p in pts]
+                ax.plot(xs, ys, marker="o", ms=3, label=f"{n} routers, {a}")
+            if single and single[0][key] is not None:
+                ax.axhline(single[0][key], color="k", lw=0.8, ls=":", label="one router")
+            ax.set_xscale("symlog", linthresh=0.1)
+            ax.set_xlabel("view staleness T (s)")
+            ax.set_ylabel(label)
+            ax.set_title(f"{wl}, {workers_text(w)}", fontsize=9)
+            ax.grid(alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 5), fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

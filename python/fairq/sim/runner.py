@@ -131,6 +131,29 @@ def plan_runs(
     return runs
 
 
+def with_routers(
+    runs: list[Run], routers: list[int], staleness: list[float], assign: list[str]
+) -> list[Run]:
+    """Each run on several workers once per (routers, view staleness,
+    assignment) setting (:mod:`fairq.sim.routers`); runs on one worker, and
+    the single-router setting, once."""
+    out: list[Run] = []
+    settings = [(n, t, a) for n in routers for t in staleness for a in assign]
+    for run in runs:
+        if run.cfg.workers == 1:
+            out.append(run)
+            continue
+        seen = set()
+        for n, t, a in settings:
+            key = (1, 0.0, "rr") if n == 1 and t == 0 else (n, t, a)
+            if key in seen:
+                continue
+            seen.add(key)
+            cfg = replace(run.cfg, routers=key[0], view_staleness=key[1], router_assign=key[2])
+            out.append(replace(run, cfg=cfg))
+    return out
+
+
 def _progress(total: int, desc: str) -> tuple[Callable[[str], None], Callable[[], None]]:
     """(advance(label), close()) for a progress bar on stderr."""
     try:
@@ -198,6 +221,8 @@ def execute(
                 m["user_quantum"] = run.cfg.user_quantum
             if run.cfg.dispatcher == "d2lpm":
                 m["worker_quantum"] = run.cfg.worker_quantum
+            if run.cfg.fleet:
+                m["router_requests"] = sim.dispatcher.dispatched
             tl = service_over_time(sim)
             if not timelines:
                 del tl["response"]  # per-request points are only for plots
