@@ -71,7 +71,13 @@ def test_many_routers_with_a_fresh_view_choose_as_one(assign: str) -> None:
 
 @pytest.mark.parametrize(
     "routers,staleness,assign,workers",
-    [(4, 0.5, "rr", 4), (16, 2.0, "random", 8), (3, 1.0, "tenant", 4), (1, 3.0, "rr", 4)],
+    [
+        (4, 0.5, "rr", 4),
+        (16, 2.0, "random", 8),
+        (3, 1.0, "tenant", 4),
+        (1, 3.0, "rr", 4),
+        (4, float("inf"), "rr", 4),
+    ],
 )
 def test_stale_views_lose_and_duplicate_nothing(
     routers: int, staleness: float, assign: str, workers: int
@@ -105,7 +111,7 @@ def test_config_and_fleet_errors_name_the_field() -> None:
     with pytest.raises(ValueError, match="view_staleness"):
         SimConfig(view_staleness=-1.0)
     with pytest.raises(ValueError, match="view_staleness"):
-        SimConfig(view_staleness=float("inf"))
+        SimConfig(view_staleness=float("nan"))
     with pytest.raises(ValueError, match="router_assign"):
         SimConfig(router_assign="hash")
     assert not SimConfig(workers=1, routers=4).fleet

@@ -30,7 +30,7 @@ from fairq.cliargs import (
 )
 from fairq.sim.config import LOCAL_POLICIES, MEMORY_MODELS
 from fairq.sim.model import PRESETS
-from fairq.sim.routers import ASSIGN
+from fairq.sim.routers import ASSIGN, routers_table
 from fairq.sim.runner import (
     DEFAULT_PRESET,
     DEFAULT_SUITE,
@@ -168,10 +168,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--view-staleness",
         action="append",
-        type=non_negative,
+        type=number(0, inf=True),
         metavar="SECONDS",
         help="age of the shared view each router sees of the other routers' dispatches and "
-        "finishes and the workers' evictions (repeatable; default 0)",
+        "finishes and the workers' evictions (repeatable; default 0; inf: no shared view, "
+        "each router on its own dispatches as before)",
     )
     p.add_argument(
         "--router-assign",
@@ -490,6 +491,8 @@ def run(args: argparse.Namespace) -> int:
     steps = sum(r["steps"] for r in results)
     sim_wall = sum(r["wall_s"] for r in results)
     print(table(results))
+    if routers_plot(runs):
+        print(routers_table(results))
     print(
         f"\n{len(results)} simulations in {wall:.1f} s wall; {steps:,} simulated steps "
         f"({steps / sim_wall if sim_wall else 0:,.0f} steps/s); model preset {args.preset}, "

@@ -67,7 +67,8 @@ class SimConfig:
     #: (:mod:`fairq.sim.routers`); 1 with view_staleness 0: the one global router
     routers: int = 1
     #: age in seconds of the shared view each router sees of the others'
-    #: dispatches and finishes and the workers' evictions
+    #: dispatches and finishes and the workers' evictions (inf: no shared
+    #: view: each router counts its own dispatches only, as before the view)
     view_staleness: float = 0.0
     #: how requests are assigned to routers: rr, random or tenant
     router_assign: str = "rr"
@@ -83,9 +84,9 @@ class SimConfig:
 
         if isinstance(self.routers, bool) or not isinstance(self.routers, int) or self.routers < 1:
             raise ValueError(f"routers must be an int >= 1, got {self.routers!r}")
-        if not 0 <= self.view_staleness < float("inf"):
+        if not 0 <= self.view_staleness:
             raise ValueError(
-                f"view_staleness must be a finite number >= 0, got {self.view_staleness!r}"
+                f"view_staleness must be a number >= 0 or inf, got {self.view_staleness!r}"
             )
         if self.router_assign not in ASSIGN:
             raise ValueError(
@@ -103,5 +104,7 @@ class SimConfig:
             return local
         label = f"{LABELS.get(self.dispatcher, self.dispatcher)}+{local}"
         if self.fleet:
-            label += f" x{self.routers} {self.router_assign} T={self.view_staleness:g}s"
+            t = self.view_staleness
+            view = f"T={t:g}s" if t < float("inf") else "no view"
+            label += f" x{self.routers} {self.router_assign} {view}"
         return label

@@ -207,10 +207,21 @@ def plot_sweep(results: list[dict[str, Any]], path: str) -> None:
 
 #: plot_routers' panels: (result key, axis label)
 ROUTER_PANELS = (
+    ("jain_cost", "Jain (cost), backlogged"),
     ("jain_client", "Jain (client), backlogged"),
     ("max_gap_cost", "max service gap (cost)"),
     ("cache_hit", "cache hit rate"),
+    ("service_tok_s", "service tok/s"),
 )
+
+
+def _finite_staleness(t: float, results: list[dict[str, Any]]) -> float:
+    """Where a staleness sits on the x axis: ``inf`` (no shared view) at
+    twice the largest finite one."""
+    if t < float("inf"):
+        return t
+    finite = [r["view_staleness"] for r in results if r["view_staleness"] < float("inf")]
+    return 2 * max(finite, default=1.0) or 1.0
 
 
 def plot_routers(results: list[dict[str, Any]], path: str) -> None:
@@ -237,13 +248,13 @@ def plot_routers(results: list[dict[str, Any]], path: str) -> None:
                     for r in mine
                     if (r["routers"], r["router_assign"]) == (n, a) or r in single
                 )
-                xs = [p[0] for p in pts]
+                xs = [_finite_staleness(p[0], mine) for p in pts]
                 ys = [float("nan") if p[1] is None else p[1] for p in pts]
                 ax.plot(xs, ys, marker="o", ms=3, label=f"{n} routers, {a}")
             if single and single[0][key] is not None:
                 ax.axhline(single[0][key], color="k", lw=0.8, ls=":", label="one router")
             ax.set_xscale("symlog", linthresh=0.1)
-            ax.set_xlabel("view staleness T (s)")
+            ax.set_xlabel("view staleness T (s); rightmost: no view")
             ax.set_ylabel(label)
             ax.set_title(f"{wl}, {workers_text(w)}", fontsize=9)
             ax.grid(alpha=0.3)

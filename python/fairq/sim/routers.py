@@ -32,7 +32,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["ASSIGN", "RouterFleet"]
+__all__ = ["ASSIGN", "RouterFleet", "routers_table"]
 
 #: How arriving requests are assigned to routers: ``rr``: the k-th request to
 #: router ``k mod N``; ``random``: uniformly (seeded); ``tenant``: every
@@ -50,7 +50,9 @@ class RouterFleet:
     Args:
         make: builds one router's dispatcher (all the same policy and workers).
         routers: how many (>= 1).
-        staleness: the view's age in seconds (>= 0, finite).
+        staleness: the view's age in seconds (>= 0; ``inf``: no shared view,
+            each router on its own dispatches, what separate routers did
+            before the view).
         assign: one of :data:`ASSIGN`.
         clock: the simulated time now.
         seed: seeds ``assign="random"``.
@@ -67,8 +69,8 @@ class RouterFleet:
     ) -> None:
         if isinstance(routers, bool) or not isinstance(routers, int) or routers < 1:
             raise ValueError(f"routers must be an int >= 1, got {routers!r}")
-        if not (staleness >= 0 and staleness < float("inf")):
-            raise ValueError(f"view_staleness must be a finite number >= 0, got {staleness!r}")
+        if not staleness >= 0:
+            raise ValueError(f"view_staleness must be a number >= 0 or inf, got {staleness!r}")
         if assign not in ASSIGN:
             raise ValueError(f"router_assign must be one of {', '.join(ASSIGN)}; got {assign!r}")
         self.routers = [make() for _ in range(routers)]
@@ -182,3 +184,37 @@ class RouterFleet:
         for r in range(len(self.routers)):
             self.catch_up(r, float("inf"))
         return [d.external_load for d in self.routers]
+
+
+def routers_table(results: Sequence[dict[str, Any]]) -> str:
+    """Markdown: per (workload, workers, assignment), one row per number of
+    routers, one column per view staleness; each cell ``Jain (cost) / cache
+    hit / service`` with the service rate as a ratio of the one-router run's
+    (``fairq simulate --routers ... --view-staleness ...`` prints it under its
+    table)."""
+    out: list[str] = []
+    groups = sorted({(r["workload"], r["workers"]) for r in results if r["workers"] > 1})
+    for wl, w in groups:
+        mine = [r for r in results if r["workload"] == wl and r["workers"] == w]
+        base = next((r for r in mine if r["routers"] == 1 and r["view_staleness"] == 0), None)
+        ref = base["service_tok_s"] if base else float("nan")
+
+        def cell(r: dict[str, Any], ref: float = ref) -> str:
+            vals = (r.get("jain_cost"), r.get("cache_hit"), r["service_tok_s"] / ref)
+            return " / ".join("-" if v is None or v != v else f"{v:.2f}" for v in vals)
+
+        for a in sorted({r["router_assign"] for r in mine if r["routers"] > 1}):
+            rows = [r for r in mine if r["router_assign"] == a and r["routers"] > 1]
+            ts = sorted({r["view_staleness"] for r in rows})
+            heads = [f"T={t:g}s" if t < float("inf") else "no view" for t in ts]
+            out.append(
+                f"\n{wl}, {w} workers, assignment {a}: Jain (cost) / cache hit / service "
+                "tok/s over one router's" + (f"; one router: {cell(base)}" if base else "")
+            )
+            out.append("\n| routers | " + " | ".join(heads) + " |")
+            out.append("|---" * (len(ts) + 1) + "|")
+            for n in sorted({r["routers"] for r in rows}):
+                by_t = {r["view_staleness"]: r for r in rows if r["routers"] == n}
+                cells = [cell(by_t[t]) if t in by_t else "" for t in ts]
+                out.append(f"| {n} | " + " | ".join(cells) + " |")
+    return "\n".join(out)

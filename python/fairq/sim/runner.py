@@ -44,7 +44,10 @@ class WorkloadSpec:
 
     def build(self, workers: int, seed: int, overrides: dict[str, Any] | None = None) -> Workload:
         kw = {**self.kwargs, **(overrides or {})}
-        if "rate" in kw:
+        per_worker = kw.pop("clients_per_worker", None)
+        if per_worker is not None:  # more clients with more workers, each at its rate
+            kw["num_clients"] = max(2, round(per_worker * workers))
+        elif "rate" in kw:
             kw["rate"] = kw["rate"] * workers
         return make_workload(self.name, misbehave=self.misbehave, seed=seed, **kw)
 
@@ -63,6 +66,20 @@ EXTRA: dict[str, WorkloadSpec] = {
     ),
     "tot-S1": WorkloadSpec("tot", "S1", {"scale": 0.5, "rate": 0.1, "duration": 40.0}),
     "judge-S2": WorkloadSpec("judge", "S2", {"scale": 0.5, "rate": 1.0, "duration": 40.0}),
+    # one client per worker (each at 4 requests/s on 16 documents of its own),
+    # so that the workers and the routers scale together (docs/results/routers.md)
+    "qa-fleet": WorkloadSpec(
+        "qa",
+        "S1",
+        {
+            "scale": 0.25,
+            "rate": 4.0,
+            "duration": 20.0,
+            "docs_per_client": 16,
+            "clients_per_worker": 1.0,
+        },
+        label="qa-fleet",
+    ),
 }
 
 LOCAL_ONE = ("fcfs", "lpm", "vtc", "dlpm")
@@ -135,10 +152,10 @@ def with_routers(
     runs: list[Run], routers: list[int], staleness: list[float], assign: list[str]
 ) -> list[Run]:
     """Each run on several workers once per (routers, view staleness,
-    assignment) setting (:mod:`fairq.sim.routers`); runs on one worker, and
-    the single-router setting, once."""
+    assignment) setting (:mod:`fairq.sim.routers`), and once with one router
+    and a fresh view (the baseline) first; runs on one worker once."""
     out: list[Run] = []
-    settings = [(n, t, a) for n in routers for t in staleness for a in assign]
+    settings = [(1, 0.0, "rr")] + [(n, t, a) for n in routers for t in staleness for a in assign]
     for run in runs:
         if run.cfg.workers == 1:
             out.append(run)
