@@ -254,6 +254,7 @@ def plot_routers(results: list[dict[str, Any]], path: str) -> None:
             if single and single[0][key] is not None:
                 ax.axhline(single[0][key], color="k", lw=0.8, ls=":", label="one router")
             ax.set_xscale("symlog", linthresh=0.1)
+            ax.set_xlim(left=0)
             ax.set_xlabel("view staleness T (s); rightmost: no view")
             ax.set_ylabel(label)
             ax.set_title(f"{wl}, {workers_text(w)}", fontsize=9)
