@@ -191,12 +191,12 @@ class FairqLLMServer(LLMServer):
         ids = prompt.get("prompt_token_ids") if isinstance(prompt, Mapping) else None
         if ids is None:
             ids = prompt if isinstance(prompt, list) else getattr(prompt, "prompt_token_ids", None)
+        name = tenant if isinstance(tenant, str) and tenant else "default"
         try:
             tokens = [int(t) for t in ids] if ids is not None else []
-            name = tenant if isinstance(tenant, str) and tenant else "default"
             self.feedback.record_start(rid, name, tokens)
-        except (TypeError, ValueError):  # not ids after all: the view goes without them
-            self.feedback.record_start(rid, "default" if not tenant else str(tenant))
+        except Exception:  # not ids after all: the view goes without them, never the request
+            self.feedback.record_start(rid, name)
 
     def _finished(
         self, rid: str | None, tenant: Any, prompt: int, cached: int, produced: int
