@@ -5,9 +5,10 @@
 The wheel: named for CPython >= 3.10 abi3 and a manylinux tag no newer than
 glibc 2.28, the tag auditwheel reports (OUTDIR/auditwheel.txt) is the one in
 the name, and its files are exactly the package's Python sources and stubs
-from python/fairq, py.typed, the one extension module fairq/_core.abi3.so and
-the dist-info (no tests, benches, caches, build debris); its version is
-Cargo.toml's. The sdist: carries what builds fairq (Cargo.toml, Cargo.lock,
+from python/fairq, py.typed, its data (fairq/sim/data: the built-in
+traces), the one extension module fairq/_core.abi3.so and the dist-info
+(no tests, benches, caches, build debris); its version is Cargo.toml's.
+The sdist: carries what builds fairq (Cargo.toml, Cargo.lock,
 pyproject.toml, rust/, python/fairq) and no build output or environments.
 Prints a short report (sizes, tag) and exits 1 listing every problem found.
 """
@@ -33,15 +34,22 @@ def cargo_version() -> str:
     return m.group(1)
 
 
+#: package data shipped in the wheel whatever its suffix (the built-in traces)
+DATA_DIRS = ("fairq/sim/data/",)
+
+
 def package_sources() -> set[str]:
     """Files under python/fairq that belong in the wheel, as wheel paths."""
     src = ROOT / "python"
     keep = {".py", ".pyi", ".typed"}
-    return {
-        p.relative_to(src).as_posix()
-        for p in (src / "fairq").rglob("*")
-        if p.is_file() and p.suffix in keep and "__pycache__" not in p.parts
-    }
+    out = set()
+    for p in (src / "fairq").rglob("*"):
+        if not p.is_file() or "__pycache__" in p.parts:
+            continue
+        name = p.relative_to(src).as_posix()
+        if p.suffix in keep or name.startswith(DATA_DIRS):
+            out.add(name)
+    return out
 
 
 def check_wheel(wheel: Path, version: str, report: Path, problems: list[str]) -> None:

@@ -31,6 +31,7 @@ pub mod fifo;
 pub mod hash;
 pub mod heap;
 pub mod ordf64;
+pub mod quantum;
 pub mod radix;
 pub mod registry;
 pub mod request_id;

@@ -222,6 +222,11 @@ fn tokens() -> impl Strategy<Value = Vec<u32>> {
     prop::collection::vec(0u32..4, 0..10)
 }
 
+/// A request's prompt: at least one token (an empty one is refused).
+fn prompt() -> impl Strategy<Value = Vec<u32>> {
+    prop::collection::vec(0u32..4, 1..10)
+}
+
 fn radix_op() -> impl Strategy<Value = RadixOp> {
     prop_oneof![
         3 => tokens().prop_map(RadixOp::Insert),
@@ -430,6 +435,7 @@ fn policy(i: u8) -> Policy {
             quantum: 5.0,
             w_e: 1.0,
             w_q: 2.0,
+            quantum_scale: 0.0,
         },
     }
 }
@@ -455,7 +461,7 @@ proptest! {
     #[test]
     fn local_schedulers_conserve_requests(
         which in 0u8..5,
-        ops in prop::collection::vec((0u8..5, 0u8..3, tokens(), 0u32..30), 0..150),
+        ops in prop::collection::vec((0u8..5, 0u8..3, prompt(), 0u32..30), 0..150),
     ) {
         let ns = Namespace::Default;
         let mut tree = RadixTree::new(Some(64), 1).expect("valid");
@@ -534,7 +540,7 @@ enum LiveOp {
 
 fn live_op() -> impl Strategy<Value = LiveOp> {
     prop_oneof![
-        4 => (0u8..3, prop::collection::vec(0u32..4, 0..30)).prop_map(|(c, t)| LiveOp::Add(c, t)),
+        4 => (0u8..3, prop::collection::vec(0u32..4, 1..30)).prop_map(|(c, t)| LiveOp::Add(c, t)),
         3 => (1usize..4).prop_map(LiveOp::Schedule),
         2 => any::<usize>().prop_map(LiveOp::Finish),
         1 => (0usize..20).prop_map(LiveOp::Evict),
@@ -707,7 +713,7 @@ fn wc_replay(which: u8, ops: &[WcOp]) -> (LocalScheduler<u64>, RadixTree, Vec<i6
 
 fn wc_op() -> impl Strategy<Value = WcOp> {
     prop_oneof![
-        4 => (0u8..3, tokens()).prop_map(|(c, t)| WcOp::Add(c, t)),
+        4 => (0u8..3, prompt()).prop_map(|(c, t)| WcOp::Add(c, t)),
         1 => tokens().prop_map(WcOp::Insert),
         3 => (prop_oneof![0usize..20, Just(usize::MAX)], 1usize..5).prop_map(|(b, k)| WcOp::Admit(b, k)),
         2 => (any::<usize>(), 0usize..4).prop_map(|(i, n)| WcOp::Charge(i, n)),
@@ -803,10 +809,10 @@ enum PrebleOp {
 
 fn preble_op() -> impl Strategy<Value = PrebleOp> {
     // a small alphabet so prompts share prefixes and land on many levels
-    let toks = || prop::collection::vec(0u32..3, 0..12);
+    let toks = |min: usize| prop::collection::vec(0u32..3, min..12);
     prop_oneof![
-        5 => toks().prop_map(PrebleOp::Add),
-        2 => toks().prop_map(PrebleOp::Insert),
+        5 => toks(1).prop_map(PrebleOp::Add),
+        2 => toks(0).prop_map(PrebleOp::Insert),
         1 => (0usize..10).prop_map(PrebleOp::Evict),
         3 => (0usize..25, 1usize..40).prop_map(|(b, k)| PrebleOp::Schedule(b, k)),
         1 => any::<usize>().prop_map(PrebleOp::Remove),

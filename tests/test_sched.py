@@ -401,6 +401,11 @@ def make_pair(policy: str, tree: RadixTree, quantum: float) -> tuple[Sched, RefS
         return LPM(tree, fcfs_above=2), RefSched("lpm", match, fcfs_above=2)
     if policy == "vtc":
         return VTC(tree, w_in=1.0, w_out=2.0), RefSched("vtc", match, w_in=1.0, w_out=2.0)
+    if policy == "dlpm-auto":  # the automatic quantum, starting from `quantum`
+        return (
+            DLPM(tree, quantum=quantum, quantum_scale=0.5),
+            RefSched("dlpm", match, quantum=quantum, quantum_scale=0.5),
+        )
     return DLPM(tree, quantum=quantum), RefSched("dlpm", match, quantum=quantum)
 
 
@@ -419,6 +424,12 @@ def run_trace(policy: str, page: int, quantum: float, ops: list[tuple[Any, ...]]
             toks = PREFIXES[p] + suffix
             rid: Any = n if n % 2 else f"r{n}"
             n += 1
+            if not toks:  # an empty prompt is refused; nothing changes
+                before = (s.state_dict(), len(s))
+                with pytest.raises(ValueError, match="prompt is empty"):
+                    s.add(rid, client, toks, item=("item", rid), namespace=ns)
+                assert (s.state_dict(), len(s)) == before
+                continue
             prompts[rid] = (toks, ns)
             s.add(rid, client, toks, item=("item", rid), namespace=ns)
             ref.add(rid, client, toks, ("item", rid), ns)
@@ -484,9 +495,12 @@ def run_trace(policy: str, page: int, quantum: float, ops: list[tuple[Any, ...]]
             assert s.deficit(c) == pytest.approx(ref.clients[c].deficit)
     if isinstance(s, DLPM):
         assert s.refills == ref.refills
+        assert s.quantum == ref.auto.value()
 
 
-@pytest.mark.parametrize("policy", ["fcfs", "lpm", "lpm-sglang", "lpm-fcfs", "vtc", "dlpm"])
+@pytest.mark.parametrize(
+    "policy", ["fcfs", "lpm", "lpm-sglang", "lpm-fcfs", "vtc", "dlpm", "dlpm-auto"]
+)
 @settings(max_examples=80)
 @given(
     page=st.sampled_from([1, 2]),

@@ -135,6 +135,56 @@ def test_dlpm_theorem_4_1(specs: list[ClientSpec], quantum: float, seed: int, bu
                 assert max_gap(hist, a.name, b.name) <= bound
 
 
+@settings(max_examples=15)
+@given(
+    specs=st.lists(SPEC, min_size=2, max_size=4),
+    initial=st.sampled_from([1.0, 512.0, 50_000.0]),
+    scale=st.sampled_from([0.25, 1.0, 4.0]),
+    seed=st.integers(0, 10_000),
+    budget=st.sampled_from([600, 2000]),
+)
+def test_dlpm_theorem_4_1_with_the_automatic_quantum(
+    specs: list[ClientSpec], initial: float, scale: float, seed: int, budget: int
+) -> None:
+    """The automatic quantum (ALGORITHMS.md §6) changes between refills; the
+    bound holds with ``Q_u`` replaced by ``Q*``, the largest quantum a refill
+    used (``largest_quantum``), whatever the initial value."""
+    for i, s in enumerate(specs):
+        s.name = f"c{i}"
+    tree = RadixTree(capacity=20_000)
+    s = DLPM(tree, quantum=initial, quantum_scale=scale)
+    hist, l_in, m = drive(s, tree, specs, steps=100, budget=budget, slots=16, seed=seed)
+    assert s.refills > 0 and s.largest_quantum > 0  # (quantum may have grown since)
+    bound = 2 * (1.0 * l_in + 2.0 * m + s.largest_quantum)
+    for a in specs:
+        for b in specs:
+            if a.name < b.name:
+                assert max_gap(hist, a.name, b.name) <= bound
+
+
+def test_automatic_quantum_follows_the_request_cost() -> None:
+    """Clients of 84-124-token prompts with 2-10 output tokens (an uncached
+    cost of 88-144): the automatic quantum settles there, far from its
+    initial value, and once the first quantum (the initial value, given
+    before anything is observed) is spent the gap between clients stays
+    within a few requests' cost, where a fixed quantum of that value lets
+    one client run ahead."""
+    specs = [ClientSpec(f"c{i}", 64, (20, 60), (2, 10), 20) for i in range(3)]
+    gaps = {}
+    for name, make in (
+        ("auto", lambda t: DLPM(t, quantum=2_000.0, quantum_scale=1.0)),
+        ("fixed", lambda t: DLPM(t, quantum=2_000.0)),
+    ):
+        tree = RadixTree(capacity=20_000)
+        s = make(tree)
+        hist, _, _ = drive(s, tree, specs, steps=300, budget=600, slots=8, seed=1)
+        late = [[h["c0"] - h[b] for h in hist[150:]] for b in ("c1", "c2")]
+        gaps[name] = max(max(d) - min(d) for d in late)
+        if name == "auto":
+            assert 88 <= s.quantum <= 144
+    assert gaps["auto"] < gaps["fixed"] / 3
+
+
 @settings(max_examples=10)
 @given(
     specs=st.lists(SPEC, min_size=2, max_size=3),

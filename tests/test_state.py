@@ -77,6 +77,8 @@ def run_twins(policy: str, page: int, quantum: float, ops: list[Any], cut: int) 
             toks = PREFIXES[p] + suffix
             rid: Any = n if n % 2 else f"r{n}"
             n += 1
+            if not toks:  # refused (tests/test_sched.py checks it)
+                continue
             for x in (twin, s):
                 x.add(rid, client, toks, item=("item", rid))
             waiting[rid] = (client, toks, ("item", rid))

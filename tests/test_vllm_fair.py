@@ -249,7 +249,7 @@ def test_bad_options_raise_at_construction_naming_the_field(
     policy_env("vtc", tenant_weights={"a": 0})
     with pytest.raises(ValueError, match=r"tenant_weights\['a'\]"):
         harness.build_scheduler(fsched.FairqScheduler)
-    policy_env("vtc", tenant={"order": ["header"]})
+    policy_env("vtc", tenant={"order": ["bogus"]})
     with pytest.raises(ValueError, match=r"tenant.order\[0\]"):
         harness.build_scheduler(fsched.FairqScheduler)
     cfg = tmp_path / "fairq.yaml"

@@ -259,11 +259,11 @@ def test_scheduler_env_options(
         (
             "wfq",
             '{"quantum": 5}',
-            "default_weight, dual_phase, flow_key, state_file, state_interval_s, tenant, "
-            "virtual_clock",
+            "default_weight, dual_phase, flow_key, limits, state_file, state_interval_s, "
+            "tenant, tenant_weights, virtual_clock",
         ),
-        ("priority", '{"quantum": 5}', "dual_phase"),
-        ("FCFS", '{"state_file": "/tmp/x.json"}', "dual_phase"),
+        ("priority", '{"quantum": 5}', "dual_phase, limits, tenant_weights"),
+        ("FCFS", '{"state_file": "/tmp/x.json"}', "dual_phase, limits, tenant_weights"),
     ],
 )
 def test_scheduler_env_options_unknown_lists_the_valid_ones(

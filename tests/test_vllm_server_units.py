@@ -290,6 +290,27 @@ def test_bench_summary_window_and_jain() -> None:
     assert row["cost_window"] is None and row["jain_cost_window"] != row["jain_cost_window"]
 
 
+def test_bench_summary_tpot_is_not_fooled_by_bunched_chunks() -> None:
+    """Chunks the client reads in one go are ~0 apart: the median gap reads
+    0 while the request still took 10 ms per token after its first."""
+    from fairq.enginebench.vllm_server import summarize
+
+    bunched = [1.0] + [1.1 + 1e-5 * i for i in range(8)]  # 12.5 ms per token
+    evenly = [2.0 + 0.01 * i for i in range(9)]  # 10 ms per token
+    results = [_result("well", 0.0, c, 9) for c in (bunched, bunched, evenly)]
+    w = summarize(results, {}, {})["well_behaved"]
+    assert w["itl_p50_s"] < 1e-3  # what the table showed as "ITL p50 0.0 ms"
+    assert w["tpot_p50_s"] == pytest.approx((0.1 + 7e-5) / 8)
+    row = summarize(results, {}, {})
+    assert "TPOT p50 ms" in table_of(row)
+
+
+def table_of(row: dict[str, Any]) -> str:
+    from fairq.enginebench.vllm_server import _median_row, table
+
+    return table([_median_row([{**row, "policy": "dlpm"}])])
+
+
 def test_bench_summary_jain_in_dlpm_cost() -> None:
     """DLPM's cost: w_e (1) per computed prompt token at the first token, w_q
     (2) per output token. The flood's requests hit the cache and cost less
@@ -305,3 +326,22 @@ def test_bench_summary_jain_in_dlpm_cost() -> None:
     assert row["jain_window"] == pytest.approx(1.0)
     assert row["cost_window"] == {"flood": 8.0, "well": 104.0}
     assert row["jain_cost_window"] == pytest.approx(112**2 / (2 * (8**2 + 104**2)))
+
+
+def test_demo_summary_states_throughput_beside_latency_and_fairness() -> None:
+    from fairq.enginebench.demo import summary
+
+    def row(policy: str, tok_s: float, well: float, jain: float) -> dict[str, Any]:
+        return {
+            "policy": policy,
+            "output_tok_s": tok_s,
+            "jain_window": jain,
+            "well_behaved": {"latency_p50_s": well},
+            "flood": {"latency_p50_s": 1.0},
+        }
+
+    lines = summary([row("vllm", 533.0, 2.69, 0.33), row("dlpm", 403.0, 1.38, 0.85)])
+    assert len(lines) == 3
+    assert "stock vLLM: the three other tenants wait 2.69 s" in lines[0]
+    assert "throughput 533 output tok/s" in lines[0] and "throughput 403" in lines[1]
+    assert "fairq dlpm: throughput 0.76x stock vLLM's (24% less than stock vLLM's" in lines[2]

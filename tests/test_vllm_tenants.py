@@ -51,7 +51,9 @@ def test_custom_order_key_separator_default() -> None:
 @pytest.mark.parametrize(
     ("raw", "field"),
     [
-        ({"tenant": {"order": ["header"]}}, r"tenant.order\[0\]"),
+        ({"tenant": {"order": ["bogus"]}}, r"tenant.order\[0\]"),
+        ({"tenant": {"order": ["header"]}}, "'header' needs 'extra_args' after it"),
+        ({"tenant": {"headers": [""]}}, r"tenant.headers\[0\]"),
         ({"tenant": {"order": ["lora", "lora"]}}, "duplicate"),
         ({"tenant": {"separator": ""}}, "tenant.separator"),
         ({"tenant": {"colour": 1}}, "tenant.colour"),

@@ -11,10 +11,13 @@
 #   docs/results/regenerate.sh vllm       # fairq engine-bench --engine vllm (needs vLLM 0.33, ~3 min)
 #   docs/results/regenerate.sh reasoning  # fairq engine-bench --engine vllm --workload reasoning (needs vLLM 0.33, ~2 min)
 #   docs/results/regenerate.sh vllm-server  # real vLLM servers over HTTP (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~25 min)
+#   docs/results/regenerate.sh overload   # 20,000-request flood against a vLLM server with fairq's front door (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~8 min)
 #   docs/results/regenerate.sh ray-vllm   # vLLM replicas on Ray Serve behind a router (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build + .ci/ray-vllm-requirements.txt, ~25 min)
+#   docs/results/regenerate.sh traces     # Mooncake's production traces: the simulator at full scale, vLLM in-process, the vLLM CPU server (FAIRQ_VLLM_SERVER_PYTHON, ~20 min)
 #   docs/results/regenerate.sh step-fit   # vLLM's step times in-process, the step model fitted to them (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~2 min)
 #   docs/results/regenerate.sh wheel      # .ci/build-wheel: the auditwheel report, sizes (~3 min)
 #   docs/results/regenerate.sh gpu        # transformers' 1B model on one GPU: every policy, one trace (~6 min on an H100; writes $GPU_OUT, default gpu/latest; docs/results/gpu/README.md)
+#   docs/results/regenerate.sh quantum    # DLPM's automatic quantum against fixed ones (~8 min; quantum_auto.md)
 #   docs/results/regenerate.sh splice     # only re-copy the tables into the docs
 #
 # Needs an installed fairq (`pip install .`). Run it on a quiet machine: the
@@ -78,6 +81,11 @@ for part in "${parts[@]}"; do
         --policies vllm-fcfs,dual,dual+dlpm,dual+vtc,dlpm,vtc \
         --json reasoning.json | tee reasoning-tables.md
       ;;
+    overload)
+      # the table of overload.md (its text quotes this run's numbers)
+      python -m fairq.enginebench.overload --flood 20000 --duration 120 --rate 1 \
+        --json overload.json | tee overload-table.md
+      ;;
     vllm-server)
       fairq engine-bench --engine vllm-server --model small --policies vllm,fcfs,vtc,lpm,dlpm \
         --runs 2 --requests-per-client 12 --flood-factor 4 --prefix-len 512 --suffix-len 16 \
@@ -136,6 +144,29 @@ for part in "${parts[@]}"; do
         --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 32" \
         --json ray_vllm_ingress2_q2048.json
       ;;
+    traces)
+      # docs/results/traces.md. The simulator at full scale: the committed 10-minute cuts
+      fairq simulate --trace mooncake --preset a100-8b --workers 1 --workers 8 --no-progress \
+        --json traces_sim_conversation.json --plot traces_sim_conversation.png \
+        --plot-workload trace:mooncake:1 | tee traces_sim_conversation.md
+      fairq simulate --trace mooncake-synthetic --preset a100-8b --workers 1 --workers 8 \
+        --no-progress --json traces_sim_synthetic.json | tee traces_sim_synthetic.md
+      # vLLM 0.33's scheduler in-process (step times simulated): prompts folded to fit
+      # its max_model_len 8192 (~5 min)
+      tmp=$(mktemp -d)
+      fairq trace import mooncake --max-prompt-len 7168 --max-output-len 1024 -o "$tmp/fold8k.jsonl"
+      fairq engine-bench --engine vllm --trace "$tmp/fold8k.jsonl" --policies fifo,fcfs,lpm,vtc,dlpm \
+        --max-new-tokens 1024 --num-blocks 25000 --max-batch-tokens 4096 \
+        --max-requests-per-batch 256 --waiting 0 --quantum 2000 --json traces_vllm.json \
+        | tee traces_vllm.md
+      rm -rf "$tmp"
+      # the real vLLM CPU server, the scaled trace (~6 min)
+      fairq engine-bench --engine vllm-server --model small --trace mooncake-small \
+        --policies vllm,fcfs,lpm,vtc,dlpm --runs 1 --max-new-tokens 32 --quantum 512 \
+        --max-model-len 2048 \
+        --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 64" \
+        --json traces_vllm_server.json --plot traces_vllm_server.png | tee traces_vllm_server.md
+      ;;
     step-fit)
       # the python with vLLM runs the engine in-process; the fitted constants
       # are the presets vllm-cpu-tiny(-roofline) in python/fairq/sim/model.py
@@ -190,16 +221,39 @@ for part in "${parts[@]}"; do
       docs=(--clients 4 --requests-per-client 8 --flood-factor 4 --prefix-len 512
         --docs-per-client 4 --suffix-len 64 --max-new-tokens 32 --num-blocks 160
         --max-batch-tokens 1024 --max-requests-per-batch 8)
-      # every policy on the H200 run's "docs" workload, DLPM at its default quantum
-      "${gb[@]}" --policies fifo,fcfs,lpm,vtc,dlpm,las "${docs[@]}" \
+      # every policy on the H200 run's "docs" workload, DLPM's quantum automatic
+      "${gb[@]}" --policies fifo,fcfs,lpm,vtc,dlpm,las "${docs[@]}" --quantum auto \
         --json "$out/transformers_1b_docs.json" | tee "$out/transformers_1b_docs.md"
       # the H200 run's hand-set quantum, for comparison in the same run
       "${gb[@]}" --policies dlpm "${docs[@]}" --quantum 2048 \
         --json "$out/transformers_1b_docs_q2048.json" | tee "$out/transformers_1b_docs_q2048.md"
       # one trace replay: Mooncake's conversation trace, scaled (docs/results/traces.md)
-      "${gb[@]}" --policies fifo,fcfs,lpm,vtc,dlpm,las --trace "${GPU_TRACE:-../../examples/mooncake-gpu.jsonl}" \
+      "${gb[@]}" --policies fifo,fcfs,lpm,vtc,dlpm,las --trace "${GPU_TRACE:-mooncake-small}" --quantum auto \
         --max-new-tokens 32 --num-blocks 256 --max-batch-tokens 1024 --max-requests-per-batch 8 \
         --json "$out/transformers_1b_mooncake.json" | tee "$out/transformers_1b_mooncake.md"
+      ;;
+    quantum)
+      # DLPM's automatic quantum against fixed ones (quantum_auto.md, ~8 min;
+      # the engine parts need fairq[engine] and vLLM 0.33)
+      fairq simulate --paper --quantum auto --no-progress --json paper_auto.json >paper_auto.md
+      python quantum_compare.py paper.json paper_auto.json >quantum_paper.md
+      for q in 2048 auto; do
+        fairq engine-bench --engine transformers --model tiny --policies vtc,dlpm --clients 4 \
+          --requests-per-client 8 --flood-factor 4 --prefix-len 512 --suffix-len 64 \
+          --max-new-tokens 32 --max-batch-tokens 1024 --max-requests-per-batch 8 \
+          --quantum "$q" --json "quantum_flood_$q.json" | tee "quantum_flood_$q.md"
+        fairq engine-bench --engine transformers --model tiny --policies vtc,dlpm --clients 4 \
+          --requests-per-client 8 --flood-factor 4 --prefix-len 512 --docs-per-client 4 \
+          --suffix-len 64 --max-new-tokens 32 --num-blocks 160 --max-batch-tokens 1024 \
+          --max-requests-per-batch 8 --quantum "$q" --json "quantum_docs_$q.json" \
+          | tee "quantum_docs_$q.md"
+      done
+      for q in 1024 512 auto; do
+        fairq engine-bench --engine vllm --policies dlpm --requests-per-client 24 \
+          --prefix-len 512 --suffix-len 32 --max-new-tokens 16 --num-blocks 80 \
+          --max-batch-tokens 512 --max-requests-per-batch 16 --quantum "$q" --gap 0.02 \
+          --waiting 0 --json "quantum_vllm_$q.json" | tee "quantum_vllm_$q.md"
+      done
       ;;
     splice) ;;
     *) echo "unknown part: $part (see the list at the top of this file)" >&2; exit 2 ;;

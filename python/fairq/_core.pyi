@@ -5,7 +5,7 @@ Each section belongs to one core module (rust/python/<name>.rs).
 
 from array import array
 from collections.abc import Hashable, Sequence
-from typing import Any, SupportsIndex, final
+from typing import Any, Literal, SupportsIndex, final
 
 import numpy as np
 import numpy.typing as npt
@@ -269,6 +269,8 @@ class WFQQueue:
         ``F_last -= tokens / weight``, never below ``V``. Returns the virtual
         time given back (0.0 for a flow without state)."""
     def flow_last_finish(self, flow: Any) -> float | None: ...
+    def share_lead(self, flow: Any) -> float:
+        """``F_last - V`` of ``flow`` (0 if no state): how far it is over its share."""
     def items(self) -> list[Any]: ...
     def __iter__(self) -> _WfqIterator[Any]: ...
     def __len__(self) -> int: ...
@@ -452,6 +454,10 @@ class LocalScheduler:
     def state_value(self, client: str) -> float:
         """The policy's per-client number now (its registered state field:
         VTC's counter, DLPM's deficit, LAS's attained service; 0 if none)."""
+    def share_lead(self, client: str) -> float:
+        """How far ``client`` is over its fair share by the policy's own
+        account (larger = further over: VTC's counter, minus DLPM's deficit,
+        LAS's attained service, else service / weight; 0 if unknown)."""
     def forget_idle_clients(self) -> int:
         """Forget idle clients that carry no debt (automatic as the table grows)."""
     @property
@@ -519,10 +525,11 @@ class DLPM(LocalScheduler):
     def __new__(
         cls,
         tree: RadixTree,
-        quantum: float,
+        quantum: float | Literal["auto"],
         w_e: float = 1.0,
         w_q: float = 2.0,
         *,
+        quantum_scale: float | None = None,
         max_prompt_tokens: int | None = None,
     ) -> Self: ...
     def deficit(self, client: str) -> float:
@@ -530,6 +537,12 @@ class DLPM(LocalScheduler):
     @property
     def refills(self) -> int:
         """Virtual refills so far (a bulk refill of k quanta counts k)."""
+    @property
+    def quantum(self) -> float:
+        """The quantum a refill would use now (fixed, or the automatic one's value)."""
+    @property
+    def largest_quantum(self) -> float:
+        """The largest quantum a refill has used (Theorem 4.1's ``Q*``; 0 before any)."""
 
 @final
 class LAS(LocalScheduler):

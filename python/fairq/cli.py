@@ -47,6 +47,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "fairq.enginebench.demo",
         "stock vLLM vs fairq's DLPM in a real (tiny, CPU) vLLM server under a flood",
     ),
+    "trace": (
+        "fairq.sim.tracecli",
+        "import a public trace (Mooncake's) into fairq's trace format; list the built-in ones",
+    ),
     "ray-bench": (
         "fairq.enginebench.ray",
         "D2LPM vs Ray Serve's routers on a local Ray cluster with engine replicas",

@@ -38,6 +38,7 @@ __all__ = [
     "output_file",
     "plot_file",
     "positive",
+    "quantum",
     "read_trace",
 ]
 
@@ -113,6 +114,19 @@ positive = number(0, strict=True)
 non_negative = number(0)
 
 
+def quantum(text: str) -> float | str:
+    """DLPM's quantum (argparse ``type=``): a finite number > 0 (fixed) or
+    ``auto`` (ALGORITHMS.md §6: derived from the observed request charges)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return positive(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number > 0 or auto, got {text!r}"
+        ) from None
+
+
 def output_file(text: str) -> str:
     """An argparse ``type=`` for a file the command writes: ``-`` (standard
     output), or a path that is not a directory, in an existing, writable
@@ -172,13 +186,23 @@ def need(*extras: str, what: str, modules: tuple[str, ...] | None = None) -> Non
 
 def read_trace(path: str, seed: int = 0, *, arg: str = "--trace") -> Any:
     """Parse and validate the JSONL trace at ``path`` before any work
-    (:func:`fairq.sim.workloads.load_trace`); a file that cannot be read or a
-    bad line (its number in the message) is a :class:`UsageError`."""
-    from fairq.sim.workloads import TraceError, load_trace
+    (:func:`fairq.sim.traces.load`: a file, or a built-in trace's name); a
+    file that cannot be read or a bad line (its number in the message) is a
+    :class:`UsageError`."""
+    from fairq.sim.traces import load
+    from fairq.sim.workloads import TraceError
 
     try:
-        return load_trace(path, seed)
+        return load(path, seed)
     except TraceError as e:
         raise UsageError(str(e), arg=arg) from None
+    except FileNotFoundError:
+        from fairq.sim.traces import BUILTIN
+
+        names = ", ".join(BUILTIN)
+        msg = f"cannot read {path}: no such file, nor a built-in trace ({names})"
+        raise UsageError(msg, arg=arg) from None
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror or e}", arg=arg) from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not UTF-8 text (a JSONL trace)", arg=arg) from None

@@ -31,9 +31,12 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from fairq.sched import POLICY_INFO, make_scheduler, policy_name
+
+if TYPE_CHECKING:
+    from fairq.ledger.caps import Limits
 
 __all__ = [
     "DEFAULT_INTERVAL_S",
@@ -67,19 +70,37 @@ def check_policy(name: str) -> str:
 
 def policy_options(name: str, options: Mapping[str, Any] | None = None) -> dict[str, float]:
     """Defaults for ``name`` overridden by ``options``; rejects unknown or bad
-    options when the scheduler class is made, before the engine builds it."""
+    options when the scheduler class is made, before the engine builds it.
+
+    DLPM's quantum is automatic by default (``quantum_scale`` > 0 times the
+    recent mean request charge, ``quantum`` its value until the first
+    admission; ALGORITHMS.md §6). ``quantum="auto"`` asks for that
+    explicitly; a number for ``quantum`` without ``quantum_scale`` is a
+    fixed quantum (``quantum_scale`` 0), as before the automatic one existed.
+    """
     key = check_policy(name)
     defaults = dict(POLICIES[key][1])
-    for opt, value in (options or {}).items():
+    given = dict(options or {})
+    if "quantum_scale" in defaults and "quantum" in given:
+        q = given["quantum"]
+        if isinstance(q, str) and q.strip().lower() == "auto":
+            del given["quantum"]
+        else:
+            given.setdefault("quantum_scale", 0.0)
+    for opt, value in given.items():
         if opt not in defaults:
             allowed = ", ".join(sorted(defaults)) or "none"
             raise ValueError(f"policy {key!r} has no option {opt!r} (options: {allowed})")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"option {opt!r} must be a number, got {value!r}")
-        # as the schedulers check them: every weight and the quantum finite and > 0
-        if not math.isfinite(float(value)) or float(value) <= 0:
-            raise ValueError(f"option {opt!r} must be a finite number > 0, got {value!r}")
-        defaults[opt] = float(value)
+            auto = ' or "auto"' if opt == "quantum" and "quantum_scale" in defaults else ""
+            raise TypeError(f"option {opt!r} must be a number{auto}, got {value!r}")
+        # as the schedulers check them: every weight and the quantum finite
+        # and > 0; quantum_scale >= 0 (0: a fixed quantum)
+        low = "finite number >= 0" if opt == "quantum_scale" else "finite number > 0"
+        x = float(value)
+        if not math.isfinite(x) or x < 0 or (x == 0 and opt != "quantum_scale"):
+            raise ValueError(f"option {opt!r} must be a {low}, got {value!r}")
+        defaults[opt] = x
     return defaults
 
 
@@ -134,7 +155,9 @@ class FairOptions:
     ``tenant_weights``: ``{tenant: weight > 0}`` (a weight divides the
     tenant's charges: weight 2 gets twice the service). ``tenant``: request
     -> tenant (built by :meth:`from_mapping` from the engine's
-    :attr:`RESOLVER`).
+    :attr:`RESOLVER`). ``limits``: the admission limits
+    (:class:`fairq.ledger.caps.Limits`, from the ``limits`` mapping; None:
+    none), which every engine's front door enforces.
 
     An engine's subclass sets the class attributes :attr:`ENGINE_POLICIES`,
     :attr:`RESOLVER` and :attr:`ENGINE_KEYS` (and gives ``tenant`` its
@@ -158,6 +181,8 @@ class FairOptions:
     state_file: str | None = None
     #: seconds between saves of the state
     state_interval_s: float = DEFAULT_INTERVAL_S
+    #: admission limits (``limits``; None when not given)
+    limits: Limits | None = None
 
     @classmethod
     def from_mapping(
@@ -184,7 +209,13 @@ class FairOptions:
             raise TypeError(f"{cls.__name__}.from_mapping needs a tenant resolver class")
         if policy not in policies:
             raise ValueError(f"policy must be one of {', '.join(policies)} here, got {policy!r}")
-        known = set(POLICIES[policy][1]) | {"tenant_weights", "tenant", "policy", *engine_keys}
+        known = set(POLICIES[policy][1]) | {
+            "tenant_weights",
+            "tenant",
+            "policy",
+            "limits",
+            *engine_keys,
+        }
         for key in raw:
             if key not in known:
                 raise ValueError(
@@ -216,7 +247,10 @@ class FairOptions:
                 raise TypeError(f"tenant.{key} must be a list, got {tenant_raw[key]!r}")
         tenant = resolver_cls(**dict(tenant_raw))
         state = state_options(raw) if "state_file" in engine_keys else (None, DEFAULT_INTERVAL_S)
-        return cls(policy, opts, weights, tenant, *state)
+        from fairq.ledger.caps import Limits
+
+        limits = Limits.from_mapping(raw["limits"]) if raw.get("limits") is not None else None
+        return cls(policy, opts, weights, tenant, *state, limits=limits)
 
 
 def read_options_file(path: str, var: str) -> dict[str, Any]:

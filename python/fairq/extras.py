@@ -26,6 +26,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "metrics": ("prometheus_client",),
     "engine": ("torch", "transformers", "psutil"),
     "ray": ("ray",),
+    "demo": ("tokenizers", "httpx"),
 }
 
 

@@ -18,6 +18,7 @@ metric                                            type     labels          from
 ``fairq_scheduler_admissions_total``              counter  tenant          requests admitted
 ``fairq_scheduler_waiting_requests``              gauge    tenant          waiting depth
 ``fairq_scheduler_running_requests``              gauge    tenant          admitted, unfinished
+``fairq_scheduler_share_lead``                    gauge    tenant          how far over share
 ``fairq_scheduler_vtc_counter``                   gauge    tenant          VTC's virtual counter
 ``fairq_scheduler_deficit``                       gauge    tenant          DLPM's deficit
 ``fairq_scheduler_<state field>``                 gauge    tenant          another policy's own
@@ -32,6 +33,10 @@ metric                                            type     labels          from
 ``fairq_wfq_virtual_time``                        gauge    -               ``V``
 ``fairq_wfq_queue_depth``                         gauge    -               queued items
 ``fairq_wfq_flows``                               gauge    -               flows with state
+``fairq_admission_accepted_total``                counter  tenant          accepted at the door
+``fairq_admission_refused_total``                 counter  tenant, reason  refused (429 / 413)
+``fairq_admission_held_requests``                 gauge    tenant          accepted, unanswered
+``fairq_admission_held_tokens``                   gauge    tenant          their tokens (estimate)
 ``fairq_dualphase_*``                             -        queue / phase   :mod:`fairq.dualphase`
 ================================================  =======  ==============  =========================
 
@@ -161,12 +166,13 @@ class FairqCollector:
                     "waiting": c["waiting"],
                     "running": running.get(c["name"], 0),
                     "counter": c.get(field.name, 0.0) if field else 0.0,
+                    "lead": self.obj.share_lead(c["name"]),
                 },
             )
             for c in st["clients"]
         ]
         folded, n_other = self._per_tenant(
-            rows, ["service", "admitted", "waiting", "running"], ["counter"]
+            rows, ["service", "admitted", "waiting", "running"], ["counter", "lead"]
         )
         f = self._families(
             [
@@ -174,6 +180,12 @@ class FairqCollector:
                 ("scheduler_admissions", "counter", "Requests admitted", ["tenant"]),
                 ("scheduler_waiting_requests", "gauge", "Waiting requests", ["tenant"]),
                 ("scheduler_running_requests", "gauge", "Admitted, unfinished", ["tenant"]),
+                (
+                    "scheduler_share_lead",
+                    "gauge",
+                    "How far over its fair share by the policy's account (larger: further)",
+                    ["tenant"],
+                ),
                 ("tenants_other", "gauge", "Tenants reported as tenant=other", []),
             ]
         )
@@ -186,6 +198,7 @@ class FairqCollector:
             f["scheduler_admissions"].add_metric(ls, v["admitted"])
             f["scheduler_waiting_requests"].add_metric(ls, v["waiting"])
             f["scheduler_running_requests"].add_metric(ls, v["running"])
+            f["scheduler_share_lead"].add_metric(ls, v["lead"])
             if state is not None:
                 next(iter(state.values())).add_metric(ls, v["counter"])
         f["tenants_other"].add_metric([self.name], n_other)
@@ -245,6 +258,42 @@ class FairqCollector:
             f["drr_dispatched_cost_tokens"].add_metric(ls, s["dispatched_cost"])
         yield from f.values()
 
+    def _admission(self) -> Iterator[Any]:
+        from fairq.ledger.caps import REASONS
+
+        stats = self.obj.stats()
+        rows = [
+            (
+                t,
+                {
+                    "held_requests": v["held_requests"],
+                    "held_tokens": v["held_tokens"],
+                    "accepted": v["accepted"],
+                    **{f"refused_{r}": v["refused"].get(r, 0) for r in REASONS},
+                },
+            )
+            for t, v in stats.items()
+        ]
+        keys = ["held_requests", "held_tokens", "accepted", *(f"refused_{r}" for r in REASONS)]
+        folded, _ = self._per_tenant(rows, keys, [])
+        f = self._families(
+            [
+                ("admission_accepted", "counter", "Requests accepted", ["tenant"]),
+                ("admission_refused", "counter", "Requests refused", ["tenant", "reason"]),
+                ("admission_held_requests", "gauge", "Accepted, unanswered", ["tenant"]),
+                ("admission_held_tokens", "gauge", "Their tokens (estimate)", ["tenant"]),
+            ]
+        )
+        for label, v in folded.items():
+            ls = [self.name, label]
+            f["admission_accepted"].add_metric(ls, v["accepted"])
+            f["admission_held_requests"].add_metric(ls, v["held_requests"])
+            f["admission_held_tokens"].add_metric(ls, v["held_tokens"])
+            for r in REASONS:
+                if v[f"refused_{r}"]:
+                    f["admission_refused"].add_metric([*ls, r], v[f"refused_{r}"])
+        yield from f.values()
+
     def _wfq(self) -> Iterator[Any]:
         f = self._families(
             [
@@ -272,6 +321,10 @@ def _kind(obj: Any) -> str:
         return "drr"
     if isinstance(obj, fairq.WFQQueue):
         return "wfq"
+    from fairq.ledger.caps import AdmissionControl
+
+    if isinstance(obj, AdmissionControl):
+        return "admission"
     raise TypeError(f"no fairq metrics for a {type(obj).__name__}")
 
 

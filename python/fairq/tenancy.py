@@ -11,9 +11,15 @@ them from the engine's request.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["SourceOrder"]
+__all__ = ["GATEWAY_HEADERS", "SourceOrder"]
+
+#: The HTTP headers gateways put the tenant in: the Gateway API Inference
+#: Extension's and llm-d's (the ``header`` source's default in every engine,
+#: and the Ray router's).
+GATEWAY_HEADERS = ("x-gateway-inference-fairness-id", "x-llm-d-inference-fairness-id")
 
 
 class SourceOrder:
@@ -53,13 +59,47 @@ class SourceOrder:
             setattr(self, name, v)
         self._shown = tuple(strings)
 
+    def _check_headers(self, headers: Any, carrier: str) -> tuple[str, ...]:
+        """Check the ``headers`` option (non-empty strings; returned lower
+        case) and that, with the ``header`` source in :attr:`order`,
+        ``carrier`` (the source the front door hands a header's tenant on
+        through) comes after it. Call after :meth:`_set_order`."""
+        hdrs = tuple(headers)
+        for i, h in enumerate(hdrs):
+            if not isinstance(h, str) or not h:
+                raise ValueError(f"tenant.headers[{i}] must be a non-empty string, got {h!r}")
+        if "header" in self.order and (
+            carrier not in self.order or self.order.index(carrier) < self.order.index("header")
+        ):
+            raise ValueError(
+                f"tenant.order: 'header' needs {carrier!r} after it (the front door hands "
+                f"the header's tenant on to the engine through it)"
+            )
+        return tuple(h.lower() for h in hdrs)
+
+    def _header(self, request: Any) -> Any:
+        """The first of ``self.headers`` the request's ``headers`` mapping
+        holds (only a front door's view of a request has one)."""
+        hs = getattr(request, "headers", None)
+        if isinstance(hs, Mapping):
+            for h in getattr(self, "headers", ()):
+                v = hs.get(h)
+                if isinstance(v, str) and v:
+                    return v
+        return None
+
     def __call__(self, request: Any) -> str:
         """The tenant of ``request``: never raises."""
+        return self.resolve(request)[0]
+
+    def resolve(self, request: Any) -> tuple[str, str | None]:
+        """``(tenant, the source that named it)``; the source is None where
+        none did (the tenant is then :attr:`default`). Never raises."""
         for src in self.order:
             t = self._from(src, request)
             if isinstance(t, str) and t:
-                return t
-        return self.default
+                return t, src
+        return self.default, None
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._shown)

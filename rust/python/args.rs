@@ -149,9 +149,37 @@ named! {
     token_budget: int_arg("token_budget") -> i64;
     extend_len: int_arg("extend_len") -> i64;
     w: float_arg("w") -> f64;
-    quantum: float_arg("quantum") -> f64;
     w_in: float_arg("w_in") -> f64;
     w_out: float_arg("w_out") -> f64;
+}
+
+/// A quantum: a number (see [`float_arg`]) or the string `"auto"` (`None`:
+/// the automatic quantum, `crate::quantum`).
+pub fn quantum_or_auto(field: &str, v: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
+    if let Ok(s) = v.extract::<String>() {
+        if s.trim().eq_ignore_ascii_case("auto") {
+            return Ok(None);
+        }
+        return Err(PyValueError::new_err(format!(
+            "{field} must be a number or \"auto\", got {}",
+            shown(v)
+        )));
+    }
+    float_arg(field, v).map(Some)
+}
+
+/// DLPM's `quantum`: a number or `"auto"`.
+pub fn quantum(v: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
+    quantum_or_auto("quantum", v)
+}
+
+/// `quantum_scale`: `None` or a number.
+pub fn quantum_scale(v: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
+    if v.is_none() {
+        Ok(None)
+    } else {
+        float_arg("quantum_scale", v).map(Some)
+    }
 }
 
 /// `capacity`: `None` or an int (see [`int_arg`]).

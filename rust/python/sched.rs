@@ -395,6 +395,14 @@ impl PyLocalScheduler {
         self.core.state_value(&client)
     }
 
+    /// How far ``client`` is over its fair share by the policy's own
+    /// account (larger = further over; VTC's counter, minus DLPM's
+    /// deficit, LAS's attained service, else service / weight; 0 for an
+    /// unknown client): what admission control ranks tenants by.
+    fn share_lead(&self, #[pyo3(from_py_with = args::client)] client: String) -> f64 {
+        self.core.share_lead(&client)
+    }
+
     /// The fairness state as plain JSON data: policy, options, every
     /// client (weight, service, VTC counter / DLPM deficit, requests
     /// waiting), DLPM's refills and the admitted, unfinished requests.
@@ -590,26 +598,56 @@ the walk meets a client with q <= 0 and no client with waiting requests has
 q > 0, every known client with q <= 0 gets q += quantum (the paper's Q_u;
 consecutive refills are applied in bulk, counted in `refills`). One schedule
 call repeats the walk until a walk admits nothing (work conserving).
+quantum -> 0 behaves like VTC, quantum -> inf like LPM.
+
+The quantum is fixed (a number, quantum_scale None or 0) or automatic
+(quantum=\"auto\", or quantum_scale > 0): quantum_scale (default 1) times
+the mean uncached cost of a request over about the last 64 admissions
+(w_e * input_len + w_q * output, divided by the weight), the number given
+(or 512 for \"auto\") until the first admission. `quantum` reads the value a
+refill would use now, `largest_quantum` the largest one a refill used.
 Bound (Theorem 4.1): two continuously backlogged clients' service differs by
-at most 2 * (U + quantum), U = w_e * max input + w_q * max running tokens.
-quantum -> 0 behaves like VTC, quantum -> inf like LPM. quantum, w_e, w_q:
-> 0 and finite (ValueError naming the field). Shared contract: see
-help(fairq.FCFS)."]
+at most 2 * (U + Q*), U = w_e * max input + w_q * max running tokens, Q* the
+largest quantum used (the fixed quantum). quantum, w_e, w_q: > 0 and finite,
+quantum_scale >= 0 and finite (ValueError naming the field). Shared
+contract: see help(fairq.FCFS)."]
 #[pyclass(name = "DLPM", module = "fairq._core", extends = PyLocalScheduler)]
 pub struct PyDlpm;
 
 #[pymethods]
 impl PyDlpm {
     #[new]
-    #[pyo3(signature = (tree, quantum, w_e = 1.0, w_q = 2.0, *, max_prompt_tokens = None))]
+    #[pyo3(signature = (tree, quantum, w_e = 1.0, w_q = 2.0, *, quantum_scale = None, max_prompt_tokens = None))]
     fn new(
         tree: Py<PyRadixTree>,
-        #[pyo3(from_py_with = args::quantum)] quantum: f64,
+        #[pyo3(from_py_with = args::quantum)] quantum: Option<f64>,
         #[pyo3(from_py_with = args::w_e)] w_e: f64,
         #[pyo3(from_py_with = args::w_q)] w_q: f64,
+        #[pyo3(from_py_with = args::quantum_scale)] quantum_scale: Option<f64>,
         #[pyo3(from_py_with = args::max_prompt_tokens)] max_prompt_tokens: Option<i64>,
     ) -> PyResult<(Self, PyLocalScheduler)> {
-        let policy = Policy::Dlpm { quantum, w_e, w_q };
+        // "auto": the engine defaults (the initial quantum, the scale)
+        let spec = |name: &str| {
+            REGISTRY
+                .iter()
+                .filter(|p| p.name == "dlpm")
+                .flat_map(|p| p.options)
+                .find(|o| o.name == name)
+                .map_or(0.0, |o| o.engine_default)
+        };
+        let (quantum, quantum_scale) = match (quantum, quantum_scale) {
+            (Some(q), scale) => (q, scale.unwrap_or(0.0)),
+            (None, scale) => (
+                spec("quantum"),
+                scale.unwrap_or_else(|| spec("quantum_scale")),
+            ),
+        };
+        let policy = Policy::Dlpm {
+            quantum,
+            w_e,
+            w_q,
+            quantum_scale,
+        };
         Ok((
             Self,
             PyLocalScheduler::new(policy, Some(tree), max_prompt_tokens)?,
@@ -627,6 +665,20 @@ impl PyDlpm {
     #[getter]
     fn refills(slf: PyRef<'_, Self>) -> u64 {
         slf.as_super().core.refills()
+    }
+
+    /// The quantum a refill would use now (the fixed one, or the automatic
+    /// one's current value).
+    #[getter]
+    fn quantum(slf: PyRef<'_, Self>) -> f64 {
+        slf.as_super().core.quantum().map_or(0.0, |q| q.0)
+    }
+
+    /// The largest quantum a refill has used so far (Theorem 4.1's Q*; 0
+    /// before the first refill).
+    #[getter]
+    fn largest_quantum(slf: PyRef<'_, Self>) -> f64 {
+        slf.as_super().core.quantum().map_or(0.0, |q| q.1)
     }
 }
 

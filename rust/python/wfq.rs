@@ -552,6 +552,16 @@ impl PyWfqQueue {
         })
     }
 
+    /// How far ``flow`` is over its fair share: ``F_last - V`` (0 if the
+    /// queue holds no state for it); what admission control ranks flows by.
+    fn share_lead(slf: &Bound<'_, Self>, flow: &Bound<'_, PyAny>) -> PyResult<f64> {
+        let this = super::lock(slf, "fairq.WFQQueue")?;
+        Ok(match this.resolve_flow(Some(flow))? {
+            Some((id, false)) => this.core.wfq().flow_lead(&id),
+            _ => 0.0,
+        })
+    }
+
     /// Items in pop order (a snapshot list; the queue is not changed).
     fn items<'py>(slf: &Bound<'_, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let this = super::lock(slf, "fairq.WFQQueue")?;

@@ -48,11 +48,16 @@ use super::policy::{AdmissionOrder, OptionSpec, PolicySpec, Registered, Room, St
 use super::prefix::{prefix_accessors, LpmKey, PrefixIndex};
 use super::state::SavedClient;
 use crate::deficit::{add_saturating, refill, rounds_until_positive};
+use crate::quantum::Quantum;
 use crate::radix::RadixTree;
 
 #[derive(Debug)]
 pub(super) struct Dlpm {
-    quantum: f64,
+    /// `Q_u`: fixed, or automatic (`quantum_scale > 0`, `crate::quantum`).
+    quantum: Quantum,
+    /// The largest quantum a refill has used (Theorem 4.1's `Q*`; 0 before
+    /// the first refill).
+    largest_quantum: f64,
     w_e: f64,
     w_q: f64,
     index: PrefixIndex,
@@ -67,9 +72,10 @@ pub(super) struct Dlpm {
 }
 
 impl Dlpm {
-    pub fn new(quantum: f64, w_e: f64, w_q: f64) -> Self {
+    pub fn new(quantum: f64, w_e: f64, w_q: f64, quantum_scale: f64) -> Self {
         Dlpm {
-            quantum,
+            quantum: Quantum::new(quantum, quantum_scale),
+            largest_quantum: 0.0,
             w_e,
             w_q,
             index: PrefixIndex::with_client_orders(),
@@ -117,11 +123,13 @@ impl Dlpm {
             .zip(&self.deficits)
             .filter(|(cl, _)| cl.waiting > 0)
             .map(|(_, &q)| q);
-        let Some(rounds) = rounds_until_positive(waiting, self.quantum) else {
+        let quantum = self.quantum.value();
+        let Some(rounds) = rounds_until_positive(waiting, quantum) else {
             return;
         };
+        self.largest_quantum = self.largest_quantum.max(quantum);
         self.refills = self.refills.saturating_add(rounds.count);
-        refill(&mut self.deficits, self.quantum, rounds);
+        refill(&mut self.deficits, quantum, rounds);
         self.credit_clients_waiting = (0..book.clients.len() as u32)
             .filter(|&c| self.waits_with_credit(book, c))
             .count();
@@ -198,6 +206,8 @@ impl Registered for Dlpm {
             OptionSpec::new("quantum", 512.0),
             OptionSpec::new("w_e", 1.0),
             OptionSpec::new("w_q", 2.0),
+            // engines: automatic (the quantum above is its initial value)
+            OptionSpec::new("quantum_scale", crate::quantum::DEFAULT_SCALE).zero_is_off(),
         ],
         needs_tree: true,
         refills: true,
@@ -207,11 +217,12 @@ impl Registered for Dlpm {
             min: None,
             metric: "scheduler_deficit",
             help: "DLPM deficit",
+            lead_sign: -1.0,
         }),
         service_weights: Some((1, 2)),
     };
     fn build(options: &[f64], _rule: LpmRule) -> Self {
-        Dlpm::new(options[0], options[1], options[2])
+        Dlpm::new(options[0], options[1], options[2], options[3])
     }
 }
 
@@ -320,6 +331,8 @@ impl AdmissionOrder for Dlpm {
         if !q.resumed {
             let c = q.client;
             let w = book.clients[c as usize].weight;
+            // the automatic quantum follows the cost of a miss: the whole input
+            self.quantum.admitted(self.w_e * q.input_len as f64 / w);
             self.add_deficit(book, c, -(self.w_e * extend as f64 / w));
         }
         self.walk.progress = true;
@@ -333,6 +346,7 @@ impl AdmissionOrder for Dlpm {
 
     fn charge_output<T>(&mut self, book: &Book<T>, c: u32, tokens: f64) {
         let w = book.clients[c as usize].weight;
+        self.quantum.charged(self.w_q * tokens / w);
         self.add_deficit(book, c, -(self.w_q * tokens / w));
     }
 
@@ -359,6 +373,15 @@ impl AdmissionOrder for Dlpm {
     }
     fn refills(&self) -> u64 {
         self.refills
+    }
+    fn quantum_now(&self) -> Option<(f64, f64)> {
+        Some((self.quantum.value(), self.largest_quantum))
+    }
+    fn quantum_memory(&self) -> Option<(f64, f64)> {
+        self.quantum.memory()
+    }
+    fn load_quantum_memory(&mut self, cost: f64, count: f64) {
+        self.quantum.restore(cost, count);
     }
 
     prefix_accessors!(index);

@@ -63,6 +63,7 @@ impl Registered for Las {
             min: Some(0.0),
             metric: "scheduler_las_attained",
             help: "LAS attained service (decayed)",
+            lead_sign: 1.0,
         }),
         service_weights: Some((1, 2)),
     };

@@ -107,7 +107,7 @@ policy::register! {
     Fcfs => fcfs::Fcfs,
     Lpm => lpm::Lpm,
     Vtc { w_in, w_out } => vtc::Vtc,
-    Dlpm { quantum, w_e, w_q } => dlpm::Dlpm,
+    Dlpm { quantum, w_e, w_q, quantum_scale } => dlpm::Dlpm,
     Las { half_life_s, w_in, w_out } => las::Las,
 }
 
@@ -123,10 +123,10 @@ impl Policy {
             .service_weights
             .map_or((1.0, 2.0), |(i, o)| (values[i], values[o]))
     }
-    /// Every option must be positive and finite.
+    /// Every option must be positive and finite (or 0 where 0 is off).
     fn validate(&self) -> Result<()> {
         for (opt, &v) in self.spec().options.iter().zip(&self.option_values()) {
-            check_positive(opt.name, v)?;
+            opt.check(v)?;
         }
         Ok(())
     }
@@ -282,6 +282,13 @@ impl<T> LocalScheduler<T> {
     pub fn refills(&self) -> u64 {
         self.order.refills()
     }
+    /// DLPM: `(the quantum a refill would use now, the largest quantum a
+    /// refill has used so far)` (fixed or automatic, `crate::quantum`;
+    /// the second is 0 before the first refill); `None` for the other
+    /// policies.
+    pub fn quantum(&self) -> Option<(f64, f64)> {
+        self.order.quantum_now()
+    }
     /// Re-matches done so far because the tree changed (diagnostics).
     pub fn rematches(&self) -> u64 {
         self.order.prefix().map_or(0, |p| p.rematches())
@@ -375,6 +382,11 @@ impl<T> LocalScheduler<T> {
     /// What `add` and `requeue` check of a request about to wait: its length
     /// fits the slot index, and a tree is given when the policy needs one.
     fn check_waiting_input(&self, tokens: &[u32], has_tree: bool) -> Result<()> {
+        if tokens.is_empty() {
+            return Err(Error::value(
+                "tokens: the prompt is empty (a request needs at least one prompt token)",
+            ));
+        }
         if tokens.len() >= u32::MAX as usize {
             return Err(Error::value(format!(
                 "tokens: {} tokens is too long (max {})",
@@ -400,7 +412,8 @@ impl<T> LocalScheduler<T> {
     // ----- public operations --------------------------------------------------
 
     /// Add a waiting request. `tree` is required for LPM/DLPM and optional
-    /// otherwise (used only to report `cached_len`). With
+    /// otherwise (used only to report `cached_len`). An empty prompt is a
+    /// `Value` error (as in [`Self::requeue`]; nothing changes). With
     /// [`Self::set_max_prompt_tokens`] set, a longer prompt is a `Value`
     /// error naming the request and the limit (nothing changes).
     pub fn add(
@@ -687,6 +700,23 @@ impl<T> LocalScheduler<T> {
         self.book
             .client_index(client)
             .map_or(0.0, |c| self.order.state_value(c, self.now()))
+    }
+    /// How far `client` is over its fair share by the policy's own account,
+    /// in the policy's unit (weighted tokens; larger = further over; only
+    /// compared between clients of one scheduler): its state field signed by
+    /// [`StateField::lead_sign`] (VTC's counter, LAS's attained service,
+    /// minus DLPM's deficit), or for a policy without one (FCFS, LPM) the
+    /// service divided by the client's weight. 0 for an unknown client.
+    /// The one number admission control ranks tenants by
+    /// (`fairq.ledger.caps`).
+    pub fn share_lead(&self, client: &str) -> f64 {
+        if self.book.client_index(client).is_none() {
+            return 0.0;
+        }
+        match self.policy.spec().state_field {
+            Some(f) => f.lead_sign * self.state_value(client),
+            None => self.service(client) / self.weight(client),
+        }
     }
     /// `state_value` if the policy's state field is `field`, else 0.
     fn field_value(&self, field: &str, client: &str) -> f64 {

@@ -188,6 +188,18 @@ pub(super) trait AdmissionOrder {
     fn refills(&self) -> u64 {
         0
     }
+    /// DLPM: (the quantum a refill would use now, the largest one a refill
+    /// has used); `None` elsewhere.
+    fn quantum_now(&self) -> Option<(f64, f64)> {
+        None
+    }
+    /// DLPM with the automatic quantum: its memory `(cost, count)` for the
+    /// saved state (`crate::quantum::Quantum::memory`).
+    fn quantum_memory(&self) -> Option<(f64, f64)> {
+        None
+    }
+    /// A state restore: the automatic quantum's memory.
+    fn load_quantum_memory(&mut self, _cost: f64, _count: f64) {}
 
     /// The prefix index, for the policies that order by prefix match.
     fn prefix(&self) -> Option<&PrefixIndex> {
@@ -201,12 +213,17 @@ pub(super) trait AdmissionOrder {
     fn check_invariants<T>(&self, _book: &Book<T>, _tree: Option<&RadixTree>) {}
 }
 
-/// One option of a policy (a constructor keyword, `> 0` and finite).
+/// One option of a policy (a constructor keyword, `> 0` and finite, or
+/// `>= 0` where [`Self::zero_is_off`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OptionSpec {
     pub name: &'static str,
     /// The value an engine integration uses when the user gives none.
     pub engine_default: f64,
+    /// 0 is allowed and turns the option's feature off (DLPM's
+    /// `quantum_scale`: a fixed quantum); a saved state without it reads 0
+    /// (states written before the option existed).
+    pub zero_is_off: bool,
 }
 
 impl OptionSpec {
@@ -214,7 +231,29 @@ impl OptionSpec {
         OptionSpec {
             name,
             engine_default,
+            zero_is_off: false,
         }
+    }
+    /// The same option, with 0 allowed (off).
+    pub const fn zero_is_off(self) -> Self {
+        OptionSpec {
+            zero_is_off: true,
+            ..self
+        }
+    }
+    /// Check a value: finite and `> 0` (`>= 0` where 0 is off); the error
+    /// names the option.
+    pub fn check(&self, v: f64) -> crate::error::Result<f64> {
+        if self.zero_is_off && (v == 0.0 || v.is_finite() && v > 0.0) {
+            return Ok(v);
+        }
+        if self.zero_is_off {
+            return Err(crate::error::Error::value(format!(
+                "{} must be a finite number >= 0 (0: off), got {v}",
+                self.name
+            )));
+        }
+        crate::error::check_positive(self.name, v)
     }
 }
 
@@ -228,6 +267,10 @@ pub struct StateField {
     /// The Prometheus family (`fairq_<metric>`) and its help text.
     pub metric: &'static str,
     pub help: &'static str,
+    /// `+1.0` if a larger value means the client was served more than its
+    /// share (VTC's counter, LAS's attained service), `-1.0` if less (DLPM's
+    /// deficit: credit left): the sign of [`super::LocalScheduler::share_lead`].
+    pub lead_sign: f64,
 }
 
 /// What a policy module registers: everything the rest of fairq (the
@@ -392,6 +435,15 @@ macro_rules! register {
             }
             fn refills(&self) -> u64 {
                 each!(self, p => p.refills())
+            }
+            fn quantum_now(&self) -> Option<(f64, f64)> {
+                each!(self, p => p.quantum_now())
+            }
+            fn quantum_memory(&self) -> Option<(f64, f64)> {
+                each!(self, p => p.quantum_memory())
+            }
+            fn load_quantum_memory(&mut self, cost: f64, count: f64) {
+                each!(self, p => p.load_quantum_memory(cost, count))
             }
             fn prefix(&self) -> Option<&PrefixIndex> {
                 each!(self, p => p.prefix())

@@ -10,12 +10,16 @@
 //!  "clients": [{"name", "weight", "service", "waiting", "admitted",
 //!               its state field: "counter" (VTC) | "deficit" (DLPM) | "attained" (LAS)}],
 //!  "running": [{"request_id", "client", "input_len", "charged_extend", "admission_weight"}],
-//!  "refills": n (DLPM)}
+//!  "refills": n (DLPM),
+//!  "quantum_memory": {"cost", "count"} (DLPM with the automatic quantum)}
 //! ```
 //!
 //! What it holds: the policy and its options, every client in first-seen
 //! order (weight, service so far, VTC counter or DLPM deficit, how many
-//! requests it had waiting), DLPM's refill count, and the admitted,
+//! requests it had waiting), DLPM's refill count and, with the automatic
+//! quantum, its memory (`crate::quantum::Quantum::memory`: the decayed charge
+//! sum and admission count, so a restart keeps the quantum it had learned
+//! rather than re-learning it from the initial value), and the admitted,
 //! unfinished requests, so `charge_output`, `recharge_extend` and `finish`
 //! after a restore land as they would have. What it does not hold: the
 //! waiting requests (the engine's; the caller re-adds them, in their
@@ -104,7 +108,12 @@ fn read_options(kind: &Policy, v: &Value, path: Path) -> Result<Policy> {
     let values = spec
         .options
         .iter()
-        .map(|o| number(&f, o.name, Some((0.0, true))))
+        .map(|o| {
+            if o.zero_is_off && f.opt_f64(o.name)?.is_none() {
+                return Ok(0.0); // a state written before the option existed
+            }
+            number(&f, o.name, Some((0.0, !o.zero_is_off)))
+        })
         .collect::<Result<Vec<f64>>>()?;
     Ok(Policy::from_options(spec.name, &values).expect("registered policy"))
 }
@@ -170,6 +179,10 @@ impl<T> LocalScheduler<T> {
         if self.policy.spec().refills {
             doc.push(("refills", Value::Int(self.order.refills() as i128)));
         }
+        if let Some((cost, count)) = self.order.quantum_memory() {
+            let memory = Value::map([("cost", float(cost)), ("count", float(count))]);
+            doc.push(("quantum_memory", memory));
+        }
         Ok(Value::map(doc))
     }
 
@@ -190,7 +203,7 @@ impl<T> LocalScheduler<T> {
             "format", "version", "policy", "options", "clients", "running",
         ];
         if self.policy.spec().refills {
-            known.push("refills");
+            known.extend(["refills", "quantum_memory"]);
         }
         f.deny_unknown(&known, "state: ", |_| None)?;
         check_state_envelope(&f, FORMAT, VERSION, "a local scheduler")?;
@@ -281,6 +294,17 @@ impl<T> LocalScheduler<T> {
         } else {
             0
         };
+        let memory = match f.get("quantum_memory") {
+            Some(m) => {
+                let mf = Fields::new(m, f.at("quantum_memory"), "quantum_memory")?;
+                mf.deny_unknown(&["cost", "count"], "", |_| None)?;
+                Some((
+                    number(&mf, "cost", Some((0.0, false)))?,
+                    number(&mf, "count", Some((0.0, false)))?,
+                ))
+            }
+            None => None,
+        };
 
         // Valid: apply (nothing below fails).
         self.policy = policy;
@@ -300,6 +324,9 @@ impl<T> LocalScheduler<T> {
         }
         self.order.set_time(self.now());
         self.order.load_counters(&clients, refills);
+        if let Some((cost, count)) = memory {
+            self.order.load_quantum_memory(cost, count);
+        }
         for r in running {
             self.book.restore_running(Req {
                 id: r.id,

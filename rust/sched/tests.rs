@@ -37,7 +37,15 @@ fn lpm_order_and_skip() {
     assert_eq!(adm[0].cached_len, 4);
     assert_eq!(s.len(), 1);
     assert_eq!(s.num_running(), 3);
-    assert!(s.add(Some(&mut t), int(2), "b", vec![], (), ns).is_err());
+    assert!(s
+        .add(Some(&mut t), int(2), "b", vec![], (), ns.clone())
+        .is_err());
+    // an empty prompt is refused, and nothing changes
+    let e = s
+        .add(Some(&mut t), int(9), "c", vec![], (), ns)
+        .unwrap_err();
+    assert!(e.to_string().contains("prompt is empty"), "{e}");
+    assert_eq!((s.len(), s.num_running()), (1, 3));
 }
 
 #[test]
@@ -51,11 +59,12 @@ fn incremental_matches_follow_tree_changes() {
             quantum: 5.0,
             w_e: 1.0,
             w_q: 2.0,
+            quantum_scale: 0.0,
         })
         .unwrap();
         let mut id = 0;
         for _ in 0..3000 {
-            let len = (next() % 10) as usize;
+            let len = 1 + (next() % 9) as usize; // a prompt has at least one token
             let toks: Vec<u32> = (0..len).map(|_| (next() % 3) as u32).collect();
             match next() % 5 {
                 0 => {
@@ -115,6 +124,7 @@ fn vtc_lift_and_dlpm_refill() {
         quantum: 5.0,
         w_e: 1.0,
         w_q: 2.0,
+        quantum_scale: 0.0,
     })
     .unwrap();
     add(&mut d, Some(&mut t), 1, "a", vec![1; 4]);
@@ -134,6 +144,7 @@ fn dlpm_extreme_weights_saturate() {
         quantum: 1.0,
         w_e: 1e308,
         w_q: 1e308,
+        quantum_scale: 0.0,
     })
     .unwrap();
     let mut t = RadixTree::new(None, 1).unwrap();
@@ -175,6 +186,7 @@ fn dlpm(quantum: f64) -> LocalScheduler<()> {
         quantum,
         w_e: 1.0,
         w_q: 2.0,
+        quantum_scale: 0.0,
     })
     .unwrap()
 }
@@ -210,6 +222,7 @@ fn dlpm_a_a_b(quantum: f64, b_len: usize) -> (RadixTree, LocalScheduler<()>) {
         quantum,
         w_e: 1.0,
         w_q: 2.0,
+        quantum_scale: 0.0,
     };
     holding(
         dlpm,
@@ -283,6 +296,7 @@ fn four_policies(w_in: f64, quantum: f64) -> [Policy; 4] {
             quantum,
             w_e: w_in,
             w_q: 2.0,
+            quantum_scale: 0.0,
         },
     ]
 }
@@ -521,6 +535,7 @@ fn state_round_trip_restores_counters_and_running_requests() {
         quantum: 4.0,
         w_e: 1.0,
         w_q: 2.0,
+        quantum_scale: 0.0,
     })
     .unwrap();
     s.set_weight("a", 2.0).unwrap();
@@ -534,6 +549,7 @@ fn state_round_trip_restores_counters_and_running_requests() {
         quantum: 1.0,
         w_e: 1.0,
         w_q: 1.0,
+        quantum_scale: 0.0,
     })
     .unwrap();
     r.load_state(&state).unwrap();
@@ -930,4 +946,22 @@ fn las_decays_by_half_per_half_life_and_orders_by_decayed_service() {
     assert_eq!(r.state_value("a"), s.state_value("a"));
     add(&mut r, None, 2, "b", vec![2; 5]); // re-add the waiting
     assert_eq!(r.state().unwrap(), saved);
+}
+
+#[test]
+fn share_lead_is_larger_for_the_client_served_more_in_every_policy() {
+    for policy in all_policies() {
+        let (t, mut s) = holding(policy, &[("heavy", vec![1; 50]), ("light", vec![2; 5])]);
+        s.set_time(0.0).unwrap();
+        let adm = s.schedule(Some(&t), 1000, None).unwrap();
+        assert_eq!(adm.len(), 2, "{policy:?}");
+        s.charge_output(&int(0), 20).unwrap();
+        assert!(
+            s.share_lead("heavy") > s.share_lead("light"),
+            "{policy:?}: {} vs {}",
+            s.share_lead("heavy"),
+            s.share_lead("light")
+        );
+        assert_eq!(s.share_lead("nobody"), 0.0);
+    }
 }

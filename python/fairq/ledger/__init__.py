@@ -14,6 +14,9 @@
   exposes of its ledger.
 * :class:`Flusher` (:mod:`fairq.ledger.flush`): metrics and snapshots at a
   bounded interval whether or not the engine steps, under the ledger's lock.
+* :class:`AdmissionControl`, :class:`Limits` (:mod:`fairq.ledger.caps`):
+  per-tenant and global caps and token rates, decided at a front door in
+  one call, refusing the tenant furthest over its share (429s).
 * :class:`TenantTally` (:mod:`fairq.ledger.tally`): per-tenant requests,
   prompt tokens and prefix hits.
 
@@ -36,12 +39,16 @@ request, as an engine reports it::
 from __future__ import annotations
 
 from fairq.ledger.book import MAX_BATCH, MIN_BATCH, UNBOUNDED, Ledger
+from fairq.ledger.caps import AdmissionControl, Limits, Refusal
 from fairq.ledger.flush import Flusher
 from fairq.ledger.hooks import Hooks, LedgerView, PersistHook, StepHook, StepHookProtocol
 from fairq.ledger.persist import Persistence, StateFile, StateSource
 from fairq.ledger.tally import TenantTally
 
 __all__ = [
+    "AdmissionControl",
+    "Limits",
+    "Refusal",
     "Flusher",
     "Hooks",
     "Ledger",

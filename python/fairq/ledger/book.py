@@ -409,6 +409,17 @@ class Ledger:
         """Weighted tokens served to ``tenant`` (summed over tiers)."""
         return float(sum(s.service(tenant) for s in self._scheds.values()))
 
+    def share_leads(self) -> dict[str, float]:
+        """Each tenant's ``share_lead`` (how far over its fair share by the
+        policy's own account, larger = further; the largest over tiers): what
+        :meth:`fairq.ledger.caps.AdmissionControl.set_accounts` takes."""
+        out: dict[str, float] = {}
+        for s in self._scheds.values():
+            for t in s.clients():
+                v = s.share_lead(t)
+                out[t] = max(out.get(t, v), v)
+        return out
+
     # -- saved state (fairq.ledger.persist) -----------------------------------
     def persisted_options(self) -> dict[str, Any]:
         """The options a saved state depends on: the policy, its own options

@@ -12,7 +12,9 @@ Tenant (:func:`default_tenant`), first that applies:
 2. the body's ``user`` field (OpenAI's end-user id), a non-empty str;
 3. the ``tenant_header`` HTTP header (default ``x-fairq-tenant``) of a request
    that reaches the deployment straight from Serve's HTTP proxy (the router
-   sees its ASGI scope, not its body);
+   sees its ASGI scope, not its body), then the fairness headers gateways
+   send (:data:`GATEWAY_HEADERS`: GIE's ``x-gateway-inference-fairness-id``,
+   llm-d's ``x-llm-d-inference-fairness-id``);
 4. ``default_tenant`` (default ``"default"``).
 
 Prompt tokens (:func:`default_tokens`), first that applies:
@@ -41,6 +43,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from fairq.tenancy import GATEWAY_HEADERS
 
 #: Bytes of text per pseudo-token.
 PAGE_BYTES = 4
@@ -113,9 +117,10 @@ def default_tenant(
         user = _field(body, "user")
         if isinstance(user, str) and user:
             return user
-        header = _header(body, tenant_header)
-        if header:
-            return header
+        for name in (tenant_header, *GATEWAY_HEADERS):
+            header = _header(body, name)
+            if header:
+                return header
     except Exception:  # a body the extractor cannot read: the default tenant
         pass
     return default
@@ -177,3 +182,22 @@ def default_tokens(args: Sequence[Any], kwargs: Mapping[Any, Any]) -> np.ndarray
 
 TenantExtractor = Callable[[Sequence[Any], Mapping[Any, Any]], str]
 TokensExtractor = Callable[[Sequence[Any], Mapping[Any, Any]], Any]
+
+
+def estimate_tokens(prompt: int, args: Sequence[Any], kwargs: Mapping[Any, Any]) -> int:
+    """What admission control counts for a request: its ``prompt`` (pseudo-)
+    tokens plus the output it asks for (``max_tokens`` /
+    ``max_completion_tokens``, else :data:`fairq.ledger.door.DEFAULT_MAX_TOKENS`);
+    never raises."""
+    from fairq.ledger.door import DEFAULT_MAX_TOKENS
+
+    out = DEFAULT_MAX_TOKENS
+    try:
+        body = _body(args, kwargs)
+        for name in ("max_tokens", "max_completion_tokens"):
+            v = _field(body, name)
+            if isinstance(v, int) and not isinstance(v, bool):
+                out = v
+    except Exception:  # a body the extractor cannot read
+        pass
+    return max(prompt, 1) + max(out, 0)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import fairq
+from fairq.engineopts import _number
+from fairq.ledger.caps import Limits
 from fairq.ray.extract import TenantExtractor, TokensExtractor
 from fairq.ray.feedback import FEEDBACK_KEY
 
@@ -59,6 +61,11 @@ class RouterOptions:
         feedback_key: routing-stats key the replicas report under.
         recent_requests: completed requests remembered for output counts that
             arrive after completion (> 0).
+        limits: admission limits (:class:`fairq.ledger.caps.Limits` fields,
+            errors name ``limits.<field>``); a refused request fails with
+            Serve's ``BackPressureError`` (HTTP 429 and ``Retry-After`` at
+            Serve's proxy; 413 for one no cap can hold). None: no limits.
+        tenant_weights: ``{tenant: weight > 0}`` for the limits' shares.
     """
 
     worker_quantum: float = 4096.0
@@ -74,6 +81,8 @@ class RouterOptions:
     spill: bool = True
     feedback_key: str = FEEDBACK_KEY
     recent_requests: int = 65536
+    limits: Mapping[str, Any] | Limits | None = None
+    tenant_weights: Mapping[str, float] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.shared_view, bool):
@@ -99,6 +108,15 @@ class RouterOptions:
         object.__setattr__(
             self, "tokens_extractor", _load("tokens_extractor", self.tokens_extractor)
         )
+        if not isinstance(self.limits, Limits):
+            object.__setattr__(self, "limits", Limits.from_mapping(self.limits))
+        weights = self.tenant_weights or {}
+        if not isinstance(weights, Mapping):
+            raise TypeError(f"tenant_weights must be a mapping, got {weights!r}")
+        checked = {
+            t: _number(f"tenant_weights[{t!r}]", w, positive=True) for t, w in weights.items()
+        }
+        object.__setattr__(self, "tenant_weights", checked)
         self.dispatcher()  # the core validates worker_quantum, w_e, w_q
 
     def dispatcher(self) -> fairq.D2LPM:

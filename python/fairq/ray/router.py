@@ -23,7 +23,14 @@ core's ``fairq.D2LPM``; this class only maps Ray's lifecycle onto it:
   slot; the output tokens arrive from the replica through the routing-stats
   hook (:mod:`fairq.ray.feedback`) and are charged with
   ``charge_output``; KV-cache evictions reported there go to ``on_evict``;
-* a request cancelled before it was routed is withdrawn (its charge refunded).
+* a request cancelled before it was routed is withdrawn (its charge refunded);
+* admission control (``limits``, :mod:`fairq.ledger.caps`): the first time
+  ``choose_replicas`` sees a request, :meth:`AdmissionControl.offer` decides;
+  a refused request's future fails with Serve's ``BackPressureError``
+  (status 429 and ``Retry-After`` at Serve's HTTP proxy, 413 for a request
+  no cap can hold) before it is dispatched, and an accepted one is held
+  until its completion (or cancellation) is seen. The policy's account of
+  each tenant is its D2LPM deficits summed over the live replicas, negated.
 
 Every router instance (one per ``DeploymentHandle`` and per HTTP proxy) holds
 its own D2LPM state and, with ``shared_view`` (the default), learns the
@@ -35,6 +42,7 @@ the fairness bound and what the view gives back.
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +50,7 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+from ray.serve.exceptions import BackPressureError
 from ray.serve.request_router import (
     PendingRequest,
     ReplicaID,
@@ -50,11 +59,15 @@ from ray.serve.request_router import (
 )
 
 import fairq
-from fairq.ray.extract import EMPTY, default_tenant, default_tokens
+from fairq.ledger.caps import AdmissionControl, Limits
+from fairq.ray.extract import EMPTY, default_tenant, default_tokens, estimate_tokens
 from fairq.ray.options import RouterOptions
 from fairq.ray.view import SharedView
 
 logger = logging.getLogger("ray.serve")
+
+#: Seconds between two refreshes of admission control's accounts.
+ACCOUNTS_INTERVAL_S = 1.0
 
 #: Ray releases this module was written and tested against.
 SUPPORTED_RAY = ">=2.60,<2.61"
@@ -70,6 +83,7 @@ class _Request:
     completed_unrouted: bool = False  # a send completed before on_request_routed
     output_tokens: int = 0  # reported before completion (rare)
     watched_future: int = 0  # id() of the PendingRequest future we watch
+    held: int = -1  # tokens admission control holds for it (-1: none)
 
 
 class FairqD2LPMRouter(RequestRouter):
@@ -131,9 +145,15 @@ class FairqD2LPMRouter(RequestRouter):
                 "feedback_errors",
                 "extractor_errors",
                 "unslotted",
+                "refused",
             ),
             0,
         )
+        self.admission: AdmissionControl | None = None
+        limits = options.limits
+        if isinstance(limits, Limits) and limits.active:  # always a Limits once validated
+            self.admission = AdmissionControl(limits, options.tenant_weights)
+        self._accounts_at = float("-inf")
 
     @property
     def dispatcher(self) -> fairq.D2LPM:
@@ -239,6 +259,7 @@ class FairqD2LPMRouter(RequestRouter):
         if req is None or req.routed:
             return
         del self._requests[rid]
+        self._release(req)
         if rid in self._d:
             self._d.withdraw(rid)
             self.counters["withdrawn"] += 1
@@ -270,7 +291,10 @@ class FairqD2LPMRouter(RequestRouter):
         req = self._requests.get(rid)
         if req is None:
             tenant, tokens = self._extract(pending_request)
-            req = self._requests[rid] = _Request(tenant, tokens)
+            held = self._admit(tenant, tokens, pending_request)
+            if held is None:  # refused: the future holds the error
+                return [list(candidate_replicas)]
+            req = self._requests[rid] = _Request(tenant, tokens, held=held)
         self._watch(rid, req, pending_request)
         # Chosen again: the send whose completion we saw was rejected.
         req.completed_unrouted = False
@@ -331,6 +355,7 @@ class FairqD2LPMRouter(RequestRouter):
             req.completed_unrouted = True
             return
         del self._requests[rid]
+        self._release(req)
         if rid not in self._d:  # its replica was removed meanwhile
             return
         slot = self._d.on_finish(rid, req.output_tokens)
@@ -339,6 +364,50 @@ class FairqD2LPMRouter(RequestRouter):
             self._recent[rid] = (req.tenant, slot)
             while len(self._recent) > self.options.recent_requests:
                 self._recent.popitem(last=False)
+
+    # --- admission control ----------------------------------------------------
+
+    def _admit(self, tenant: str, tokens: np.ndarray, pr: PendingRequest) -> int | None:
+        """Offer the request to admission control: the tokens held for it
+        (-1 without limits), or None when refused (its future then fails
+        with ``BackPressureError``)."""
+        if self.admission is None:
+            return -1
+        now = time.monotonic()
+        if now - self._accounts_at >= ACCOUNTS_INTERVAL_S:
+            self._accounts_at = now
+            self.admission.set_accounts(self.share_leads())
+        n = estimate_tokens(len(tokens), pr.args, pr.kwargs)
+        refusal = self.admission.offer(tenant, n, now)
+        if refusal is None:
+            return n
+        self.counters["refused"] += 1
+        if not pr.future.done():
+            pr.future.set_exception(
+                BackPressureError(
+                    num_queued_requests=self.admission.requests,
+                    max_queued_requests=self.admission.limits.max_requests or -1,
+                    status_code=refusal.status,
+                    retry_after_s=refusal.retry_after_s,
+                )
+            )
+        return None
+
+    def _release(self, req: _Request) -> None:
+        if self.admission is not None and req.held >= 0:
+            self.admission.release(req.tenant, req.held)
+            req.held = -1
+
+    def share_leads(self) -> dict[str, float]:
+        """Each tenant holding requests: how far over its share D2LPM says it
+        is (minus its deficits summed over the live replicas)."""
+        assert self.admission is not None
+        slots = list(self._slot.values())
+        return {
+            t: -sum(self._d.deficit(t, w) for w in slots)
+            for t, v in self.admission.stats().items()
+            if v["held_requests"]
+        }
 
     # --- replica feedback ---------------------------------------------------
 

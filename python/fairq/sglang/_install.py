@@ -243,7 +243,17 @@ def plugin() -> None:
     ``SystemExit`` and a message naming the field: SGLang catches a plugin's
     ``Exception``, logs it and would serve its own policy instead, so the
     server must not start.
+
+    In the process that serves HTTP, with ``limits`` among the options, it
+    also adds fairq's front door to SGLang's app
+    (:func:`fairq.sglang.door.install_door`), with or without a policy.
     """
+    from fairq.sglang.door import install_door
+
+    try:
+        install_door()
+    except (ValueError, TypeError) as e:
+        raise SystemExit(f"fairq: {e}") from None
     name = os.environ.get(POLICY_ENV_VAR, "").strip()
     if not name:
         return

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from fairq import engineopts as _engineopts
 from fairq.engineopts import STATE_KEYS
 from fairq.sched import POLICY_INFO
-from fairq.tenancy import SourceOrder
+from fairq.tenancy import GATEWAY_HEADERS, SourceOrder
 
 __all__ = [
     "CONFIG_ENV_VAR",
@@ -42,7 +42,7 @@ OPTIONS_ENV_VAR = "FAIRQ_SGLANG_OPTIONS"
 POLICIES = tuple(POLICY_INFO)
 
 #: Where a tenant can come from, in the default resolution order.
-SOURCES = ("custom_labels", "routing_key", "extra_key", "lora", "rid")
+SOURCES = ("header", "custom_labels", "routing_key", "extra_key", "lora", "rid")
 
 
 def policy_key(name: Any) -> str:
@@ -75,7 +75,12 @@ class TenantResolver(SourceOrder):
       share cached prefixes);
     * ``"lora"``: ``request.lora_id`` (the LoRA adapter the request uses);
     * ``"rid"``: the text before the first ``separator`` in the request id
-      (the body's ``rid``: ``"alice:42"`` -> ``"alice"``).
+      (the body's ``rid``: ``"alice:42"`` -> ``"alice"``);
+    * ``"header"``: the first of ``headers`` (default the gateways',
+      :data:`fairq.tenancy.GATEWAY_HEADERS`) an HTTP request carries: only the front door
+      (:mod:`fairq.sglang.door`) sees headers; it writes the tenant into
+      ``custom_labels[label_key]``, so ``"custom_labels"`` must come later
+      in ``order``.
 
     A source that yields nothing (absent, empty, not a string) falls through
     to the next; none: ``default``. Never raises for a request.
@@ -84,9 +89,9 @@ class TenantResolver(SourceOrder):
     SOURCES = SOURCES
     label_key: str
     #: the keys of the options' ``tenant`` mapping (constructor keywords)
-    OPTIONS = ("order", "label_key", "separator", "default")
+    OPTIONS = ("order", "label_key", "separator", "default", "headers")
     #: those of them that are lists
-    LIST_OPTIONS = ("order",)
+    LIST_OPTIONS = ("order", "headers")
 
     def __init__(
         self,
@@ -94,10 +99,14 @@ class TenantResolver(SourceOrder):
         label_key: str = "tenant",
         separator: str = ":",
         default: str = "default",
+        headers: tuple[str, ...] | list[str] = GATEWAY_HEADERS,
     ) -> None:
         self._set_order(order, separator, default, label_key=label_key)
+        self.headers = self._check_headers(headers, "custom_labels")
 
     def _from(self, src: str, request: Any) -> Any:
+        if src == "header":
+            return self._header(request)
         if src == "custom_labels":
             labels = getattr(request, "custom_labels", None)
             return labels.get(self.label_key) if isinstance(labels, Mapping) else None

@@ -14,6 +14,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
 from fairq.cli import write_json
@@ -26,10 +27,11 @@ from fairq.cliargs import (
     output_file,
     plot_file,
     positive,
+    quantum,
     read_trace,
 )
 from fairq.sim.config import LOCAL_POLICIES, MEMORY_MODELS
-from fairq.sim.model import PRESETS
+from fairq.sim.model import PRESETS, StepModel
 from fairq.sim.routers import ASSIGN, routers_table
 from fairq.sim.runner import (
     DEFAULT_PRESET,
@@ -43,6 +45,7 @@ from fairq.sim.runner import (
     plan_sweep,
     with_routers,
 )
+from fairq.sim.story import story
 
 #: The table's columns: (header, JSON key(s) of each result, meaning). A
 #: header reads as its key: lower case, ``_`` for spaces and brackets,
@@ -193,11 +196,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--model",
         action="append",
         metavar="KEY=VALUE",
-        help="override a step-model constant (c0, c_prefill, c_decode, c_kv, kv_capacity, "
-        "prefill_budget, max_running)",
+        help="override a step-model constant (repeatable; "
+        f"{', '.join(f.name for f in fields(StepModel))})",
     )
     p.add_argument(
-        "--quantum", type=positive, default=2000.0, help="DLPM's Q_u, > 0 (default 2000)"
+        "--quantum",
+        type=quantum,
+        default=2000.0,
+        help="DLPM's Q_u: > 0 (fixed; default 2000) or auto (derived from the request charges; "
+        "with --paper: every DLPM run's, in place of the paper's per-workload Q_u)",
     )
     p.add_argument(
         "--worker-quantum",
@@ -327,6 +334,12 @@ def _plan(args: argparse.Namespace) -> tuple[Any, list[Run], dict[str, Any]]:
         specs = [find_spec(n) for n in args.workload] if args.workload else list(DEFAULT_SUITE)
     except ValueError as e:
         raise UsageError(str(e), arg="--workload") from None
+    if args.dispatch and not args.sweep and max(workers) == 1:
+        raise UsageError(
+            "picks the dispatcher of several workers, and --workers 1 has none: "
+            "add --workers N (N > 1)",
+            arg="--dispatch",
+        )
     if args.sweep and args.trace:
         raise UsageError("--sweep runs the suite's workloads, not a trace: drop one of them")
     if args.trace and (args.workload or args.scale is not None or args.duration is not None):
@@ -344,7 +357,9 @@ def _plan(args: argparse.Namespace) -> tuple[Any, list[Run], dict[str, Any]]:
         runs = [r for s in specs[:1] for r in plan_sweep(s, base, sweep_workers)]
     elif args.trace:
         trace = read_trace(args.trace, args.seed)
-        runs = plan_runs(None, workers, base, trace=trace)
+        runs = plan_runs(
+            None, workers, base, trace=trace, policies=args.policy, dispatchers=args.dispatch
+        )
     else:
         runs = plan_runs(specs, workers, base, policies=args.policy, dispatchers=args.dispatch)
     if not runs:
@@ -430,7 +445,9 @@ def run_paper(args: argparse.Namespace) -> int:
     for flag, value in shaping.items():
         if value is not None:
             raise UsageError(f"--paper runs its own plan; drop {flag}", arg=flag)
-    defaults = {"--preset": (args.preset, DEFAULT_PRESET), "--quantum": (args.quantum, 2000.0)}
+    defaults: dict[str, tuple[Any, Any]] = {"--preset": (args.preset, DEFAULT_PRESET)}
+    if args.quantum != "auto":
+        defaults["--quantum"] = (args.quantum, 2000.0)
     defaults["--worker-quantum"] = (args.worker_quantum, 20000.0)
     for flag, (value, default) in defaults.items():
         if value != default:
@@ -441,7 +458,9 @@ def run_paper(args: argparse.Namespace) -> int:
     workers = sorted(set(args.workers or [1, 2, 4, 8]))
     t0 = time.perf_counter()
     results = run_plan(
-        plan(workers, memory=args.memory), seed=args.seed, progress=not args.no_progress
+        plan(workers, memory=args.memory, quantum=args.quantum if args.quantum == "auto" else None),
+        seed=args.seed,
+        progress=not args.no_progress,
     )
     wall = time.perf_counter() - t0
     rows = claims_table(results)
@@ -493,11 +512,15 @@ def run(args: argparse.Namespace) -> int:
     print(table(results))
     if routers_plot(runs):
         print(routers_table(results))
+    print()
+    print(story(results, sweep=bool(args.sweep)))
     print(
-        f"\n{len(results)} simulations in {wall:.1f} s wall; {steps:,} simulated steps "
+        f"\n{len(results)} simulation{'s' if len(results) != 1 else ''} in {wall:.1f} s wall; "
+        f"{steps:,} simulated steps "
         f"({steps / sim_wall if sim_wall else 0:,.0f} steps/s); model preset {args.preset}, "
         f"memory {args.memory} ({sum(r['retractions'] for r in results):,} retractions), "
-        f"Q_u={args.quantum:g}, Q_w={args.worker_quantum:g}, seed {args.seed}"
+        f"Q_u={args.quantum if args.quantum == 'auto' else format(args.quantum, 'g')}, "
+        f"Q_w={args.worker_quantum:g}, seed {args.seed}"
     )
     if args.plot:
         from fairq.sim.plot import plot_results, workers_text

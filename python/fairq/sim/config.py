@@ -46,7 +46,12 @@ class SimConfig:
     workers: int = 1
     policy: str = "dlpm"
     dispatcher: str | None = None  # None with 1 worker; else a fairq.dispatch name
-    user_quantum: float = 2000.0  # DLPM's Q_u
+    #: DLPM's Q_u: a number (fixed) or "auto" (ALGORITHMS.md §6: quantum_scale
+    #: times the recent mean request charge)
+    user_quantum: float | str = 2000.0
+    #: DLPM's quantum_scale (None: 0 with a number above, the core's default
+    #: with "auto"; > 0 with a number: automatic, starting from that number)
+    quantum_scale: float | None = None
     worker_quantum: float = 20000.0  # D2LPM's Q_w
     w_e: float = 1.0
     w_q: float = 2.0

@@ -169,6 +169,7 @@ class Worker:
         # roles); an option without one takes the policy's engine default
         knobs = {
             "quantum": cfg.user_quantum,
+            "quantum_scale": cfg.quantum_scale,
             "w_e": cfg.w_e,
             "w_q": cfg.w_q,
             "w_in": cfg.w_e,

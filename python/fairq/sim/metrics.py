@@ -13,7 +13,9 @@ table (:data:`fairq.sim.cli.COLUMNS`):
   x^2)`` over per-client service rates during the time when every client is
   backlogged (has a request waiting for admission); NaN if that never
   happens. ``jain_cost``: the same in the system's cost
-  ``w_e * extend + w_q * output``.
+  ``w_e * extend + w_q * output``. ``per_client[c]["service_in_window"]``:
+  client ``c``'s service (client view) in that time, what ``jain_client``
+  divides by ``jain_window_s``.
 - ``jain_demand`` (:func:`jain_on_demand`): Jain's index on demand, over
   the time some client is backlogged: each client's client-view service over
   its max-min fair share (water-filling, step by step, a client with nothing
@@ -196,9 +198,10 @@ def _program_latencies(sim: Simulator, good: set[str]) -> list[float]:
     return prog_lat
 
 
-def _window_fairness(sim: Simulator) -> dict[str, float]:
+def _window_fairness(sim: Simulator) -> dict[str, Any]:
     """Jain's index of the service (and of the actual cost) over the
-    intervals that start with every client backlogged, its length, Jain's
+    intervals that start with every client backlogged, its length, each
+    client's service in it (``window_service``, in client order), Jain's
     index on demand and the largest backlogged gap (service, cost)."""
     ts = np.asarray(sim.samples_t)
     serv = np.asarray(sim.samples_service)
@@ -207,6 +210,7 @@ def _window_fairness(sim: Simulator) -> dict[str, float]:
     jain_v = float("nan")
     jain_a = float("nan")
     window = 0.0
+    d = np.zeros(len(sim.clients))
     if len(ts) > 1:
         # intervals (t[i-1], t[i]] that start with every client backlogged
         allb = back[:-1].all(axis=1)
@@ -225,6 +229,7 @@ def _window_fairness(sim: Simulator) -> dict[str, float]:
         "jain_cost": jain_a,
         "jain_demand": jain_d,
         "jain_window_s": window,
+        "window_service": [float(x) for x in d],
         "max_gap_client": gap,
         "max_gap_cost": gap_actual,
     }
@@ -252,6 +257,7 @@ def summarize(sim: Simulator) -> dict[str, Any]:
         c: {
             "service": float(sim.service[i]),
             "actual_service": float(sim.actual[i]),
+            "service_in_window": fair["window_service"][i],
             "requests": sum(1 for r in done if r.client == c),
         }
         for i, c in enumerate(sim.clients)

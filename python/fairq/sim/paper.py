@@ -113,10 +113,18 @@ def plan(
     clients: int = CLIENTS,
     scale: float | None = None,
     memory: str = "estimate",
+    quantum: str | None = None,
 ) -> Plan:
     """Every simulation the claims need. ``scale`` (tests) shrinks prompts;
-    ``memory``: the KV memory model (:class:`~fairq.sim.engine.SimConfig`)."""
+    ``memory``: the KV memory model (:class:`~fairq.sim.engine.SimConfig`);
+    ``quantum="auto"``: every DLPM's ``Q_u`` automatic (ALGORITHMS.md §6) in
+    place of :func:`quanta`'s (the Q_u sweeps and ``Q_w`` keep theirs)."""
     p = Plan()
+
+    def q_of(spec: WorkloadSpec) -> tuple[float | str, float]:
+        q_u, q_w = quanta(spec)
+        return ("auto" if quantum == "auto" else q_u), q_w
+
     a100 = StepModel.preset("a100-8b-roofline")
     a10g = StepModel.preset("a10g-3b-roofline")
 
@@ -129,7 +137,7 @@ def plan(
     # Figure 7 (A100 / 8B), abstract, Theorems 4.1 and 5.1
     for base in FIG7_SPECS:
         spec = _keyed(base.key, base.name, base.misbehave, kw(base))
-        q_u, q_w = quanta(spec)
+        q_u, q_w = q_of(spec)
         cfg = SimConfig(model=a100, user_quantum=q_u, worker_quantum=q_w, memory=memory)
         for w in workers:
             if w == 1:
@@ -152,7 +160,7 @@ def plan(
         "S2",
         kw(FIG7_SPECS[3], branches=3, shared_prefix=True, rate=0.06, num_clients=4),
     )
-    q_u, q_w = quanta(tot)
+    q_u, q_w = q_of(tot)
     cfg = SimConfig(model=a10g, workers=4, user_quantum=q_u, worker_quantum=q_w, memory=memory)
     runs = [
         Run(tot, replace(cfg, policy=lp, dispatcher=d), tag="fig9")
@@ -169,7 +177,7 @@ def plan(
     fig1 = _keyed(
         "qa-S1-cost", "qa", "S1", kw(FIG7_SPECS[0], **qa_a10g, bad_docs=16, num_clients=4)
     )
-    q_u, _ = quanta(fig1)
+    q_u, _ = q_of(fig1)
     cfg = SimConfig(model=a10g, workers=1, user_quantum=q_u, memory=memory)
     p.add([Run(fig1, replace(cfg, policy=lp), tag="fig1") for lp in ONE_WORKER])
     # Figure 11 (A10G, 1 worker): 5 and 50 clients at the same total rate
@@ -180,7 +188,7 @@ def plan(
             None,
             kw(FIG7_SPECS[0], **{**qa_a10g, "rate": 10.0 / n, "docs_per_client": 6}, num_clients=n),
         )
-        q_u, _ = quanta(spec)
+        q_u, _ = q_of(spec)
         cfg = SimConfig(model=a10g, workers=1, user_quantum=q_u, memory=memory)
         p.add([Run(spec, replace(cfg, policy=lp), tag="fig11") for lp in ("dlpm", "vtc", "lpm")])
     return p
@@ -492,7 +500,8 @@ def _bound(results: list[dict[str, Any]], distributed: bool) -> tuple[str, str, 
         if (r["workers"] > 1) != distributed:
             continue
         w = r["workers"] if distributed else 1
-        q_u = r["user_quantum"]
+        # Q*: the largest Q_u a refill used (the fixed one, or the automatic one's)
+        q_u = max(q for q in (r["user_quantum"], r.get("largest_quantum", 0.0)) if q != "auto")
         bound = 2 * w * (r["max_input_len"] + 2 * r["kv_capacity"] + q_u)
         strict = 2 * w * (r["max_input_len"] + 2 * r["max_output_len"] + q_u)
         n += 1
@@ -736,7 +745,7 @@ def _cell(text: str) -> str:
 
 
 def _g(v: Any) -> str:
-    return "-" if v is None else f"{v:g}"
+    return "-" if v is None else v if isinstance(v, str) else f"{v:g}"
 
 
 def _n(v: Any, fmt: str = ".3f") -> str:

@@ -236,6 +236,10 @@ def execute(
                 m["tag"] = run.tag
             if run.cfg.policy == "dlpm":
                 m["user_quantum"] = run.cfg.user_quantum
+                # the largest Q_u a refill used (= the fixed one once refilled)
+                m["largest_quantum"] = max(
+                    getattr(w.sched, "largest_quantum", 0.0) for w in sim.workers
+                )
             if run.cfg.dispatcher == "d2lpm":
                 m["worker_quantum"] = run.cfg.worker_quantum
             if run.cfg.fleet:
@@ -283,7 +287,7 @@ def plan_sweep(spec: WorkloadSpec, base: SimConfig, workers: int = 4) -> Iterato
 def base_config(
     preset: str = DEFAULT_PRESET,
     model_overrides: list[str] | None = None,
-    user_quantum: float = 2000.0,
+    user_quantum: float | str = 2000.0,
     worker_quantum: float = 20000.0,
     memory: str = "estimate",
 ) -> SimConfig:

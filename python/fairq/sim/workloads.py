@@ -29,19 +29,31 @@ Trace replay (:func:`load_trace`): a JSONL file, one request per line::
     {"time": 0.5, "client": "b", "prompt_len": 900, "prefix_id": "doc7",
      "prefix_len": 800, "output_len": 32}
 
+    {"time": 0.9, "client": "c", "prompt_len": 1100, "hash_ids": [0, 7, 8],
+     "block_size": 512, "output_len": 64}
+
 ``prompt`` (token ids) or ``prompt_len`` (with an optional shared prefix:
 ``prefix_id`` names it, ``prefix_len`` is its length, at most ``prompt_len``;
 the same id always means the same tokens; neither goes with ``prompt``).
-Optional: ``request_id``.
+Or ``prompt_len`` with ``hash_ids`` and ``block_size`` (block-hashed traces
+such as Mooncake's, see :mod:`fairq.sim.traces`): the prompt is its blocks
+of ``block_size`` tokens one after the other, the last one cut to
+``prompt_len`` (so ``len(hash_ids) == ceil(prompt_len / block_size)``); a
+block's tokens depend only on its id, its position in the block and the
+seed (:func:`block_tokens`), so equal ids are equal tokens and requests
+whose ids agree on their first *k* blocks share a ``k * block_size``-token
+prefix. Optional: ``request_id``.
 A bad line raises :class:`TraceError` naming the file and line number.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -373,13 +385,9 @@ def _int_field(obj: dict, key: str, where: str, minimum: int = 0) -> int:
     return v
 
 
-def parse_trace(lines: Iterable[str], source: str = "<trace>", seed: int = 0) -> Workload:
-    """Parse JSONL trace lines into a workload (see the module docstring)."""
-    rng = np.random.default_rng(seed)
-    prefixes: dict[str, np.ndarray] = {}
-    reqs: list[SimRequest] = []
-    clients: list[str] = []
-    seen_ids: set[object] = set()
+def json_objects(lines: Iterable[str], source: str) -> Iterator[tuple[str, dict]]:
+    """(``source:line``, object) for each non-blank JSONL line; a line that
+    is not a JSON object is a :class:`TraceError` naming it."""
     for lineno, line in enumerate(lines, start=1):
         where = f"{source}:{lineno}"
         if not line.strip():
@@ -390,6 +398,69 @@ def parse_trace(lines: Iterable[str], source: str = "<trace>", seed: int = 0) ->
             raise TraceError(f"{where}: not valid JSON ({e.msg})") from None
         if not isinstance(obj, dict):
             raise TraceError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        yield where, obj
+
+
+def id_list(obj: dict, key: str, where: str, high: int, what: str) -> list[int]:
+    """``obj[key]``, a non-empty list of ints in ``[0, high)``; a
+    :class:`TraceError` naming the field (and the bad element) otherwise."""
+    ids = obj[key]
+    if not isinstance(ids, list) or not ids:
+        raise TraceError(f"{where}: {key!r} must be a non-empty list of {what}s")
+    for i, x in enumerate(ids):
+        if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < high:
+            raise TraceError(f"{where}: {key!r}[{i}] = {x!r} is not a {what}")
+    return ids
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def block_tokens(hash_ids: np.ndarray, block_size: int, length: int, seed: int = 0) -> np.ndarray:
+    """The prompt of a block-hashed trace line: ``block_size`` tokens per id
+    of ``hash_ids``, cut to ``length`` (uint32 ids in ``[0, VOCAB)``).
+
+    A deterministic function of (id, position in the block, ``seed``): equal
+    ids give equal tokens wherever they appear. A block's first token is
+    ``(id + seed) % VOCAB``, so blocks whose ids differ below ``VOCAB`` differ
+    at their first token (a cached prefix never runs into a different
+    block); the others are a SplitMix64 hash of (id, position, seed)."""
+    ids = np.asarray(hash_ids, dtype=np.uint64)
+    pos = np.arange(block_size, dtype=np.uint64)
+    x = ids[:, None] * _GOLDEN + (pos[None, :] + np.uint64(seed) * np.uint64(1_000_003))
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    x ^= x >> np.uint64(31)
+    x[:, 0] = (ids + np.uint64(seed)) % np.uint64(VOCAB)
+    return (x % np.uint64(VOCAB)).astype(np.uint32).ravel()[:length]
+
+
+def _hashed_prompt(obj: dict, n: int, where: str, seed: int) -> np.ndarray:
+    """The tokens of a ``hash_ids`` + ``block_size`` line (module docstring)."""
+    for key in ("prefix_id", "prefix_len"):
+        if key in obj:
+            raise TraceError(f"{where}: {key!r} does not go with 'hash_ids' (the ids share)")
+    bs = _int_field(obj, "block_size", where, 1)
+    hids = id_list(obj, "hash_ids", where, 2**63, "block id")
+    need = -(-n // bs)
+    if len(hids) != need:
+        raise TraceError(
+            f"{where}: 'hash_ids' has {len(hids)} blocks; 'prompt_len' {n} in blocks of "
+            f"'block_size' {bs} needs {need}"
+        )
+    return block_tokens(np.asarray(hids, dtype=np.uint64), bs, n, seed)
+
+
+def parse_trace(lines: Iterable[str], source: str = "<trace>", seed: int = 0) -> Workload:
+    """Parse JSONL trace lines into a workload (see the module docstring)."""
+    rng = np.random.default_rng(seed)
+    prefixes: dict[str, np.ndarray] = {}
+    reqs: list[SimRequest] = []
+    clients: list[str] = []
+    seen_ids: set[object] = set()
+    for where, obj in json_objects(lines, source):
         t = obj.get("time")
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not np.isfinite(t) or t < 0:
             raise TraceError(f"{where}: 'time' must be a finite number >= 0, got {t!r}")
@@ -398,13 +469,8 @@ def parse_trace(lines: Iterable[str], source: str = "<trace>", seed: int = 0) ->
             raise TraceError(f"{where}: 'client' must be a non-empty string, got {client!r}")
         out = _int_field(obj, "output_len", where, 1)
         if "prompt" in obj:
-            p = obj["prompt"]
-            if not isinstance(p, list) or not p:
-                raise TraceError(f"{where}: 'prompt' must be a non-empty list of token ids")
-            for i, x in enumerate(p):
-                if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < 2**32:
-                    raise TraceError(f"{where}: 'prompt'[{i}] = {x!r} is not a token id")
-            for key in ("prefix_id", "prefix_len"):
+            p = id_list(obj, "prompt", where, 2**32, "token id")
+            for key in ("prefix_id", "prefix_len", "hash_ids", "block_size"):
                 if key in obj:  # the tokens already hold any shared prefix
                     raise TraceError(
                         f"{where}: {key!r} goes with 'prompt_len', not with 'prompt' "
@@ -416,7 +482,11 @@ def parse_trace(lines: Iterable[str], source: str = "<trace>", seed: int = 0) ->
                     f"'prompt' ({len(p)})"
                 )
             tokens = np.asarray(p, dtype=np.uint32)
+        elif "prompt_len" in obj and "hash_ids" in obj:
+            tokens = _hashed_prompt(obj, _int_field(obj, "prompt_len", where, 1), where, seed)
         elif "prompt_len" in obj:
+            if "block_size" in obj:
+                raise TraceError(f"{where}: 'block_size' goes with 'hash_ids'")
             n = _int_field(obj, "prompt_len", where, 1)
             pid = obj.get("prefix_id")
             plen = _int_field(obj, "prefix_len", where, 1) if "prefix_len" in obj else n
@@ -446,7 +516,8 @@ def parse_trace(lines: Iterable[str], source: str = "<trace>", seed: int = 0) ->
                     [have[:plen], rng.integers(0, VOCAB, size=n - plen, dtype=np.uint32)]
                 )
         else:
-            raise TraceError(f"{where}: needs 'prompt' (token ids) or 'prompt_len'")
+            what = " (with 'hash_ids')" if "hash_ids" in obj else ""
+            raise TraceError(f"{where}: needs 'prompt' (token ids) or 'prompt_len'{what}")
         rid_raw = obj.get("request_id", len(reqs))
         if rid_raw in seen_ids:
             raise TraceError(f"{where}: duplicate request_id {rid_raw!r}")
@@ -459,7 +530,16 @@ def parse_trace(lines: Iterable[str], source: str = "<trace>", seed: int = 0) ->
     return Workload(f"trace:{Path(source).name}", reqs, clients, [], f"trace {source}")
 
 
+def open_text(path: str | Path) -> Iterator[str]:
+    """The lines of a text file, gunzipped when its name ends in ``.gz``."""
+    p = Path(path)
+    opener: Any = gzip.open if p.suffix == ".gz" else open
+    with opener(p, "rt", encoding="utf-8") as f:
+        yield from f
+
+
 def load_trace(path: str | Path, seed: int = 0) -> Workload:
-    """Read a JSONL trace file (see :func:`parse_trace`)."""
-    with open(path, encoding="utf-8") as f:
-        return parse_trace(f, str(path), seed)
+    """Read a JSONL trace file (see :func:`parse_trace`; gunzipped when its
+    name ends in ``.gz``). :func:`fairq.sim.traces.load` also takes the
+    name of a built-in trace."""
+    return parse_trace(open_text(path), str(path), seed)

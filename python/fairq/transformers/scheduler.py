@@ -66,13 +66,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import transformers
-from transformers.generation.continuous_batching.requests import RequestStatus
-from transformers.generation.continuous_batching.scheduler import (
-    SCHEDULER_MAPPING,
-    FIFOScheduler,
-    Scheduler,
-)
+from fairq.extras import missing
+
+try:
+    import transformers
+    from transformers.generation.continuous_batching.requests import RequestStatus
+    from transformers.generation.continuous_batching.scheduler import (
+        SCHEDULER_MAPPING,
+        FIFOScheduler,
+        Scheduler,
+    )
+except ImportError as e:  # torch or transformers: the engine extra
+    raise missing("engine", "fairq.transformers' scheduler classes", e) from e
 
 import fairq
 from fairq.engineopts import POLICIES, check_policy

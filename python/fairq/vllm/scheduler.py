@@ -62,6 +62,8 @@ __all__ = [
     "replace_queues",
     "resolve_policy",
     "attach_fair_policy",
+    "fair_options",
+    "queue_options",
     "FairPolicyName",
     "TenantTally",
 ]
@@ -71,6 +73,10 @@ __all__ = [
 
 #: Environment variable naming the fairq policy of the waiting queues.
 ENV_VAR = "FAIRQ_VLLM_POLICY"
+
+#: Options the front door reads (:mod:`fairq.vllm.door`), which a queue
+#: policy accepts and ignores.
+DOOR_KEYS = ("limits", "tenant_weights")
 # OPTIONS_ENV_VAR ("FAIRQ_VLLM_OPTIONS", a JSON object of options) lives in
 # fairq.vllm.tenants (which reads it) and is re-exported here.
 #: Scheduler attributes holding waiting queues (whichever exist are replaced).
@@ -129,12 +135,14 @@ def check_queue_env_options(policy: SchedulingPolicy, options: dict[str, Any]) -
     ``priority``, ``wfq``) that it does not take, with a ``ValueError``
     listing the ones it does: the queue's own
     (:data:`fairq.vllm.QUEUE_OPTIONS`) and, for ``wfq``, ``tenant`` and the
-    saved state's ``state_file`` / ``state_interval_s``."""
+    saved state's ``state_file`` / ``state_interval_s``; for every one, the
+    front door's ``limits`` and ``tenant_weights`` (:mod:`fairq.vllm.door`
+    validates and reads them)."""
     from fairq.vllm import QUEUE_OPTIONS
     from fairq.vllm.dualphase import OPTION as DUAL_PHASE
     from fairq.vllm.tenants import STATE_KEYS
 
-    allowed = (*QUEUE_OPTIONS[policy], DUAL_PHASE)
+    allowed = (*QUEUE_OPTIONS[policy], DUAL_PHASE, *DOOR_KEYS)
     if policy is SchedulingPolicy.WFQ:
         allowed = (*allowed, "tenant", *STATE_KEYS)
     for key in options:
@@ -184,12 +192,8 @@ def attach_fair_policy(scheduler: Any, policy: str) -> Any:
     a tier served strictly before higher values, fairly within itself.
     """
     from fairq.vllm.fair import FairState, FairWaitingQueue
-    from fairq.vllm.tenants import FairOptions, load_options
 
-    raw = load_options()
-    raw.pop("policy", None)
-    raw.pop("dual_phase", None)  # fairq.vllm.dualphase's, read by the scheduler class
-    options = FairOptions.from_mapping(policy, raw)
+    options = fair_options(policy)
     vllm_policy = getattr(getattr(scheduler, "policy", None), "value", "fcfs")
     state = FairState(options, int(scheduler.block_size), tiers=vllm_policy == "priority")
     if state.mirror is not None:
@@ -205,6 +209,41 @@ def attach_fair_policy(scheduler: Any, policy: str) -> Any:
         queue.add_request(request)
     scheduler.waiting = queue
     return state
+
+
+def fair_options(policy: str) -> Any:
+    """The :class:`fairq.vllm.tenants.FairOptions` of fair policy ``policy``
+    from the environment (:func:`fairq.vllm.tenants.load_options`; its
+    ``policy`` and ``dual_phase`` keys are read elsewhere). A bad option
+    raises ``ValueError``/``TypeError`` naming the field."""
+    from fairq.vllm.tenants import FairOptions, load_options
+
+    raw = load_options()
+    raw.pop("policy", None)
+    raw.pop("dual_phase", None)  # fairq.vllm.dualphase's, read by the scheduler class
+    return FairOptions.from_mapping(policy, raw)
+
+
+def queue_options(policy: SchedulingPolicy) -> tuple[dict[str, Any], str | None, float]:
+    """``(options, state_file, state_interval_s)`` of queue policy ``policy``
+    (``fcfs``, ``priority``, ``wfq``) from ``$FAIRQ_VLLM_OPTIONS``: the
+    queue's constructor options (``wfq``: one flow per tenant unless
+    ``flow_key`` is given) and the saved state's. A bad option raises,
+    naming the field."""
+    from fairq.vllm.tenants import STATE_KEYS, state_options
+
+    options = resolve_options()
+    check_queue_env_options(policy, options)
+    state_file, interval_s = state_options(options)
+    for key in (*STATE_KEYS, "dual_phase", *DOOR_KEYS):
+        options.pop(key, None)
+    if policy is SchedulingPolicy.WFQ and "flow_key" not in options:
+        # one WFQ flow per tenant, resolved as for the fair policies
+        from fairq.vllm.tenants import FairOptions
+
+        tenant = FairOptions.from_mapping("vtc", {"tenant": options.pop("tenant", {})})
+        options["flow_key"] = tenant.tenant
+    return options, state_file, interval_s
 
 
 def _persistence(
@@ -272,20 +311,8 @@ def _queue_policy(scheduler: Any) -> Any:
     """Set up a queue policy (``fcfs``, ``priority``, ``wfq``): replace the
     waiting queues; for ``wfq``, its settlement (returned: the scheduler's
     ``fairq``) and saved state."""
-    from fairq.vllm.tenants import STATE_KEYS, state_options
-
     policy = scheduler.fairq_policy
-    options = resolve_options()
-    check_queue_env_options(policy, options)
-    state_file, interval_s = state_options(options)
-    for key in (*STATE_KEYS, "dual_phase"):
-        options.pop(key, None)
-    if policy is SchedulingPolicy.WFQ and "flow_key" not in options:
-        # one WFQ flow per tenant, resolved as for the fair policies
-        from fairq.vllm.tenants import FairOptions
-
-        tenant = FairOptions.from_mapping("vtc", {"tenant": options.pop("tenant", {})})
-        options["flow_key"] = tenant.tenant
+    options, state_file, interval_s = queue_options(policy)
     replace_queues(scheduler, policy, **options)
     if policy is not SchedulingPolicy.WFQ:
         return None

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from fairq import engineopts as _engineopts
 from fairq.engineopts import STATE_KEYS, state_options
 from fairq.sched import POLICY_INFO
-from fairq.tenancy import SourceOrder
+from fairq.tenancy import GATEWAY_HEADERS, SourceOrder
 
 __all__ = [
     "VLLM_ID_PREFIXES",
@@ -26,6 +26,7 @@ __all__ = [
     "QUEUE_POLICIES",
     "FAIR_POLICIES",
     "SOURCES",
+    "GATEWAY_HEADERS",
     "FairOptions",
     "TenantResolver",
     "load_options",
@@ -50,7 +51,8 @@ QUEUE_POLICIES = ("fcfs", "priority", "wfq")
 FAIR_POLICIES = tuple(p for p in POLICY_INFO if p not in QUEUE_POLICIES)
 
 #: Where a tenant can come from, in the default resolution order.
-SOURCES = ("extra_args", "lora", "request_id", "cache_salt")
+SOURCES = ("header", "extra_args", "lora", "request_id", "cache_salt")
+
 
 #: Prefixes vLLM's OpenAI server puts before a client's ``X-Request-Id``.
 VLLM_ID_PREFIXES = ("chatcmpl-", "cmpl-", "embd-", "score-", "rerank-", "classify-", "pool-")
@@ -68,7 +70,14 @@ class TenantResolver(SourceOrder):
       ``strip_prefixes``: vLLM's OpenAI server builds the engine's id from
       a client's ``X-Request-Id`` header as ``"cmpl-<header>"`` (chat:
       ``"chatcmpl-"``), so ``X-Request-Id: alice:42`` gives ``"alice"``;
-    * ``"cache_salt"``: the request's ``cache_salt``.
+    * ``"cache_salt"``: the request's ``cache_salt``;
+    * ``"header"``: the first of ``headers`` (HTTP headers, default
+      :data:`fairq.tenancy.GATEWAY_HEADERS`) a request carries. Only the front door
+      (:mod:`fairq.vllm.door`) sees HTTP headers; it hands the tenant it
+      resolved to the engine as ``vllm_xargs[extra_args_key]``, so the
+      scheduler, for which this source yields nothing, resolves the same
+      tenant through ``"extra_args"`` (which must then come later in
+      ``order``).
 
     A source that yields nothing (absent, empty, not a string) falls through
     to the next; none: ``default``. Never raises for a request.
@@ -77,9 +86,9 @@ class TenantResolver(SourceOrder):
     SOURCES = SOURCES
     extra_args_key: str
     #: the keys of the options' ``tenant`` mapping (constructor keywords)
-    OPTIONS = ("order", "extra_args_key", "separator", "default", "strip_prefixes")
+    OPTIONS = ("order", "extra_args_key", "separator", "default", "strip_prefixes", "headers")
     #: those of them that are lists
-    LIST_OPTIONS = ("order", "strip_prefixes")
+    LIST_OPTIONS = ("order", "strip_prefixes", "headers")
 
     def __init__(
         self,
@@ -88,6 +97,7 @@ class TenantResolver(SourceOrder):
         separator: str = ":",
         default: str = "default",
         strip_prefixes: tuple[str, ...] | list[str] = VLLM_ID_PREFIXES,
+        headers: tuple[str, ...] | list[str] = GATEWAY_HEADERS,
     ) -> None:
         strip = tuple(strip_prefixes)
         for i, p in enumerate(strip):
@@ -96,9 +106,12 @@ class TenantResolver(SourceOrder):
                     f"tenant.strip_prefixes[{i}] must be a non-empty string, got {p!r}"
                 )
         self._set_order(order, separator, default, extra_args_key=extra_args_key)
+        self.headers = self._check_headers(headers, "extra_args")
         self.strip_prefixes = strip
 
     def _from(self, src: str, request: Any) -> Any:
+        if src == "header":
+            return self._header(request)
         if src == "extra_args":
             extra = getattr(getattr(request, "sampling_params", None), "extra_args", None)
             return extra.get(self.extra_args_key) if isinstance(extra, Mapping) else None

@@ -1,0 +1,109 @@
+"""fairq's vLLM settings checked before vLLM loads a model
+(:mod:`fairq.vllm.preflight`, the ``vllm.general_plugins`` entry point).
+
+Cheap: no vLLM needed. tests/test_vllm_server.py starts real servers with
+bad settings (the plugin's one line, then the scheduler class's own check
+with the plugin left out)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from fairq.vllm import preflight
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in preflight.ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+
+
+def _set(monkeypatch: pytest.MonkeyPatch, policy: str | None, options: str | None) -> None:
+    if policy is not None:
+        monkeypatch.setenv("FAIRQ_VLLM_POLICY", policy)
+    if options is not None:
+        monkeypatch.setenv("FAIRQ_VLLM_OPTIONS", options)
+
+
+def test_registered_as_a_vllm_general_plugin() -> None:
+    path = ROOT / "pyproject.toml"
+    if not path.exists():
+        pytest.skip("no pyproject.toml beside the tests")
+    text = path.read_text()
+    head = '[project.entry-points."vllm.general_plugins"]\n'
+    assert head + 'fairq = "fairq.vllm.preflight:plugin"\n' in text
+
+
+def test_nothing_set_checks_nothing() -> None:
+    assert preflight.check_environment() is None
+    preflight.plugin()  # no error, no exit
+
+
+@pytest.mark.parametrize(
+    "policy, options, checked",
+    [
+        ("dlpm", '{"quantum": 512, "tenant_weights": {"a": 2}}', "dlpm"),
+        ("vtc", '{"tenant": {"order": ["extra_args", "lora"]}}', "vtc"),
+        ("wfq", '{"virtual_clock": "finish", "state_file": "/tmp/x.json"}', "wfq"),
+        ("fcfs", None, "fcfs"),
+        ("dlpm", '{"dual_phase": {"output_budget": 2}}', "dlpm"),
+        (None, '{"state_file": "/tmp/x.json"}', ""),
+    ],
+)
+def test_good_settings_pass(
+    monkeypatch: pytest.MonkeyPatch, policy: str | None, options: str | None, checked: str
+) -> None:
+    _set(monkeypatch, policy, options)
+    assert preflight.check_environment() == checked
+
+
+BAD = [
+    ("dlpm", '{"quantm": 512}', "unknown option 'quantm' for policy 'dlpm'"),
+    ("dlpm", '{"quantum": -5}', "quantum"),
+    ("vtc", '{"tenant": {"order": ["nope"]}}', "tenant.order"),
+    ("bogus", None, "FAIRQ_VLLM_POLICY='bogus' is not a fairq policy"),
+    ("wfq", '{"virtual_clock": "x"}', "virtual_clock"),
+    ("fcfs", '{"quantum": 1}', "unknown option 'quantum' for policy 'fcfs'"),
+    ("dlpm", '{"dual_phase": {"foo": 1}}', "dual_phase.foo"),
+    (None, "{bad", "FAIRQ_VLLM_OPTIONS is not valid JSON"),
+    (None, '{"state_interval_s": 0}', "state_interval_s"),
+]
+
+
+@pytest.mark.parametrize("policy, options, text", BAD)
+def test_bad_settings_raise_naming_the_field(
+    monkeypatch: pytest.MonkeyPatch, policy: str | None, options: str | None, text: str
+) -> None:
+    _set(monkeypatch, policy, options)
+    with pytest.raises((ValueError, TypeError)) as e:
+        preflight.check_environment()
+    assert text in str(e.value)
+
+
+@pytest.mark.parametrize("policy, options, text", BAD)
+def test_from_vllms_command_line_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    policy: str | None,
+    options: str | None,
+    text: str,
+) -> None:
+    _set(monkeypatch, policy, options)
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/vllm", "serve", "MODEL"])
+    with pytest.raises(SystemExit) as e:
+        preflight.plugin()
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("fairq: ") and text in err
+
+
+def test_outside_vllms_command_line_it_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    _set(monkeypatch, "dlpm", '{"quantm": 1}')
+    monkeypatch.setattr(sys, "argv", ["my_program.py"])
+    with pytest.raises(ValueError, match="quantm"):
+        preflight.plugin()
