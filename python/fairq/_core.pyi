@@ -570,6 +570,18 @@ class Dispatcher:
     def on_finish(self, request_id: RequestIdLike, output_tokens: int) -> int: ...
     def on_evict(self, worker: int, tokens: TokenIds, kept: int = 0) -> int: ...
     def worker_of(self, request_id: RequestIdLike) -> int: ...
+    def observe_dispatch(
+        self, client: str, worker: int, tokens: TokenIds, input_len: int | None = None
+    ) -> None:
+        """Shared view: another router sent ``client``'s ``tokens`` to ``worker``
+        (charged ``w_e * input_len``, default ``len(tokens)``)."""
+    def observe_finish(self, client: str, worker: int, output_tokens: int) -> None:
+        """Shared view: another router's request on ``worker`` finished."""
+    @property
+    def external_load(self) -> list[int]:
+        """Other routers' requests in flight per worker (the shared view)."""
+    @external_load.setter
+    def external_load(self, loads: Sequence[int]) -> None: ...
     def withdraw(self, request_id: RequestIdLike) -> int:
         """Undo an in-flight dispatch its worker never served (D2LPM refunds
         the dispatch-time charge); returns the worker."""

@@ -175,6 +175,16 @@ impl State {
         }
     }
 
+    /// Charge `cost` to `q[c][w]` for work another router dispatched (the
+    /// shared view), creating the client's row (all 0) if it has none, so
+    /// the charge is not lost before the client's first own dispatch.
+    pub fn charge_observed(&mut self, c: usize, w: usize, num_workers: usize, cost: f64) {
+        if self.q.len() <= c {
+            self.q.resize_with(c + 1, || vec![0.0; num_workers]);
+        }
+        Self::charge(&mut self.q[c][w], cost);
+    }
+
     pub fn on_finish(&mut self, c: usize, w: usize, output_tokens: u64) {
         if let Some(row) = self.q.get_mut(c) {
             Self::charge(&mut row[w], self.cfg.w_q * output_tokens as f64);

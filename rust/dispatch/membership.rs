@@ -55,7 +55,9 @@ impl Dispatcher {
         };
         let tree = self.tree.as_ref().expect("D2LPM has a tree");
         let (_, g) = tree.longest_match_ref(tokens);
-        let w = st.select_among(c, g, &self.load, tokens.len(), &eligible);
+        let seen = super::view::seen_load(&self.load, &self.external);
+        let load: &[u64] = seen.as_deref().unwrap_or(&self.load);
+        let w = st.select_among(c, g, load, tokens.len(), &eligible);
         self.record(id, c, tokens, w);
         Ok(w)
     }
@@ -102,6 +104,7 @@ impl Dispatcher {
             self.client_inflight[r.client] -= 1;
         }
         self.load[worker] = 0;
+        self.external[worker] = 0;
         Ok(gone)
     }
 

@@ -18,6 +18,7 @@ pub mod d2lpm;
 pub mod membership;
 pub mod state;
 pub mod tree;
+pub mod view;
 
 use std::collections::HashMap;
 
@@ -87,6 +88,9 @@ pub struct Dispatcher {
     forget_at: usize,
     tree: Option<WorkerTree>,
     policy: Policy,
+    /// The shared view's requests in flight per worker that other routers
+    /// dispatched ([`view`]); added to `load` when choosing a worker.
+    external: Vec<u64>,
 }
 
 /// Client-table size below which idle clients are never swept.
@@ -121,6 +125,7 @@ impl Dispatcher {
             forget_at: FORGET_MIN,
             tree,
             policy,
+            external: vec![0; num_workers],
         })
     }
 
@@ -300,11 +305,13 @@ impl Dispatcher {
     /// A duplicate in-flight id is a `ValueError` and changes nothing.
     pub fn dispatch(&mut self, id: RequestId, client: &str, tokens: &[u32]) -> Result<usize> {
         let c = self.client_for(&id, client)?;
+        let seen = view::seen_load(&self.load, &self.external);
+        let load: &[u64] = seen.as_deref().unwrap_or(&self.load);
         let w = match &mut self.policy {
             Policy::D2lpm(st) => {
                 let tree = self.tree.as_ref().expect("D2LPM has a tree");
                 let (_, g) = tree.longest_match_ref(tokens);
-                st.select(c, g, &self.load, tokens.len())
+                st.select(c, g, load, tokens.len())
             }
             Policy::RoundRobin { next } => {
                 let w = *next;
@@ -312,7 +319,7 @@ impl Dispatcher {
                 w
             }
             Policy::LeastLoaded => {
-                baselines::argmin(&self.load, 0..self.num_workers).expect("at least one worker")
+                baselines::argmin(load, 0..self.num_workers).expect("at least one worker")
             }
             Policy::ClientRoundRobin { next } => {
                 if next.len() <= c {
@@ -328,7 +335,7 @@ impl Dispatcher {
             Policy::PrefixAffinity(cfg) => {
                 let tree = self.tree.as_ref().expect("affinity has a tree");
                 let (len, g) = tree.longest_match_ref(tokens);
-                cfg.select(len, tokens.len(), g, &self.load)
+                cfg.select(len, tokens.len(), g, load)
             }
         };
         self.record(id, c, tokens, w);

@@ -71,6 +71,59 @@ impl PyDispatcher {
         Ok(self.inner.on_evict(w, &toks, kept)?)
     }
 
+    /// The shared view: another router dispatched `client`'s request of
+    /// `tokens` to `worker`. The prefix tree records that `worker` holds
+    /// `tokens`, D2LPM charges `w_e * input_len` (default `len(tokens)`: give
+    /// the prompt's length when `tokens` is only its start) to the client's
+    /// deficit there, and the worker's external load grows by one.
+    #[pyo3(signature = (client, worker, tokens, input_len = None))]
+    fn observe_dispatch(
+        &mut self,
+        #[pyo3(from_py_with = args::client)] client: String,
+        #[pyo3(from_py_with = args::worker)] worker: i64,
+        tokens: &Bound<'_, PyAny>,
+        input_len: Option<i64>,
+    ) -> PyResult<()> {
+        let w = args::non_negative("worker", worker)?;
+        let n = input_len
+            .map(|n| args::non_negative("input_len", n).map(|n| n as u64))
+            .transpose()?;
+        let toks = extract_tokens(tokens, "tokens")?;
+        Ok(self.inner.observe_dispatch(&client, w, &toks, n)?)
+    }
+
+    /// The shared view: a request another router dispatched to `worker`
+    /// finished after `output_tokens`: D2LPM charges `w_q * output_tokens`,
+    /// the worker's external load shrinks by one (never below 0).
+    fn observe_finish(
+        &mut self,
+        #[pyo3(from_py_with = args::client)] client: String,
+        #[pyo3(from_py_with = args::worker)] worker: i64,
+        #[pyo3(from_py_with = args::output_tokens)] output_tokens: i64,
+    ) -> PyResult<()> {
+        let w = args::non_negative("worker", worker)?;
+        let n = args::non_negative("output_tokens", output_tokens)? as u64;
+        Ok(self.inner.observe_finish(&client, w, n)?)
+    }
+
+    /// The shared view's requests in flight per worker that other routers
+    /// dispatched; a worker is chosen on `queue_sizes + external_load`.
+    #[getter]
+    fn external_load(&self) -> Vec<u64> {
+        self.inner.external_load().to_vec()
+    }
+
+    /// Replace the external load with a snapshot, one count (an int >= 0)
+    /// per worker; a wrong length is a ValueError and changes nothing.
+    #[setter]
+    fn set_external_load(&mut self, loads: Vec<i64>) -> PyResult<()> {
+        let mut v = Vec::with_capacity(loads.len());
+        for x in loads {
+            v.push(args::non_negative("external_load", x)? as u64);
+        }
+        Ok(self.inner.set_external_load(&v)?)
+    }
+
     /// Undo the dispatch of an in-flight request its worker never served
     /// (cancelled, or sent elsewhere): it leaves the table and the queue
     /// size, and D2LPM refunds its dispatch-time charge. The global tree

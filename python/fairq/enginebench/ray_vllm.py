@@ -339,7 +339,9 @@ def run_config(
     router, policy = CONFIGS[label]
     stats_dir = tempfile.mkdtemp(prefix="fairq-ray-stats-")
     state_dir = tempfile.mkdtemp(prefix="fairq-ray-state-") if args.kill_after_s else None
-    options = {"worker_quantum": args.worker_quantum} if router == "d2lpm" else {}
+    options: dict[str, Any] = {}
+    if router == "d2lpm":
+        options = {"worker_quantum": args.worker_quantum, "shared_view": not args.no_shared_view}
     app = fairq_vllm_app(
         model,
         model_id="m",
@@ -523,6 +525,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--worker-quantum", type=positive, default=4096.0, help="D2LPM's Q_w (router credit)"
+    )
+    g.add_argument(
+        "--no-shared-view",
+        action="store_true",
+        help="D2LPM routers without the shared view (fairq.ray.view): each counts its own "
+        "dispatches only, as before the view",
     )
     g.add_argument(
         "--ingress",

@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from fairq.ray.extract import default_tenant
+from fairq.ray.extract import default_tenant, default_tokens
 from fairq.ray.feedback import ReplicaFeedback, current_request_id
 
 
@@ -150,6 +150,17 @@ class EngineReplica:
             raise ValueError(f"max_tokens must be in 1..{self.max_tokens_limit}, got {max_tokens}")
         tenant = default_tenant([body], {})
         rid = current_request_id() or uuid.uuid4().hex
+        # the routers' shared view: the request is here (its tokens as the routers see them)
+        self.feedback.record_start(rid, tenant, default_tokens([body], {}), len(tokens))
+        try:
+            return await self._serve(tokens, max_tokens, tenant, rid)
+        except BaseException:
+            self.feedback.record_finish(rid, 0)  # leaves the view's in-flight list
+            raise
+
+    async def _serve(
+        self, tokens: list[int], max_tokens: int, tenant: str, rid: str
+    ) -> dict[str, Any]:
         engine_id = f"{tenant}/{rid}"  # fairq's ClientResolver: the tenant is the prefix
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()

@@ -41,6 +41,14 @@ class RouterOptions:
         w_e, w_q: cost of an input and an output token (``>= 0``, finite).
         max_replicas: worker slots of the dispatcher (1..4096); replicas take
             a free slot when they appear and give it back when they go.
+        shared_view: apply what the replicas publish of the other routers'
+            work (:mod:`fairq.ray.view`: their requests in flight, their
+            tenants' charges, the prefixes they placed); False: this router's
+            own dispatches only.
+        view_max_age_s: a replica's view older than this (> 0 seconds;
+            nothing new in its routing stats) is dropped: its load counts this
+            router's requests only until the view comes back. Set it to a few
+            ``request_routing_stats_period_s``.
         default_tenant: tenant of a request the extractor finds none for.
         tenant_header: HTTP header read for the tenant of proxy requests.
         tenant_extractor: ``(args, kwargs) -> str``, or ``"module:attr"``;
@@ -64,6 +72,8 @@ class RouterOptions:
     w_e: float = 1.0
     w_q: float = 2.0
     max_replicas: int = 256
+    shared_view: bool = True
+    view_max_age_s: float = 30.0
     default_tenant: str = "default"
     tenant_header: str = "x-fairq-tenant"
     tenant_extractor: TenantExtractor | str | None = None
@@ -75,6 +85,11 @@ class RouterOptions:
     tenant_weights: Mapping[str, float] | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.shared_view, bool):
+            raise TypeError(f"shared_view must be a bool, got {type(self.shared_view).__name__}")
+        age = self.view_max_age_s
+        if isinstance(age, bool) or not isinstance(age, (int, float)) or not 0 < age < float("inf"):
+            raise ValueError(f"view_max_age_s must be a finite number > 0, got {age!r}")
         for name in ("max_replicas", "recent_requests"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:

@@ -33,8 +33,10 @@ core's ``fairq.D2LPM``; this class only maps Ray's lifecycle onto it:
   each tenant is its D2LPM deficits summed over the live replicas, negated.
 
 Every router instance (one per ``DeploymentHandle`` and per HTTP proxy) holds
-its own D2LPM state; see docs/design/engines.md ("D2LPM on Ray Serve") for what
-that does to the fairness bound.
+its own D2LPM state and, with ``shared_view`` (the default), learns the
+others' work from what the replicas publish (:mod:`fairq.ray.view`); see
+docs/design/engines.md ("D2LPM on Ray Serve") for what separate state does to
+the fairness bound and what the view gives back.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ import fairq
 from fairq.ledger.caps import AdmissionControl, Limits
 from fairq.ray.extract import EMPTY, default_tenant, default_tokens, estimate_tokens
 from fairq.ray.options import RouterOptions
+from fairq.ray.view import SharedView
 
 logger = logging.getLogger("ray.serve")
 
@@ -118,6 +121,13 @@ class FairqD2LPMRouter(RequestRouter):
         self._requests: dict[str, _Request] = {}
         self._recent: OrderedDict[str, tuple[str, int]] = OrderedDict()
         self._seen: dict[ReplicaID, tuple[Any, int]] = {}
+        #: the shared view of the deployment's routers (fairq.ray.view)
+        self.view = SharedView(
+            self._d,
+            enabled=options.shared_view,
+            max_age_s=options.view_max_age_s,
+            remember=options.recent_requests,
+        )
         #: Counters: requests dispatched, moved to another replica by Ray,
         #: withdrawn (cancelled before routing), finished; output charges and
         #: evictions applied; replicas removed; feedback events missed or
@@ -181,6 +191,7 @@ class FairqD2LPMRouter(RequestRouter):
         # Its in-flight requests leave the dispatcher; Ray fails or retries
         # them, and the retries are dispatched again among the live replicas.
         self._d.remove_worker(slot)
+        self.view.forget(slot)
         self._free.append(slot)
         self.counters["replicas_removed"] += 1
 
@@ -294,6 +305,8 @@ class FairqD2LPMRouter(RequestRouter):
             if w not in by_slot:
                 self._d.withdraw(rid)
         if rid not in self._d:
+            self.view.expire()
+            self.view.mine(rid)
             w = self._d.dispatch_among(rid, req.tenant, req.tokens, list(by_slot))
             self.counters["dispatched"] += 1
         pick = by_slot[w]
@@ -428,6 +441,11 @@ class FairqD2LPMRouter(RequestRouter):
             except Exception:
                 self.counters["feedback_errors"] += 1
         self._seen[replica.replica_id] = (epoch, seen)
+        if slot is not None:
+            try:
+                self.view.on_snapshot(slot, entry)
+            except Exception:
+                self.view.counters["view_errors"] += 1
 
     def _apply_event(self, slot: int, ev: Sequence[Any]) -> None:
         kind = ev[1]
@@ -438,11 +456,14 @@ class FairqD2LPMRouter(RequestRouter):
                 req.output_tokens = out
                 return
             known = self._recent.pop(rid, None)
-            if known is None:  # another router's request, or long forgotten
+            if known is None:  # another router's request (the view), or long forgotten
+                self.view.on_finish(slot, rid, out, ev[4] if len(ev) > 4 else None)
                 return
             tenant, s = known
             if self._d.charge_output(tenant, s, out):
                 self.counters["output_charged"] += 1
+        elif kind == "start":
+            self.view.on_start(slot, ev)
         elif kind == "evict":
             self._d.on_evict(slot, np.asarray(ev[2], dtype=np.uint32), int(ev[3]))
             self.counters["evictions"] += 1

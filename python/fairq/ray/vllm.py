@@ -166,6 +166,7 @@ class FairqLLMServer(LLMServer):
             delta = getattr(getattr(params, "output_kind", None), "name", "") == "DELTA"
             xargs = getattr(params, "extra_args", None)
             tenant = xargs.get("tenant") if isinstance(xargs, dict) else None
+            server._started(rid, tenant, kwargs.get("prompt", args[0] if args else None))
             produced = 0
             prompt = cached = 0
             try:
@@ -181,6 +182,21 @@ class FairqLLMServer(LLMServer):
                 server._finished(rid, tenant, prompt, cached, produced)
 
         client.generate = generate
+
+    def _started(self, rid: str | None, tenant: Any, prompt: Any) -> None:
+        """The routers' shared view: this replica took the request (its prompt
+        ids when the engine got ids; a text prompt is published without)."""
+        if rid is None:
+            return
+        ids = prompt.get("prompt_token_ids") if isinstance(prompt, Mapping) else None
+        if ids is None:
+            ids = prompt if isinstance(prompt, list) else getattr(prompt, "prompt_token_ids", None)
+        name = tenant if isinstance(tenant, str) and tenant else "default"
+        try:
+            tokens = [int(t) for t in ids] if ids is not None else []
+            self.feedback.record_start(rid, name, tokens)
+        except Exception:  # not ids after all: the view goes without them, never the request
+            self.feedback.record_start(rid, name)
 
     def _finished(
         self, rid: str | None, tenant: Any, prompt: int, cached: int, produced: int

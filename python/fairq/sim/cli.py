@@ -32,6 +32,7 @@ from fairq.cliargs import (
 )
 from fairq.sim.config import LOCAL_POLICIES, MEMORY_MODELS
 from fairq.sim.model import PRESETS, StepModel
+from fairq.sim.routers import ASSIGN, routers_table
 from fairq.sim.runner import (
     DEFAULT_PRESET,
     DEFAULT_SUITE,
@@ -42,6 +43,7 @@ from fairq.sim.runner import (
     find_spec,
     plan_runs,
     plan_sweep,
+    with_routers,
 )
 from fairq.sim.story import story
 
@@ -157,6 +159,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         type=count(1),
         help="number of workers (repeatable; default: 1 and 4)",
+    )
+    p.add_argument(
+        "--routers",
+        action="append",
+        type=count(1),
+        metavar="N",
+        help="routers in front of the workers, each with its own dispatcher and a shared "
+        "view of the others (fairq.sim.routers; repeatable; default 1)",
+    )
+    p.add_argument(
+        "--view-staleness",
+        action="append",
+        type=number(0, inf=True),
+        metavar="SECONDS",
+        help="age of the shared view each router sees of the other routers' dispatches and "
+        "finishes and the workers' evictions (repeatable; default 0; inf: no shared view, "
+        "each router on its own dispatches as before)",
+    )
+    p.add_argument(
+        "--router-assign",
+        action="append",
+        choices=list(ASSIGN),
+        help="how requests are assigned to routers (repeatable; default rr): rr: in turn, "
+        "random: uniformly, tenant: every request of a client through one router",
     )
     p.add_argument("--trace", metavar="FILE", help="replay a JSONL trace instead of the suite")
     p.add_argument("--seed", type=count(0), default=0, help="workload seed, >= 0 (default 0)")
@@ -338,9 +364,18 @@ def _plan(args: argparse.Namespace) -> tuple[Any, list[Run], dict[str, Any]]:
         runs = plan_runs(specs, workers, base, policies=args.policy, dispatchers=args.dispatch)
     if not runs:
         raise UsageError("nothing to run (check --policy / --dispatch)")
-    if args.plot and not args.sweep:
+    runs = with_routers(
+        runs, args.routers or [1], args.view_staleness or [0.0], args.router_assign or ["rr"]
+    )
+    if args.plot and not args.sweep and not routers_plot(runs):
         args.plot_workload = plot_choice(args.plot_workload, runs)
     return base, runs, overrides
+
+
+def routers_plot(runs: list[Run]) -> bool:
+    """Whether ``--plot`` draws the routers' degradation (several router
+    settings in the plan) rather than per-client panels."""
+    return len({(r.cfg.routers, r.cfg.view_staleness, r.cfg.router_assign) for r in runs}) > 1
 
 
 def _run_key(run: Run) -> str:
@@ -402,6 +437,9 @@ def run_paper(args: argparse.Namespace) -> int:
         "--duration": args.duration,
         "--plot": args.plot,
         "--model": args.model,
+        "--routers": args.routers,
+        "--view-staleness": args.view_staleness,
+        "--router-assign": args.router_assign,
         "--metrics-port": args.metrics_port,
     }
     for flag, value in shaping.items():
@@ -472,6 +510,8 @@ def run(args: argparse.Namespace) -> int:
     steps = sum(r["steps"] for r in results)
     sim_wall = sum(r["wall_s"] for r in results)
     print(table(results))
+    if routers_plot(runs):
+        print(routers_table(results))
     print()
     print(story(results, sweep=bool(args.sweep)))
     print(
@@ -485,7 +525,12 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         from fairq.sim.plot import plot_results, workers_text
 
-        if args.sweep:
+        if routers_plot(runs):
+            from fairq.sim.plot import plot_routers
+
+            plot_routers(results, args.plot)
+            print(f"plot written to {args.plot}: fairness and hit rate by routers and staleness")
+        elif args.sweep:
             plot_results(results, args.plot, sweep=True)
             print(
                 f"plot written to {args.plot}: the Q_u and Q_w sweeps of {results[0]['workload']}"
@@ -535,7 +580,10 @@ def serve_metrics(port: int, addr: str = "127.0.0.1") -> Callable[[Any], None]:
             registry.unregister(c)
         current.clear()
         objs = [(f"w{w.idx}", w.sched) for w in sim.workers]
-        if sim.dispatcher is not None:
+        fleet = getattr(sim.dispatcher, "routers", None)
+        if fleet is not None:
+            objs += [(f"router{i}", d) for i, d in enumerate(fleet)]
+        elif sim.dispatcher is not None:
             objs.append(("dispatcher", sim.dispatcher))
         for name, obj in objs:
             c = FairqCollector(obj, name)

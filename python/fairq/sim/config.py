@@ -68,6 +68,15 @@ class SimConfig:
     max_new_tokens: int | None = None
     #: check at every step that the KV pool is not exceeded (tests)
     validate: bool = False
+    #: routers in front of the workers, each its own dispatcher
+    #: (:mod:`fairq.sim.routers`); 1 with view_staleness 0: the one global router
+    routers: int = 1
+    #: age in seconds of the shared view each router sees of the others'
+    #: dispatches and finishes and the workers' evictions (inf: no shared
+    #: view: each router counts its own dispatches only, as before the view)
+    view_staleness: float = 0.0
+    #: how requests are assigned to routers: rr, random or tenant
+    router_assign: str = "rr"
 
     def __post_init__(self) -> None:
         if self.memory not in MEMORY_MODELS:
@@ -76,9 +85,31 @@ class SimConfig:
             )
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens!r}")
+        from fairq.sim.routers import ASSIGN
+
+        if isinstance(self.routers, bool) or not isinstance(self.routers, int) or self.routers < 1:
+            raise ValueError(f"routers must be an int >= 1, got {self.routers!r}")
+        if not 0 <= self.view_staleness:
+            raise ValueError(
+                f"view_staleness must be a number >= 0 or inf, got {self.view_staleness!r}"
+            )
+        if self.router_assign not in ASSIGN:
+            raise ValueError(
+                f"router_assign must be one of {', '.join(ASSIGN)}; got {self.router_assign!r}"
+            )
+
+    @property
+    def fleet(self) -> bool:
+        """Several routers, or one with a stale view (:mod:`fairq.sim.routers`)."""
+        return self.workers > 1 and (self.routers > 1 or self.view_staleness > 0)
 
     def label(self) -> str:
         local = LOCAL_LABELS.get(self.policy, self.policy.upper())
         if self.workers == 1 or not self.dispatcher:
             return local
-        return f"{LABELS.get(self.dispatcher, self.dispatcher)}+{local}"
+        label = f"{LABELS.get(self.dispatcher, self.dispatcher)}+{local}"
+        if self.fleet:
+            t = self.view_staleness
+            view = f"T={t:g}s" if t < float("inf") else "no view"
+            label += f" x{self.routers} {self.router_assign} {view}"
+        return label

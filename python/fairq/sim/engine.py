@@ -619,9 +619,20 @@ class Simulator:
         self.dispatcher: Any = None
         if cfg.workers > 1:
             name = cfg.dispatcher or "rr"
-            self.dispatcher = make_dispatcher(
-                name, cfg.workers, worker_quantum=cfg.worker_quantum, w_e=cfg.w_e, w_q=cfg.w_q
-            )
+
+            def make() -> Any:
+                return make_dispatcher(
+                    name, cfg.workers, worker_quantum=cfg.worker_quantum, w_e=cfg.w_e, w_q=cfg.w_q
+                )
+
+            if cfg.fleet:
+                from fairq.sim.routers import RouterFleet
+
+                self.dispatcher = RouterFleet(
+                    make, cfg.routers, cfg.view_staleness, cfg.router_assign, lambda: self.now
+                )
+            else:
+                self.dispatcher = make()
         self.sync_evictions = self.dispatcher is not None and self.dispatcher.policy in (
             "D2LPM",
             "PrefixAffinity",

@@ -203,3 +203,82 @@ def plot_sweep(results: list[dict[str, Any]], path: str) -> None:
     fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+#: plot_routers' panels: (result key, axis label)
+ROUTER_PANELS = (
+    ("jain_cost", "Jain (cost), backlogged"),
+    ("jain_client", "Jain (client), backlogged"),
+    ("max_gap_cost", "max service gap (cost)"),
+    ("cache_hit", "cache hit rate"),
+    ("service_tok_s", "service tok/s"),
+)
+
+
+def _finite_staleness(t: float, results: list[dict[str, Any]]) -> float:
+    """Where a staleness sits on the x axis: ``inf`` (no shared view) at
+    twice the largest finite one."""
+    if t < float("inf"):
+        return t
+    finite = [r["view_staleness"] for r in results if r["view_staleness"] < float("inf")]
+    return 2 * max(finite, default=1.0) or 1.0
+
+
+def plot_routers(results: list[dict[str, Any]], path: str) -> None:
+    """Fairness, hit rate and service against the view's staleness: one row
+    per (workload, workers, assignment), one line per number of routers
+    (colour by N), the one-router run dotted; "none" on the x axis is no
+    shared view (``fairq simulate --routers ... --view-staleness ... --plot``)."""
+    plt = _plt()
+    multi = [r for r in results if r["workers"] > 1]
+    rows = sorted(
+        {(r["workload"], r["workers"], r["router_assign"]) for r in multi if r["routers"] > 1}
+    )
+    fig, axes = plt.subplots(
+        len(rows),
+        len(ROUTER_PANELS),
+        figsize=(3.4 * len(ROUTER_PANELS), 2.9 * len(rows) + 0.6),
+        squeeze=False,
+    )
+    all_n = sorted({r["routers"] for r in multi if r["routers"] > 1})
+    cmap = plt.get_cmap("viridis")
+    colour = {n: cmap(i / max(1, len(all_n) - 1) * 0.9) for i, n in enumerate(all_n)}
+    for i, (wl, w, a) in enumerate(rows):
+        mine = [r for r in multi if r["workload"] == wl and r["workers"] == w]
+        single = [r for r in mine if r["routers"] == 1 and r["view_staleness"] == 0]
+        fleet = [r for r in mine if r["routers"] > 1 and r["router_assign"] == a]
+        ts = sorted({r["view_staleness"] for r in fleet} | {0.0})
+        xs_of = {t: _finite_staleness(t, mine) for t in ts}
+        for j, (key, label) in enumerate(ROUTER_PANELS):
+            ax = axes[i][j]
+            for n in sorted({r["routers"] for r in fleet}):
+                pts = sorted(
+                    (r["view_staleness"], r[key])
+                    for r in fleet + single
+                    if r["routers"] == n or r in single
+                )
+                xs = [xs_of[p[0]] for p in pts]
+                ys = [float("nan") if p[1] is None else p[1] for p in pts]
+                ax.plot(xs, ys, marker="o", ms=3, color=colour[n], label=f"{n} routers")
+            if single and single[0][key] is not None:
+                ax.axhline(single[0][key], color="k", lw=0.8, ls=":", label="one router")
+            ax.set_xscale("symlog", linthresh=0.1)
+            ax.set_xlim(left=0)
+            ax.set_xticks([xs_of[t] for t in ts])
+            ax.set_xticklabels([f"{t:g}" if t < float("inf") else "none" for t in ts], fontsize=7)
+            ax.set_xlabel("view staleness T (s)", fontsize=8)
+            ax.set_ylabel(label, fontsize=8)
+            ax.set_title(f"{wl}, {workers_text(w)}, assign {a}", fontsize=8)
+            ax.grid(alpha=0.3)
+    handles: dict[str, Any] = {}
+    for row in axes:
+        for ax in row:
+            for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+                handles.setdefault(lab, h)
+    order = sorted(
+        handles, key=lambda s: (s == "one router", int(s.split()[0]) if s[0].isdigit() else 0)
+    )
+    fig.legend([handles[k] for k in order], order, loc="upper center", ncol=len(order), fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (2.9 * len(rows) + 0.6)))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -44,7 +44,10 @@ class WorkloadSpec:
 
     def build(self, workers: int, seed: int, overrides: dict[str, Any] | None = None) -> Workload:
         kw = {**self.kwargs, **(overrides or {})}
-        if "rate" in kw:
+        per_worker = kw.pop("clients_per_worker", None)
+        if per_worker is not None:  # more clients with more workers, each at its rate
+            kw["num_clients"] = max(2, round(per_worker * workers))
+        elif "rate" in kw:
             kw["rate"] = kw["rate"] * workers
         return make_workload(self.name, misbehave=self.misbehave, seed=seed, **kw)
 
@@ -63,6 +66,20 @@ EXTRA: dict[str, WorkloadSpec] = {
     ),
     "tot-S1": WorkloadSpec("tot", "S1", {"scale": 0.5, "rate": 0.1, "duration": 40.0}),
     "judge-S2": WorkloadSpec("judge", "S2", {"scale": 0.5, "rate": 1.0, "duration": 40.0}),
+    # one client per worker (each at 4 requests/s on 16 documents of its own),
+    # so that the workers and the routers scale together (docs/results/routers.md)
+    "qa-fleet": WorkloadSpec(
+        "qa",
+        "S1",
+        {
+            "scale": 0.25,
+            "rate": 4.0,
+            "duration": 20.0,
+            "docs_per_client": 16,
+            "clients_per_worker": 1.0,
+        },
+        label="qa-fleet",
+    ),
 }
 
 LOCAL_ONE = ("fcfs", "lpm", "vtc", "dlpm")
@@ -129,6 +146,29 @@ def plan_runs(
                         continue
                     runs.append(Run(spec, replace(base, workers=w, policy=p, dispatcher=d), tr))
     return runs
+
+
+def with_routers(
+    runs: list[Run], routers: list[int], staleness: list[float], assign: list[str]
+) -> list[Run]:
+    """Each run on several workers once per (routers, view staleness,
+    assignment) setting (:mod:`fairq.sim.routers`), and once with one router
+    and a fresh view (the baseline) first; runs on one worker once."""
+    out: list[Run] = []
+    settings = [(1, 0.0, "rr")] + [(n, t, a) for n in routers for t in staleness for a in assign]
+    for run in runs:
+        if run.cfg.workers == 1:
+            out.append(run)
+            continue
+        seen = set()
+        for n, t, a in settings:
+            key = (1, 0.0, "rr") if n == 1 and t == 0 else (n, t, a)
+            if key in seen:
+                continue
+            seen.add(key)
+            cfg = replace(run.cfg, routers=key[0], view_staleness=key[1], router_assign=key[2])
+            out.append(replace(run, cfg=cfg))
+    return out
 
 
 def _progress(total: int, desc: str) -> tuple[Callable[[str], None], Callable[[], None]]:
@@ -202,6 +242,8 @@ def execute(
                 )
             if run.cfg.dispatcher == "d2lpm":
                 m["worker_quantum"] = run.cfg.worker_quantum
+            if run.cfg.fleet:
+                m["router_requests"] = sim.dispatcher.dispatched
             tl = service_over_time(sim)
             if not timelines:
                 del tl["response"]  # per-request points are only for plots

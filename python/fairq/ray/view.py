@@ -1,0 +1,168 @@
+"""The shared view of the D2LPM routers of one deployment (no Ray import).
+
+Every handle and every HTTP proxy runs its own :class:`FairqD2LPMRouter`,
+each with its own D2LPM state. Alone, a router counts only its own
+dispatches: its per-replica load ``s_w`` misses the others' requests and its
+per-tenant deficits the others' charges, so it places tenants on a replica
+another router has filled (docs/results/ray_vllm.md, "Two ingress routers").
+The shared view gives every router what the replicas saw:
+
+- **What carries it:** each replica's routing stats (the same channel as
+  the finish and eviction feedback, :mod:`fairq.ray.feedback`). Serve's
+  controller calls ``record_routing_stats()`` every
+  ``request_routing_stats_period_s`` and broadcasts the result to every
+  router of the deployment. We chose it over a named actor or the GCS
+  key-value store because it adds no process and no single point of failure:
+  it is the path the routers already read, each replica publishes only
+  itself, and a router reads what has arrived without waiting on anything.
+- **What a replica publishes** (``ReplicaFeedback``): a ``start`` event per
+  request it takes (request id, tenant, the prompt's first ``view_tokens``
+  token ids and its length), the tenant in every ``finish`` event, the ids
+  of the requests it holds now (``inflight``) and a publication stamp.
+- **What a router does with it** (:class:`SharedView`): a ``start`` of a
+  request it did not route is ``observe_dispatch``: the prefix goes into its
+  tree (the cache summary), the tenant is charged ``w_e * prompt length`` on
+  that replica; a ``finish`` of such a request is ``observe_finish`` (the
+  output charge); ``inflight`` less its own requests is the replica's
+  ``external_load``, which the core adds to the router's own ``s_w`` when it
+  chooses. Its own requests it knows exactly, at once.
+- **Staleness:** a router's view of a replica is as old as that replica's
+  last routing stats: at most one period plus the controller's broadcast.
+  ``docs/results/routers.md`` measures what staleness costs.
+- **Failure:** nothing waits on the view. If a replica's stats stop coming
+  (the controller or the replica is gone), its external load is dropped
+  after ``view_max_age_s`` and the router routes on its own dispatches, as
+  without the view; the charges already applied stay (they are history).
+  A router that dies takes only its own requests with it. Malformed view
+  entries are counted (``view_errors``) and skipped.
+
+Counters (``FairqD2LPMRouter.view.counters``): ``view_dispatches`` and
+``view_finishes`` applied, ``view_snapshots`` (new ``inflight`` lists
+applied), ``view_expired`` (replicas whose view aged out), ``view_errors``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+import fairq
+
+__all__ = ["SharedView"]
+
+
+class SharedView:
+    """One router's use of the replicas' published view (see the module doc).
+
+    Args:
+        dispatcher: the router's D2LPM state.
+        enabled: apply the view (False: today's per-router state only).
+        max_age_s: a replica's external load is dropped when nothing new has
+            come from it for this long.
+        remember: own request ids kept to tell them from the others' (> 0).
+        clock: monotonic seconds (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        dispatcher: fairq.D2LPM,
+        *,
+        enabled: bool = True,
+        max_age_s: float = 30.0,
+        remember: int = 65536,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._d = dispatcher
+        self.enabled = enabled
+        self.max_age_s = max_age_s
+        self._remember = remember
+        self._clock = clock
+        self._mine: OrderedDict[str, None] = OrderedDict()
+        #: slot -> local time the last view input from that replica came
+        self._fresh: dict[int, float] = {}
+        #: slot -> the stamp of the last ``inflight`` list applied
+        self._stamp: dict[int, Any] = {}
+        self.counters: dict[str, int] = dict.fromkeys(
+            ("view_dispatches", "view_finishes", "view_snapshots", "view_expired", "view_errors"),
+            0,
+        )
+
+    # --- this router's own requests ---------------------------------------
+
+    def mine(self, rid: str) -> None:
+        """``rid`` is dispatched by this router (its start and finish in the
+        view are not news)."""
+        self._mine[rid] = None
+        if len(self._mine) > self._remember:
+            self._mine.popitem(last=False)
+
+    def is_mine(self, rid: str) -> bool:
+        return rid in self._mine
+
+    # --- what the replicas publish ------------------------------------------
+
+    def on_start(self, slot: int, ev: Sequence[Any]) -> None:
+        """A ``["start", rid, tenant, tokens, input_len]`` event (after its number)."""
+        rid, tenant, tokens, n = str(ev[2]), ev[3], ev[4], int(ev[5])
+        if not self.enabled or self.is_mine(rid):
+            return
+        if not isinstance(tenant, str) or not tenant:
+            raise ValueError(f"start event {rid!r}: tenant must be a non-empty str")
+        self._d.observe_dispatch(tenant, slot, np.asarray(tokens, dtype=np.uint32), n)
+        self.counters["view_dispatches"] += 1
+        self._fresh[slot] = self._clock()
+
+    def on_finish(self, slot: int, rid: str, output_tokens: int, tenant: Any) -> None:
+        """A finish of a request this router may not have routed."""
+        if not self.enabled or self.is_mine(rid) or not isinstance(tenant, str) or not tenant:
+            return
+        self._d.observe_finish(tenant, slot, output_tokens)
+        self.counters["view_finishes"] += 1
+        self._fresh[slot] = self._clock()
+
+    def on_snapshot(self, slot: int, entry: Mapping[str, Any]) -> None:
+        """The replica's ``inflight`` ids: the ones not ours are its external load."""
+        inflight = entry.get("inflight")
+        if not self.enabled or inflight is None:
+            return
+        stamp = entry.get("time")
+        if stamp is not None and stamp == self._stamp.get(slot):
+            return  # the same publication again
+        if not isinstance(inflight, Sequence) or isinstance(inflight, str):
+            self.counters["view_errors"] += 1
+            return
+        others = sum(1 for rid in inflight if not self.is_mine(str(rid)))
+        self._set_external(slot, others)
+        self._stamp[slot] = stamp
+        self._fresh[slot] = self._clock()
+        self.counters["view_snapshots"] += 1
+
+    # --- staleness -------------------------------------------------------------
+
+    def expire(self) -> None:
+        """Drop the external load of every replica whose view is older than
+        ``max_age_s`` (the router then counts its own dispatches there)."""
+        if not self._fresh:
+            return
+        now = self._clock()
+        for slot, t in list(self._fresh.items()):
+            if now - t > self.max_age_s:
+                del self._fresh[slot]
+                self._stamp.pop(slot, None)
+                self._set_external(slot, 0)
+                self.counters["view_expired"] += 1
+
+    def forget(self, slot: int) -> None:
+        """The replica left its slot (the core already zeroed its load)."""
+        self._fresh.pop(slot, None)
+        self._stamp.pop(slot, None)
+
+    def _set_external(self, slot: int, n: int) -> None:
+        loads = self._d.external_load
+        if loads[slot] != n:
+            loads[slot] = n
+            self._d.external_load = loads

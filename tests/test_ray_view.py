@@ -1,0 +1,215 @@
+"""The D2LPM routers' shared view on Ray Serve (fairq.ray.view), no cluster.
+
+Two routers of one deployment read the same replicas' routing stats (built
+by fairq.ray.ReplicaFeedback, as a replica would publish them): each must
+see the other's requests in flight, its tenants' charges and the prefixes
+it placed, never count its own twice, fall back to its own dispatches when
+the view ages out, and keep routing whatever the view holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ray.serve", reason="needs fairq[ray] (pip install '.[ray]')")
+pytest.importorskip("httpx", reason="Ray's router test utilities import httpx")
+
+from test_ray_router import PREFIX, StatsReplica, body, make_router, names, request, run  # noqa: E402
+
+from fairq.ray import ReplicaFeedback, RouterOptions  # noqa: E402
+from fairq.ray.view import SharedView  # noqa: E402
+
+
+class Deployment:
+    """Two replicas with their feedback, and routers reading their stats."""
+
+    def __init__(self, n: int = 2) -> None:
+        self.reps = [StatsReplica(f"r{i}") for i in range(n)]
+        self.fbs = [ReplicaFeedback() for _ in range(n)]
+
+    def take(self, i: int, pr: Any, tenant: str, tokens: list[int]) -> None:
+        """Replica ``i`` received the request (it publishes the start)."""
+        self.fbs[i].record_start(pr.metadata.internal_request_id, tenant, tokens)
+
+    def finish(self, i: int, pr: Any, out: int) -> None:
+        self.fbs[i].record_finish(pr.metadata.internal_request_id, out)
+
+    def publish(self, *routers: Any) -> None:
+        for rep, fb in zip(self.reps, self.fbs, strict=True):
+            rep.set_stats(fb.routing_stats())
+        for r in routers:
+            r.update_replicas(self.reps)
+
+
+async def send(router: Any, dep: Deployment, tenant: str, tokens: list[int]) -> tuple[Any, int]:
+    """Route one request through ``router``; the chosen replica takes it."""
+    pr = request(body(tenant, tokens))
+    ranks = await router.choose_replicas(dep.reps, pr)
+    i = int(names(ranks)[0][0][1:])
+    router.on_request_routed(pr, dep.reps[i].replica_id, None)
+    dep.take(i, pr, tenant, tokens)
+    return pr, i
+
+
+def test_a_router_sees_the_others_load_charges_and_prefixes() -> None:
+    async def go() -> None:
+        dep = Deployment()
+        a, b = make_router(worker_quantum=10_000), make_router(worker_quantum=10_000)
+        dep.publish(a, b)
+        # router a places tenant x's document on some replica, three times
+        sent = [await send(a, dep, "x", PREFIX) for _ in range(3)]
+        i = sent[0][1]
+        assert all(s[1] == i for s in sent)
+        dep.publish(a, b)
+        sb = b.slot_of(dep.reps[i].replica_id)
+        sa = a.slot_of(dep.reps[i].replica_id)
+        # b: a's three requests in flight there, x charged for them, the prefix cached there
+        assert b.dispatcher.external_load[sb] == 3
+        assert b.dispatcher.held_len(sb, PREFIX) == len(PREFIX)
+        assert b.dispatcher.deficit("x", sb) == -3 * len(PREFIX)
+        assert b.view.counters["view_dispatches"] == 3
+        # a: its own requests are not news (no double count)
+        assert a.dispatcher.external_load == [0] * len(a.dispatcher.external_load)
+        assert a.dispatcher.queue_sizes[sa] == 3
+        assert a.view.counters["view_dispatches"] == 0
+        # b sends tenant x's next request where x's document is cached
+        _, j = await send(b, dep, "x", PREFIX)
+        assert j == i
+        # a tenant new to both goes where the load is lower: the other replica
+        _, k = await send(b, dep, "y", [9000 + t for t in range(50)])
+        assert k != i
+        # a's requests finish on the replica: b charges the output, the load drops
+        for pr, _ in sent:
+            a.on_request_completed(dep.reps[i].replica_id, pr.metadata.internal_request_id)
+            dep.finish(i, pr, 10)
+        before = b.dispatcher.deficit("x", sb)
+        dep.publish(a, b)
+        assert b.dispatcher.external_load[sb] == 0
+        assert b.dispatcher.deficit("x", sb) == before - 3 * 2 * 10
+        assert b.view.counters["view_finishes"] == 3
+        # and the same stats again change nothing
+        dep.publish(a, b)
+        assert b.dispatcher.deficit("x", sb) == before - 3 * 2 * 10
+
+    run(go())
+
+
+def test_an_old_view_is_dropped_and_routing_goes_on() -> None:
+    async def go() -> None:
+        dep = Deployment()
+        a, b = make_router(), make_router(view_max_age_s=5.0)
+        now = [0.0]
+        b.view._clock = lambda: now[0]
+        dep.publish(a, b)
+        for _ in range(4):
+            await send(a, dep, "x", PREFIX)
+        dep.publish(a, b)
+        assert sum(b.dispatcher.external_load) == 4
+        now[0] = 6.0  # no new stats for longer than view_max_age_s
+        await send(b, dep, "z", [7, 7, 7])
+        assert sum(b.dispatcher.external_load) == 0
+        assert b.view.counters["view_expired"] == 1
+        # a new publication brings the view back
+        dep.fbs[0].record_start("late", "w", [1])
+        dep.publish(b)
+        assert sum(b.dispatcher.external_load) >= 1
+
+    run(go())
+
+
+def test_view_off_is_the_router_on_its_own() -> None:
+    async def go() -> None:
+        dep = Deployment()
+        a, b = make_router(), make_router(shared_view=False)
+        dep.publish(a, b)
+        for _ in range(3):
+            await send(a, dep, "x", PREFIX)
+        dep.publish(a, b)
+        assert sum(b.dispatcher.external_load) == 0
+        assert b.dispatcher.deficit("x", 0) == 0.0
+        assert b.dispatcher.longest_match(PREFIX)[0] == 0
+        assert b.view.counters["view_dispatches"] == 0
+
+    run(go())
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"epoch": "e", "events": [[1, "start", "r", "", [1], 1]]},  # no tenant
+        {"epoch": "e", "events": [[1, "start", "r", "t", [-1], 1]]},  # bad token
+        {"epoch": "e", "events": [[1, "start", "r"]]},  # short
+        {"epoch": "e", "events": [], "inflight": 7, "time": 1.0},  # not a list
+        {"epoch": "e", "events": [], "inflight": "abc", "time": 1.0},
+    ],
+)
+def test_malformed_view_entries_are_counted_and_routing_goes_on(entry: dict[str, Any]) -> None:
+    async def go() -> None:
+        router = make_router()
+        rep = StatsReplica("r0")
+        rep.set_stats({"fairq": entry})
+        router.update_replicas([rep])
+        errors = router.counters["feedback_errors"] + router.view.counters["view_errors"]
+        assert errors == 1
+        ranks = await router.choose_replicas([rep], request(body("a", PREFIX)))
+        assert names(ranks) == [["r0"]]
+
+    run(go())
+
+
+def test_replica_feedback_publishes_the_view() -> None:
+    fb = ReplicaFeedback(view_tokens=3)
+    plain = fb.routing_stats()["fairq"]
+    assert "inflight" not in plain  # no record_start yet: the payload as before
+    fb.record_start("r1", "a", [5, 6, 7, 8])
+    fb.record_start("r2", "b", [], input_len=12)
+    entry = fb.routing_stats()["fairq"]
+    assert entry["inflight"] == ["r1", "r2"]
+    assert entry["events"][0] == [1, "start", "r1", "a", [5, 6, 7], 4]
+    assert entry["events"][1] == [2, "start", "r2", "b", [], 12]
+    fb.record_finish("r1", output_tokens=3)
+    entry = fb.routing_stats()["fairq"]
+    assert entry["inflight"] == ["r2"]
+    assert entry["events"][-1] == [3, "finish", "r1", 3, "a"]
+    with pytest.raises(ValueError, match="tenant"):
+        fb.record_start("r3", "", [1])
+    with pytest.raises(ValueError, match="tokens"):
+        fb.record_start("r3", "a", [-1])
+    with pytest.raises(ValueError, match="input_len"):
+        fb.record_start("r3", "a", [1], input_len=-2)
+    with pytest.raises(ValueError, match="view_tokens"):
+        ReplicaFeedback(view_tokens=-1)
+    with pytest.raises(ValueError, match="max_inflight"):
+        ReplicaFeedback(max_inflight=0)
+    assert fb.routing_stats()["fairq"]["inflight"] == ["r2"]  # errors changed nothing
+    small = ReplicaFeedback(max_inflight=2)
+    for i in range(3):
+        small.record_start(f"q{i}", "a")
+    assert small.routing_stats()["fairq"]["inflight"] == ["q1", "q2"]
+
+
+def test_view_options_are_validated_naming_the_field() -> None:
+    with pytest.raises(TypeError, match="shared_view"):
+        RouterOptions(shared_view="yes")
+    for bad in (0, -1.0, float("inf"), float("nan"), True):
+        with pytest.raises(ValueError, match="view_max_age_s"):
+            RouterOptions(view_max_age_s=bad)  # type: ignore[arg-type]
+
+
+def test_shared_view_never_counts_its_own_requests() -> None:
+    import fairq
+
+    d = fairq.D2LPM(2, 100.0)
+    v = SharedView(d, remember=2)
+    for rid in ("a", "b", "c"):
+        v.mine(rid)
+    assert not v.is_mine("a") and v.is_mine("b") and v.is_mine("c")  # bounded memory
+    v.on_snapshot(1, {"inflight": ["b", "c", "x", "y"], "time": 1.0})
+    assert d.external_load == [0, 2]
+    v.on_start(1, [9, "start", "c", "t", [1, 2], 2])  # its own: ignored
+    assert d.longest_match([1, 2])[0] == 0
+    v.on_start(0, [10, "start", "x", "t", np.arange(4).tolist(), 40])
+    assert d.held_len(0, [0, 1, 2, 3]) == 4 and d.deficit("t", 0) == -40.0
