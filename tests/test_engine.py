@@ -555,3 +555,44 @@ def test_request_id_reused_after_finish(model: Any) -> None:
     assert sched.stats.requeued == 0
     # both submissions charged: prompts 12 + 20 and 2 * 3 outputs
     assert sched.service("a") == pytest.approx(12 + 20 + 2 * (3 + 3))
+
+
+@pytest.mark.skipif(not (_REAL["FCFS"] and _REAL["VTC"]), reason="fairq's FCFS/VTC not built yet")
+def test_policies_without_a_tree_get_the_engines_prefix_hits(model: Any) -> None:
+    """Under cache pressure (4 requests' pages fill the cache past the safety
+    margin) the engine matches a waiting request only while another request
+    of its document runs: finished requests' pages are evicted as soon as the
+    cache is under the margin. FIFO's candidate scan matches every waiting
+    request; fairq matches the requests it admitted, held ones included, so
+    the policies without a mirror tree share prefixes too (before the fix:
+    no hit at all, FIFO 0.47)."""
+    wl = multi_client_workload(
+        n_clients=2,
+        requests_per_client=4,
+        flood_factor=4,
+        prefix_len=128,
+        suffix_len=16,
+        max_new_tokens=8,
+        vocab_size=250,
+        docs_per_client=4,
+    )
+
+    def hit_rate(stype: str) -> float:
+        run = bench.run_engine(
+            model,
+            stype,
+            wl,
+            page_size=16,
+            num_blocks=42,
+            max_batch_tokens=256,
+            max_requests_per_batch=8,
+            realtime=False,
+        )
+        assert set(run.outputs) == {r.request_id for r in wl}
+        return float(run.scheduler.stats.prefix_hit_rate())
+
+    fifo = hit_rate("fifo-observed")
+    assert fifo > 0.3
+    for policy in ("fcfs", "vtc"):
+        # each document's later requests share its 128-token prefix (8 pages)
+        assert hit_rate(fs.scheduler_type(policy)) > fifo / 2, policy

@@ -506,6 +506,7 @@ class FairqScheduler(_Observer, Scheduler):
         offsets = {s.request_id: int(s.position_offset) for s in waiting}
         decoding_ids = {s.request_id for s in decoding}
         to_remove: set[str] = set()
+        self._match_prefixes(waiting, to_remove)
         scheduled, one_allocation_failed, fast_path, num_q_tokens, max_kv_read = (
             self._process_candidates(
                 decoding + prefilling + waiting, token_budget, cache_budget, to_remove
@@ -547,6 +548,31 @@ class FairqScheduler(_Observer, Scheduler):
             rec.charged_extend = int(fq.charged_extend(rid))
             if self.tree is not None:
                 rec.predicted_cached = rec.prompt_len - rec.charged_extend
+
+    def _match_prefixes(self, waiting: Iterable[Any], to_remove: set[str]) -> None:
+        """Run the engine's prefix match (``_infer_request_tokens``) on every
+        admitted request still waiting, before the engine's candidate loop.
+
+        The engine matches a waiting request only when its candidate loop
+        reaches it, and that loop stops at the first prefill candidate once
+        the cache is under the safety margin, which evicts every cached page
+        of finished requests. FIFO passes every waiting request through that
+        loop, so a request whose document another running request holds is
+        matched (and its pages shared) as soon as the loop sees it, even when
+        it cannot be scheduled yet. fairq passes only its admitted requests: a
+        held one would be matched only once the margin is met again, by which
+        time the request sharing its prefix has finished and its pages are
+        evicted (no hit at all for policies without a mirror tree). Matching
+        the admitted requests here keeps the policy's choice and order (only
+        requests fairq admitted are matched) and gets the engine's own match,
+        as FIFO does. A matched request becomes active (prefilling) and is
+        taken by ``_placed``."""
+        infer = getattr(self, "_infer_request_tokens", None)
+        if infer is None or not getattr(self.cache, "use_prefix_sharing", False):
+            return
+        for state in waiting:
+            if state.status == RequestStatus.PENDING:
+                infer(state, to_remove)
 
     def _placed(self, offsets: Mapping[str, int]) -> None:
         """The candidates the engine placed (now active) are taken; the
