@@ -49,10 +49,16 @@ def refused(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--quantum", "-5"], "argument --quantum: must be a finite number > 0, got -5"),
-        (["--quantum", "nan"], "argument --quantum: must be a finite number > 0, got nan"),
-        (["--quantum", "inf"], "argument --quantum: must be a finite number > 0, got inf"),
-        (["--quantum", "x"], "argument --quantum: must be a finite number > 0, got 'x'"),
+        (["--quantum", "-5"], "argument --quantum: must be a finite number > 0 or auto, got '-5'"),
+        (
+            ["--quantum", "nan"],
+            "argument --quantum: must be a finite number > 0 or auto, got 'nan'",
+        ),
+        (
+            ["--quantum", "inf"],
+            "argument --quantum: must be a finite number > 0 or auto, got 'inf'",
+        ),
+        (["--quantum", "x"], "argument --quantum: must be a finite number > 0 or auto, got 'x'"),
         (
             ["--worker-quantum", "0"],
             "argument --worker-quantum: must be a number > 0 or inf, got 0",
@@ -306,7 +312,7 @@ def test_exit_status_of_the_installed_command() -> None:
     assert p.returncode == 2
     assert p.stdout == ""
     assert p.stderr == (
-        "fairq simulate: error: argument --quantum: must be a finite number > 0, got -5\n"
+        "fairq simulate: error: argument --quantum: must be a finite number > 0 or auto, got '-5'\n"
     )
 
 
