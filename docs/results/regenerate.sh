@@ -13,7 +13,7 @@
 #   docs/results/regenerate.sh vllm-server  # real vLLM servers over HTTP (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~25 min)
 #   docs/results/regenerate.sh overload   # 20,000-request flood against a vLLM server with fairq's front door (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~8 min)
 #   docs/results/regenerate.sh ray-vllm   # vLLM replicas on Ray Serve behind a router (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build + .ci/ray-vllm-requirements.txt, ~25 min)
-#   docs/results/regenerate.sh traces     # Mooncake's production traces: the simulator at full scale, vLLM in-process, the vLLM CPU server (FAIRQ_VLLM_SERVER_PYTHON, ~20 min)
+#   docs/results/regenerate.sh traces     # Mooncake's production traces: the simulator at full scale, vLLM in-process, the vLLM CPU server and Ray Serve replicas (FAIRQ_VLLM_SERVER_PYTHON, ~30 min)
 #   docs/results/regenerate.sh step-fit   # vLLM's step times in-process, the step model fitted to them (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~2 min)
 #   docs/results/regenerate.sh wheel      # .ci/build-wheel: the auditwheel report, sizes (~3 min)
 #   docs/results/regenerate.sh gpu        # transformers' 1B model on one GPU: every policy, one trace (~6 min on an H100; writes $GPU_OUT, default gpu/latest; docs/results/gpu/README.md)
@@ -164,6 +164,11 @@ for part in "${parts[@]}"; do
         --max-model-len 2048 \
         --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 64" \
         --json traces_vllm_server.json --plot traces_vllm_server.png | tee traces_vllm_server.md
+      # two vLLM replicas on Ray Serve behind each router (+ Ray Serve beside vLLM's CPU build, ~9 min)
+      fairq engine-bench --engine ray-vllm --replicas 2 --trace mooncake-small \
+        --max-new-tokens 32 --quantum auto --max-model-len 2048 \
+        --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 64" \
+        --json traces_ray_vllm.json | tee traces_ray_vllm.md
       ;;
     step-fit)
       # the python with vLLM runs the engine in-process; the fitted constants
