@@ -54,7 +54,7 @@ CLIENT = (
 #: tenant -> (requests, request rate per second (inf: all at once), start
 #: delay s, seed: its own random prefix)
 TENANTS: dict[str, tuple[int, float, float, int]] = {
-    "flood": (32, float("inf"), 0.0, 1),
+    "flood": (96, float("inf"), 0.0, 1),
     "well0": (6, 4.0, 1.0, 2),
     "well1": (6, 4.0, 1.0, 3),
     "well2": (6, 4.0, 1.0, 4),
