@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairq.ledger.caps import AdmissionControl, Limits
-from tests.reference.caps import RefCaps
+
+from reference.caps import RefCaps
 
 
 class Clock:
