@@ -242,3 +242,21 @@ def test_idle_tenants_are_forgotten_so_state_stays_bounded(monkeypatch: pytest.M
     assert ac.held("holder") == (1, 1)  # a tenant holding something is kept
     # a tenant whose bucket is still refilling is kept (forgetting it would refill it)
     assert ac.offer("t999", 6) is not None
+
+
+def test_bad_offer_and_release_change_nothing() -> None:
+    ac = AdmissionControl(Limits(max_requests=4))
+    assert ac.offer("a", 10) is None
+    before = (ac.stats(), ac.requests, ac.tokens, ac.held("a"))
+    for bad in (1.5, "7", None, True):
+        with pytest.raises(TypeError, match="tokens must be an int"):
+            ac.offer("new", bad)
+    with pytest.raises(ValueError, match="holds 10 tokens"):
+        ac.release("a", 11)  # more than it holds: counts would go below 0
+    with pytest.raises(ValueError, match="holds 10 tokens"):
+        ac.release("a", 3)  # its one request was offered with 10
+    with pytest.raises(KeyError, match="'nobody' holds no request"):
+        ac.release("nobody", 1)
+    assert (ac.stats(), ac.requests, ac.tokens, ac.held("a")) == before
+    ac.release("a", 10)
+    assert (ac.requests, ac.tokens) == (0, 0)

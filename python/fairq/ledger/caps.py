@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -300,14 +301,16 @@ class AdmissionControl:
     def offer(self, tenant: str, tokens: int, now: float | None = None) -> Refusal | None:
         """Accept (``None``; the request is now held, :meth:`release` it
         when it leaves) or refuse (a :class:`Refusal`; nothing changed but
-        the refusal count) one request of ``tenant`` with ``tokens`` tokens."""
+        the refusal count) one request of ``tenant`` with ``tokens`` tokens
+        (an int; below 0 counts as 0). A ``tokens`` that is not an int is a
+        ``TypeError`` and changes nothing."""
+        tokens = _tokens(tokens)
         now = self.clock() if now is None else now
         st = self._state(tenant, now)
-        refusal = self._check(tenant, st, max(int(tokens), 0), now)
+        refusal = self._check(tenant, st, tokens, now)
         if refusal is not None:
             st.refused[refusal.reason] = st.refused.get(refusal.reason, 0) + 1
             return refusal
-        tokens = max(int(tokens), 0)
         if self.limits.burst is not None:
             st.bucket -= tokens
         if st.requests == 0:
@@ -397,12 +400,19 @@ class AdmissionControl:
     # -- leaving --------------------------------------------------------------
     def release(self, tenant: str, tokens: int, now: float | None = None) -> None:
         """An accepted request of ``tenant`` with ``tokens`` tokens left
-        (answered, failed or cancelled). Unknown tenants raise ``KeyError``."""
-        now = self.clock() if now is None else now
-        st = self._t[tenant]
-        if st.requests <= 0:
+        (answered, failed or cancelled): the ``tokens`` it was offered with.
+        A tenant holding no request is a ``KeyError``, more tokens than the
+        tenant holds a ``ValueError``; either changes nothing."""
+        tokens = _tokens(tokens)
+        st = self._t.get(tenant)
+        if st is None or st.requests <= 0:
             raise KeyError(f"tenant {tenant!r} holds no request")
-        tokens = max(int(tokens), 0)
+        if tokens > st.tokens or (st.requests == 1 and tokens != st.tokens):
+            raise ValueError(
+                f"tenant {tenant!r} holds {st.tokens} tokens in {st.requests} requests; "
+                f"cannot release a request of {tokens}"
+            )
+        now = self.clock() if now is None else now
         st.requests -= 1
         st.tokens -= tokens
         self.requests -= 1
@@ -435,6 +445,16 @@ class AdmissionControl:
             }
             for t, st in self._t.items()
         }
+
+
+def _tokens(tokens: Any) -> int:
+    """A request's tokens as :meth:`AdmissionControl.offer` counts them."""
+    if isinstance(tokens, bool):
+        raise TypeError(f"tokens must be an int, got {tokens!r}")
+    try:
+        return max(operator.index(tokens), 0)
+    except TypeError:
+        raise TypeError(f"tokens must be an int, got {tokens!r}") from None
 
 
 def _scaled(cap: int | None, w: float) -> int | None:
