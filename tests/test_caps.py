@@ -29,6 +29,7 @@ class Clock:
         ({"tenant_max_requests": True}, "limits.tenant_max_requests"),
         ({"tenant_token_rate": -1}, "limits.tenant_token_rate"),
         ({"tenant_token_rate": float("inf")}, "limits.tenant_token_rate"),
+        ({"tenant_token_burst": 10**400, "tenant_token_rate": 1}, "limits.tenant_token_burst"),
         ({"tenant_token_burst": 5}, "limits.tenant_token_burst"),
         ({"max_request": 5}, "limits.max_request"),
         ([1], "limits"),

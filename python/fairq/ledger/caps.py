@@ -122,9 +122,13 @@ class Limits:
                 continue
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise TypeError(f"limits.{key} must be a number, got {v!r}")
-            if not math.isfinite(float(v)) or float(v) <= 0:
+            try:
+                x = float(v)
+            except OverflowError:  # an int past a float's range
+                x = math.inf
+            if not math.isfinite(x) or x <= 0:
                 raise ValueError(f"limits.{key} must be a finite number > 0, got {v!r}")
-            out[key] = float(v)
+            out[key] = x
         if "tenant_token_burst" in out and "tenant_token_rate" not in out:
             raise ValueError("limits.tenant_token_burst needs limits.tenant_token_rate")
         return cls(**out)
