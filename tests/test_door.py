@@ -84,6 +84,26 @@ def test_estimate_counts_token_ids_exactly_and_text_by_bytes() -> None:
     assert estimate_tokens({"text": "abcd", "sampling_params": {"max_new_tokens": 7}}) == 8
 
 
+def test_estimate_counts_every_completion_asked_for_and_any_depth() -> None:
+    from types import SimpleNamespace
+
+    from fairq.ray.extract import estimate_tokens as ray_estimate
+
+    # n completions of max_tokens each occupy n times the output
+    assert estimate_tokens({"prompt": [5] * 10, "max_tokens": 3, "n": 4}) == 22
+    sg = {"text": "abcd", "sampling_params": {"max_new_tokens": 7, "n": 2}}
+    assert estimate_tokens(sg) == 15
+    assert estimate_tokens({"prompt": "abcd", "max_tokens": 3, "n": 0}) == 4  # at least one
+    # the Ray router counts the same, from a dict or a request object
+    assert ray_estimate(10, ({"max_tokens": 3, "n": 4},), {}) == 22
+    assert ray_estimate(10, (SimpleNamespace(max_completion_tokens=3, n=2),), {}) == 16
+    # nesting deeper than Python's recursion limit is counted, not a RecursionError
+    deep: list = ["abcd"]
+    for _ in range(5000):
+        deep = [deep, "abcd"]
+    assert estimate_tokens({"prompt": deep, "max_tokens": 0}) == 5001
+
+
 def test_flood_gets_429_with_retry_after_and_light_tenant_passes() -> None:
     async def run() -> None:
         d, app = door({"max_requests": 2})

@@ -25,7 +25,7 @@ from typing import Any
 
 from fairq.ledger.caps import AdmissionControl, Limits, Refusal
 
-__all__ = ["AdmissionDoor", "estimate_tokens", "GENERATE_PATHS"]
+__all__ = ["AdmissionDoor", "estimate_tokens", "output_tokens", "GENERATE_PATHS"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -42,39 +42,65 @@ BYTES_PER_TOKEN = 4
 
 
 def _text_tokens(x: Any) -> int:
-    if isinstance(x, str):
-        return -(-len(x.encode("utf-8", "replace")) // BYTES_PER_TOKEN)
-    if isinstance(x, list):
-        if x and all(isinstance(i, int) for i in x):
-            return len(x)  # token ids: exact
-        return sum(_text_tokens(i) for i in x)
-    if isinstance(x, dict):
-        return sum(_text_tokens(v) for k, v in x.items() if k in ("content", "text"))
-    return 0
+    """Tokens of a prompt field (iterative: a deeply nested body costs no
+    recursion)."""
+    total, stack = 0, [x]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, str):
+            total += -(-len(x.encode("utf-8", "replace")) // BYTES_PER_TOKEN)
+        elif isinstance(x, list):
+            if x and all(isinstance(i, int) for i in x):
+                total += len(x)  # token ids: exact
+            else:
+                stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(v for k, v in x.items() if k in ("content", "text"))
+    return total
+
+
+def _field(body: Any, name: str) -> Any:
+    if isinstance(body, Mapping):
+        return body.get(name)
+    return getattr(body, name, None)
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def output_tokens(body: Any) -> int:
+    """The output tokens a request (a JSON body, or a request object with
+    those attributes) may occupy: its ``max_tokens`` /
+    ``max_completion_tokens`` (the latter when both) / ``sampling_params``'s
+    ``max_new_tokens`` (default :data:`DEFAULT_MAX_TOKENS`), times the
+    completions it asks for (``n``, also in ``sampling_params``; at least
+    1). Never raises for a body of any shape."""
+    out = None
+    for key in ("max_tokens", "max_completion_tokens"):
+        v = _int(_field(body, key))
+        if v is not None:
+            out = v
+    sp = _field(body, "sampling_params")
+    if out is None:
+        out = _int(_field(sp, "max_new_tokens"))
+    n = _int(_field(body, "n"))
+    if n is None:
+        n = _int(_field(sp, "n"))
+    return max(out if out is not None else DEFAULT_MAX_TOKENS, 0) * max(n or 1, 1)
 
 
 def estimate_tokens(body: Mapping[str, Any]) -> int:
     """The tokens a request may occupy: its prompt (token ids counted
     exactly, text at :data:`BYTES_PER_TOKEN` bytes a token; chat messages'
-    contents) plus its ``max_tokens`` / ``max_completion_tokens`` /
-    ``max_new_tokens`` (default :data:`DEFAULT_MAX_TOKENS`). An estimate made
-    before tokenizing, on purpose: the door spends nothing on a request it
+    contents) plus :func:`output_tokens`. An estimate made before
+    tokenizing, on purpose: the door spends nothing on a request it
     refuses."""
     prompt = 0
     for key in ("prompt", "messages", "input_ids", "text", "input"):
         if key in body:
             prompt += _text_tokens(body[key])
-    out = None
-    for key in ("max_tokens", "max_completion_tokens"):
-        v = body.get(key)
-        if isinstance(v, int) and not isinstance(v, bool):
-            out = v
-    sp = body.get("sampling_params")
-    if out is None and isinstance(sp, Mapping):
-        v = sp.get("max_new_tokens")
-        if isinstance(v, int) and not isinstance(v, bool):
-            out = v
-    return max(prompt, 1) + max(out if out is not None else DEFAULT_MAX_TOKENS, 0)
+    return max(prompt, 1) + output_tokens(body)
 
 
 class AdmissionDoor:

@@ -186,18 +186,16 @@ TokensExtractor = Callable[[Sequence[Any], Mapping[Any, Any]], Any]
 
 def estimate_tokens(prompt: int, args: Sequence[Any], kwargs: Mapping[Any, Any]) -> int:
     """What admission control counts for a request: its ``prompt`` (pseudo-)
-    tokens plus the output it asks for (``max_tokens`` /
-    ``max_completion_tokens``, else :data:`fairq.ledger.door.DEFAULT_MAX_TOKENS`);
-    never raises."""
-    from fairq.ledger.door import DEFAULT_MAX_TOKENS
+    tokens plus the output it asks for
+    (:func:`fairq.ledger.door.output_tokens`: ``max_tokens`` /
+    ``max_completion_tokens``, else
+    :data:`fairq.ledger.door.DEFAULT_MAX_TOKENS`, times ``n``); never
+    raises."""
+    from fairq.ledger.door import DEFAULT_MAX_TOKENS, output_tokens
 
     out = DEFAULT_MAX_TOKENS
     try:
-        body = _body(args, kwargs)
-        for name in ("max_tokens", "max_completion_tokens"):
-            v = _field(body, name)
-            if isinstance(v, int) and not isinstance(v, bool):
-                out = v
+        out = output_tokens(_body(args, kwargs))
     except Exception:  # a body the extractor cannot read
         pass
-    return max(prompt, 1) + max(out, 0)
+    return max(prompt, 1) + out
