@@ -28,7 +28,7 @@ class App:
         msg = await receive()
         try:
             self.bodies.append(json.loads(msg["body"]))
-        except ValueError:
+        except (ValueError, RecursionError):
             self.bodies.append({"raw": msg["body"]})
         if self.gate is not None:
             await self.gate.wait()
@@ -244,3 +244,18 @@ def test_sglang_install_door_adds_the_middleware_to_the_serving_app(
     assert not install_door({})  # no limits: no door
     with pytest.raises(ValueError, match=r"limits\.max_requests"):
         install_door({"FAIRQ_SGLANG_OPTIONS": json.dumps({"limits": {"max_requests": "x"}})})
+
+
+def test_unreadable_accounts_or_a_too_deep_body_never_fail_the_request() -> None:
+    class Broken(FairAdmission):
+        def accounts(self) -> Any:
+            raise OSError("a metrics file half written")
+
+    app = App()
+    d = Broken(app, FairOptions.from_mapping("vtc", {"limits": {"max_requests": 4}}))
+    assert asyncio.run(call(d, body("a")))[0] == 200
+    assert d.control.stats()["a"]["accepted"] == 1
+    # JSON nested past the parser's recursion: not the door's to judge, the app answers
+    deep = b"[" * 100_000 + b"]" * 100_000
+    assert asyncio.run(call(d, deep))[0] == 200
+    assert app.bodies[-1] == {"raw": deep}

@@ -20,12 +20,16 @@ metrics interval without breaking a bound (see ``docs/design/admission.md``).
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
 from fairq.ledger.caps import AdmissionControl, Limits, Refusal
 
 __all__ = ["AdmissionDoor", "estimate_tokens", "output_tokens", "GENERATE_PATHS"]
+
+logger = logging.getLogger(__name__)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -125,6 +129,7 @@ class AdmissionDoor:
         self.paths = paths
         self.name = name
         self.collector = _register(self.control, name)
+        self._warned = float("-inf")
 
     # -- what an engine's door says ------------------------------------------
     def tenant(
@@ -140,8 +145,22 @@ class AdmissionDoor:
 
     def accounts(self) -> Mapping[str, float] | None:
         """The policy's accounts per tenant (``share_lead``) when new since
-        the last call, else None."""
+        the last call, else None. An exception is logged and the request
+        decided on the last accounts."""
         return None
+
+    def _fresh_accounts(self) -> Mapping[str, float] | None:
+        """:meth:`accounts`, or None (rank by the last ones) when reading
+        them fails: the policy's accounts only rank tenants, and a failure
+        to read them must not fail the request (logged once a minute)."""
+        try:
+            return self.accounts()
+        except Exception:
+            now = time.monotonic()
+            if now - self._warned >= 60.0:
+                self._warned = now
+                logger.warning("%s: cannot read the policy's accounts", self.name, exc_info=True)
+            return None
 
     # -- ASGI ------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -155,7 +174,7 @@ class AdmissionDoor:
         raw, more = await _read_body(receive)
         try:
             body = json.loads(raw) if raw else {}
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             body = None
         if not isinstance(body, dict) or not more:  # not ours to judge: the app answers it
             await self.app(scope, _replay(raw, more, receive), send)
@@ -163,7 +182,7 @@ class AdmissionDoor:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         tenant, hand_on = self.tenant(body, headers, scope)
         tokens = estimate_tokens(body)
-        acc = self.accounts()
+        acc = self._fresh_accounts()
         if acc is not None:
             self.control.set_accounts(acc)
         refusal = self.control.offer(tenant, tokens)
