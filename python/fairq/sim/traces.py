@@ -69,6 +69,7 @@ from fairq.sim.workloads import (
 __all__ = [
     "BUILTIN",
     "MOONCAKE_BLOCK",
+    "builtin_of",
     "MooncakeRecord",
     "Options",
     "builtin_lines",
@@ -324,6 +325,15 @@ BUILTIN: dict[str, Builtin] = {
 }
 
 
+def builtin_of(trace: str | Path) -> Builtin | None:
+    """The built-in trace ``trace`` names, or None: ``trace`` is a file (a
+    file of that name wins over a built-in's name, wherever a trace is
+    read)."""
+    if Path(trace).exists():
+        return None
+    return BUILTIN.get(str(trace))
+
+
 def builtin_lines(name: str, seed: int = 0) -> list[str]:
     """The JSONL lines of built-in trace ``name`` (seed: the tenant rule's).
     KeyError for an unknown name."""
@@ -337,6 +347,6 @@ def load(trace: str | Path, seed: int = 0) -> Workload:
     """A trace file (:func:`fairq.sim.workloads.load_trace`) or, where no
     file of that name exists, a built-in trace by its name (``seed`` also
     seeds its tenant rule): what ``--trace`` takes."""
-    if not Path(trace).exists() and str(trace) in BUILTIN:
+    if builtin_of(trace) is not None:
         return parse_trace(builtin_lines(str(trace), seed), str(trace), seed)
     return load_trace(trace, seed)
