@@ -324,3 +324,23 @@ def test_a_file_named_like_a_builtin_is_read_as_the_file_everywhere(
     assert len(Path("out.jsonl").read_text().splitlines()) == 1  # the file, not the cut
     Path("mooncake").write_text(Path("out.jsonl").read_text())
     assert len(load("mooncake").requests) == 1
+
+
+@pytest.mark.parametrize(
+    "bad, name",
+    [
+        ({"tenants": 2.5}, "tenants"),
+        ({"requests": 10.0}, "requests"),
+        ({"seed": "1"}, "seed"),
+        ({"zipf": "1"}, "zipf"),
+        ({"min_turns": True}, "min_turns"),
+        ({"tenants": 0}, "tenants"),
+    ],
+)
+def test_options_of_the_wrong_type_or_range_name_the_field(bad: dict, name: str) -> None:
+    from fairq.sim.traces import Options, import_mooncake, read_mooncake
+
+    line = '{"timestamp": 0, "input_length": 6, "output_length": 3, "hash_ids": [0]}'
+    recs = read_mooncake([line])
+    with pytest.raises(ValueError, match=f"^{name} "):
+        import_mooncake(recs, Options(**bad))

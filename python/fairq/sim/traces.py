@@ -28,8 +28,10 @@ tokens, :func:`fairq.sim.workloads.block_tokens`).
 
 **Selection and scaling** (in this order): the records with ``start <=
 timestamp / 1000 < start + minutes``; sessions with at least ``min_turns``
-requests in that window; whole sessions in order of first arrival while the
-request count stays within ``requests``; then tenants as above; then times
+requests in that window; whole sessions in order of first arrival, each
+one kept if the request count stays within ``requests`` with it (a session
+that would pass it is skipped, and a later, smaller one may still fit);
+then tenants as above; then times
 rebased to 0 and multiplied by ``time_scale`` (< 1: denser arrivals);
 lengths times ``length_scale``: the block size becomes ``max(1,
 round(512 * length_scale))``, a prompt ``ceil(input_length * block / 512)``
@@ -50,7 +52,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -118,7 +120,16 @@ class Options:
     max_output_len: int | None = None
 
     def check(self) -> None:
-        """Raise ValueError naming the first option out of range."""
+        """Raise ValueError naming the first option out of range (or of the
+        wrong type: ints for the counts, numbers for the rest)."""
+        for f in fields(self):
+            v = getattr(self, f.name)
+            whole = f.name in _INT_OPTIONS
+            if v is None and f.default is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int if whole else (int, float)):
+                what = "an int" if whole else "a number"
+                raise ValueError(f"{f.name} must be {what}, got {v!r}")
         bad = [
             ("tenants", self.tenants >= 1),
             ("zipf", math.isfinite(self.zipf) and self.zipf >= 0),
@@ -138,6 +149,10 @@ class Options:
         for name, ok in bad:
             if not ok:
                 raise ValueError(f"{name} out of range: {getattr(self, name)!r}")
+
+
+#: The :class:`Options` that are counts (ints).
+_INT_OPTIONS = ("seed", "tenants", "min_turns", "requests", "max_prompt_len", "max_output_len")
 
 
 def _int(obj: dict, key: str, where: str, minimum: int) -> int:
