@@ -261,3 +261,20 @@ def test_bad_offer_and_release_change_nothing() -> None:
     assert (ac.stats(), ac.requests, ac.tokens, ac.held("a")) == before
     ac.release("a", 10)
     assert (ac.requests, ac.tokens) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    "weights, match",
+    [
+        ({"a": 0.0}, r"tenant_weights\['a'\] must be finite and > 0"),
+        ({"a": float("nan")}, r"tenant_weights\['a'\]"),
+        ({"": 1.0}, "tenant names must be non-empty"),
+        ([("a", 1.0)], "tenant_weights must be a mapping"),
+    ],
+)
+def test_bad_weights_name_the_field_as_the_engine_options_do(weights: object, match: str) -> None:
+    # a weight of 0 divided a lead by zero at the first offer
+    with pytest.raises((ValueError, TypeError), match=match):
+        AdmissionControl(Limits(max_requests=1), weights)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="limits must be a Limits"):
+        AdmissionControl({"max_requests": 1})  # type: ignore[arg-type]

@@ -236,7 +236,8 @@ class _Leads:
 
 class AdmissionControl:
     """The front door's decision (see the module doc). ``limits``: the
-    validated :class:`Limits`; ``weights``: ``{tenant: weight}`` (others 1);
+    validated :class:`Limits`; ``weights``: ``{tenant: weight}`` (others 1;
+    finite and > 0, else a ``ValueError`` naming ``tenant_weights[...]``);
     ``clock``: seconds (monotonic by default)."""
 
     def __init__(
@@ -246,8 +247,12 @@ class AdmissionControl:
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        from fairq.engineopts import tenant_weights
+
+        if not isinstance(limits, Limits):
+            raise TypeError(f"limits must be a Limits (Limits.from_mapping), got {limits!r}")
         self.limits = limits
-        self.weights = dict(weights or {})
+        self.weights = tenant_weights(weights)
         self.clock = clock
         self._t: dict[str, _Tenant] = {}
         self._accounts: dict[str, float] = {}
