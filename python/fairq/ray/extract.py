@@ -54,14 +54,16 @@ _TOKEN_FIELDS = ("prompt_token_ids", "input_ids")
 
 def text_to_pseudo_tokens(text: str) -> np.ndarray:
     """``text`` as pseudo-tokens: its UTF-8 bytes in pages of 4, each page one
-    little-endian uint32 (the last page zero-padded).
+    little-endian uint32, the last page padded with ``0xFF`` (a byte UTF-8
+    never holds, so texts that differ only in trailing NUL bytes differ:
+    equal tokens mean equal bytes).
 
-    >>> text_to_pseudo_tokens("abcdefg").tolist() == [0x64636261, 0x00676665]
+    >>> text_to_pseudo_tokens("abcdefg").tolist() == [0x64636261, 0xFF676665]
     True
     """
     raw = text.encode("utf-8", "surrogatepass")
     pad = (-len(raw)) % PAGE_BYTES
-    return np.frombuffer(raw + b"\0" * pad, dtype="<u4").astype(np.uint32)
+    return np.frombuffer(raw + b"\xff" * pad, dtype="<u4").astype(np.uint32)
 
 
 def _field(body: Any, name: str) -> Any:
