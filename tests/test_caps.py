@@ -40,6 +40,17 @@ def test_bad_limits_name_their_field(raw: object, field: str) -> None:
         Limits.from_mapping(raw)
 
 
+def test_limits_built_directly_are_checked_as_from_a_mapping() -> None:
+    with pytest.raises(ValueError, match=r"limits\.max_requests must be an integer >= 1"):
+        Limits(max_requests=0)
+    with pytest.raises(ValueError, match=r"limits\.tenant_token_rate"):
+        Limits(tenant_token_rate=-1.0)
+    with pytest.raises(ValueError, match=r"limits\.tenant_token_burst needs"):
+        Limits(tenant_token_burst=5.0)
+    assert Limits(tenant_token_rate=2).tenant_token_rate == 2.0
+    assert isinstance(Limits(tenant_token_rate=2).tenant_token_rate, float)
+
+
 def test_engine_options_validate_limits_once_with_the_same_text() -> None:
     from fairq.sglang.tenants import FairOptions as SGLangOptions
     from fairq.vllm.tenants import FairOptions as VLLMOptions

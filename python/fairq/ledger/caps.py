@@ -81,9 +81,9 @@ _RATE_KEYS = ("tenant_token_rate", "tenant_token_burst")
 
 @dataclass(frozen=True)
 class Limits:
-    """Validated limits (every field ``None``: unlimited). Built by
-    :meth:`from_mapping` (the ``limits`` mapping of an engine's options),
-    each error naming its field as ``limits.<field>``."""
+    """Validated limits (every field ``None``: unlimited), checked when
+    built, directly or by :meth:`from_mapping` (the ``limits`` mapping of an
+    engine's options), each error naming its field as ``limits.<field>``."""
 
     max_requests: int | None = None
     max_tokens: int | None = None
@@ -94,30 +94,16 @@ class Limits:
     #: the bucket's size (default: ten seconds of the rate)
     tenant_token_burst: float | None = None
 
-    @classmethod
-    def from_mapping(cls, raw: Any) -> Limits:
-        """Validate ``raw`` (a mapping; ``None``: no limits). Integers
-        ``>= 1`` for the caps, finite numbers ``> 0`` for the rate and burst;
-        a burst needs a rate. Raises ``ValueError``/``TypeError`` naming the
-        field."""
-        if raw is None:
-            return cls()
-        if not isinstance(raw, Mapping):
-            raise TypeError(f"limits must be a mapping of limit -> value, got {raw!r}")
-        for key in raw:
-            if key not in _INT_KEYS + _RATE_KEYS:
-                known = ", ".join(_INT_KEYS + _RATE_KEYS)
-                raise ValueError(f"unknown option limits.{key} (options: {known})")
-        out: dict[str, Any] = {}
+    def __post_init__(self) -> None:
+        """Integers ``>= 1`` for the caps, finite numbers ``> 0`` for the
+        rate and burst (stored as floats); a burst needs a rate. Raises
+        ``ValueError``/``TypeError`` naming the field as ``limits.<field>``."""
         for key in _INT_KEYS:
-            v = raw.get(key)
-            if v is None:
-                continue
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            v = getattr(self, key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"limits.{key} must be an integer >= 1, got {v!r}")
-            out[key] = v
         for key in _RATE_KEYS:
-            v = raw.get(key)
+            v = getattr(self, key)
             if v is None:
                 continue
             if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -128,10 +114,23 @@ class Limits:
                 x = math.inf
             if not math.isfinite(x) or x <= 0:
                 raise ValueError(f"limits.{key} must be a finite number > 0, got {v!r}")
-            out[key] = x
-        if "tenant_token_burst" in out and "tenant_token_rate" not in out:
+            object.__setattr__(self, key, x)
+        if self.tenant_token_burst is not None and self.tenant_token_rate is None:
             raise ValueError("limits.tenant_token_burst needs limits.tenant_token_rate")
-        return cls(**out)
+
+    @classmethod
+    def from_mapping(cls, raw: Any) -> Limits:
+        """Validate ``raw`` (a mapping of the fields; ``None``: no limits),
+        as the constructor does, and reject unknown keys."""
+        if raw is None:
+            return cls()
+        if not isinstance(raw, Mapping):
+            raise TypeError(f"limits must be a mapping of limit -> value, got {raw!r}")
+        for key in raw:
+            if key not in _INT_KEYS + _RATE_KEYS:
+                known = ", ".join(_INT_KEYS + _RATE_KEYS)
+                raise ValueError(f"unknown option limits.{key} (options: {known})")
+        return cls(**{k: v for k, v in raw.items() if v is not None})
 
     @property
     def active(self) -> bool:
