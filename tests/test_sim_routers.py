@@ -114,6 +114,8 @@ def test_config_and_fleet_errors_name_the_field() -> None:
         SimConfig(view_staleness=float("nan"))
     with pytest.raises(ValueError, match="router_assign"):
         SimConfig(router_assign="hash")
+    with pytest.raises(ValueError, match="view_staleness must be a number"):
+        SimConfig(view_staleness="1")  # type: ignore[arg-type]
     assert not SimConfig(workers=1, routers=4).fleet
     cfg = SimConfig(workers=2, dispatcher="d2lpm", routers=4, view_staleness=1)
     assert "x4 rr T=1s" in cfg.label()

@@ -32,7 +32,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["ASSIGN", "RouterFleet", "routers_table"]
+__all__ = ["ASSIGN", "RouterFleet", "check_fleet", "routers_table"]
 
 #: How arriving requests are assigned to routers: ``rr``: the k-th request to
 #: router ``k mod N``; ``random``: uniformly (seeded); ``tenant``: every
@@ -41,6 +41,18 @@ __all__ = ["ASSIGN", "RouterFleet", "routers_table"]
 ASSIGN: tuple[str, ...] = ("rr", "random", "tenant")
 
 _DISPATCH, _FINISH, _EVICT = 0, 1, 2
+
+
+def check_fleet(routers: Any, staleness: Any, assign: Any) -> None:
+    """Check a fleet's settings (``SimConfig``'s ``routers``,
+    ``view_staleness``, ``router_assign``); a ``ValueError`` naming the
+    field."""
+    if isinstance(routers, bool) or not isinstance(routers, int) or routers < 1:
+        raise ValueError(f"routers must be an int >= 1, got {routers!r}")
+    if isinstance(staleness, bool) or not isinstance(staleness, (int, float)) or not staleness >= 0:
+        raise ValueError(f"view_staleness must be a number >= 0 or inf, got {staleness!r}")
+    if assign not in ASSIGN:
+        raise ValueError(f"router_assign must be one of {', '.join(ASSIGN)}; got {assign!r}")
 
 
 class RouterFleet:
@@ -67,12 +79,7 @@ class RouterFleet:
         clock: Callable[[], float],
         seed: int = 0,
     ) -> None:
-        if isinstance(routers, bool) or not isinstance(routers, int) or routers < 1:
-            raise ValueError(f"routers must be an int >= 1, got {routers!r}")
-        if not staleness >= 0:
-            raise ValueError(f"view_staleness must be a number >= 0 or inf, got {staleness!r}")
-        if assign not in ASSIGN:
-            raise ValueError(f"router_assign must be one of {', '.join(ASSIGN)}; got {assign!r}")
+        check_fleet(routers, staleness, assign)
         self.routers = [make() for _ in range(routers)]
         self.staleness = float(staleness)
         self.assign = assign
