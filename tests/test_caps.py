@@ -29,6 +29,7 @@ class Clock:
         ({"tenant_max_requests": True}, "limits.tenant_max_requests"),
         ({"tenant_token_rate": -1}, "limits.tenant_token_rate"),
         ({"tenant_token_rate": float("inf")}, "limits.tenant_token_rate"),
+        ({"tenant_token_burst": 10**400, "tenant_token_rate": 1}, "limits.tenant_token_burst"),
         ({"tenant_token_burst": 5}, "limits.tenant_token_burst"),
         ({"max_request": 5}, "limits.max_request"),
         ([1], "limits"),
@@ -37,6 +38,17 @@ class Clock:
 def test_bad_limits_name_their_field(raw: object, field: str) -> None:
     with pytest.raises((ValueError, TypeError), match=field.replace(".", r"\.")):
         Limits.from_mapping(raw)
+
+
+def test_limits_built_directly_are_checked_as_from_a_mapping() -> None:
+    with pytest.raises(ValueError, match=r"limits\.max_requests must be an integer >= 1"):
+        Limits(max_requests=0)
+    with pytest.raises(ValueError, match=r"limits\.tenant_token_rate"):
+        Limits(tenant_token_rate=-1.0)
+    with pytest.raises(ValueError, match=r"limits\.tenant_token_burst needs"):
+        Limits(tenant_token_burst=5.0)
+    assert Limits(tenant_token_rate=2).tenant_token_rate == 2.0
+    assert isinstance(Limits(tenant_token_rate=2).tenant_token_rate, float)
 
 
 def test_engine_options_validate_limits_once_with_the_same_text() -> None:
@@ -242,3 +254,38 @@ def test_idle_tenants_are_forgotten_so_state_stays_bounded(monkeypatch: pytest.M
     assert ac.held("holder") == (1, 1)  # a tenant holding something is kept
     # a tenant whose bucket is still refilling is kept (forgetting it would refill it)
     assert ac.offer("t999", 6) is not None
+
+
+def test_bad_offer_and_release_change_nothing() -> None:
+    ac = AdmissionControl(Limits(max_requests=4))
+    assert ac.offer("a", 10) is None
+    before = (ac.stats(), ac.requests, ac.tokens, ac.held("a"))
+    for bad in (1.5, "7", None, True):
+        with pytest.raises(TypeError, match="tokens must be an int"):
+            ac.offer("new", bad)
+    with pytest.raises(ValueError, match="holds 10 tokens"):
+        ac.release("a", 11)  # more than it holds: counts would go below 0
+    with pytest.raises(ValueError, match="holds 10 tokens"):
+        ac.release("a", 3)  # its one request was offered with 10
+    with pytest.raises(KeyError, match="'nobody' holds no request"):
+        ac.release("nobody", 1)
+    assert (ac.stats(), ac.requests, ac.tokens, ac.held("a")) == before
+    ac.release("a", 10)
+    assert (ac.requests, ac.tokens) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    "weights, match",
+    [
+        ({"a": 0.0}, r"tenant_weights\['a'\] must be finite and > 0"),
+        ({"a": float("nan")}, r"tenant_weights\['a'\]"),
+        ({"": 1.0}, "tenant names must be non-empty"),
+        ([("a", 1.0)], "tenant_weights must be a mapping"),
+    ],
+)
+def test_bad_weights_name_the_field_as_the_engine_options_do(weights: object, match: str) -> None:
+    # a weight of 0 divided a lead by zero at the first offer
+    with pytest.raises((ValueError, TypeError), match=match):
+        AdmissionControl(Limits(max_requests=1), weights)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="limits must be a Limits"):
+        AdmissionControl({"max_requests": 1})  # type: ignore[arg-type]

@@ -28,7 +28,7 @@ class App:
         msg = await receive()
         try:
             self.bodies.append(json.loads(msg["body"]))
-        except ValueError:
+        except (ValueError, RecursionError):
             self.bodies.append({"raw": msg["body"]})
         if self.gate is not None:
             await self.gate.wait()
@@ -82,6 +82,26 @@ def test_estimate_counts_token_ids_exactly_and_text_by_bytes() -> None:
     chat = {"messages": [{"role": "user", "content": "x" * 40}], "max_completion_tokens": 5}
     assert estimate_tokens(chat) == 15
     assert estimate_tokens({"text": "abcd", "sampling_params": {"max_new_tokens": 7}}) == 8
+
+
+def test_estimate_counts_every_completion_asked_for_and_any_depth() -> None:
+    from types import SimpleNamespace
+
+    from fairq.ray.extract import estimate_tokens as ray_estimate
+
+    # n completions of max_tokens each occupy n times the output
+    assert estimate_tokens({"prompt": [5] * 10, "max_tokens": 3, "n": 4}) == 22
+    sg = {"text": "abcd", "sampling_params": {"max_new_tokens": 7, "n": 2}}
+    assert estimate_tokens(sg) == 15
+    assert estimate_tokens({"prompt": "abcd", "max_tokens": 3, "n": 0}) == 4  # at least one
+    # the Ray router counts the same, from a dict or a request object
+    assert ray_estimate(10, ({"max_tokens": 3, "n": 4},), {}) == 22
+    assert ray_estimate(10, (SimpleNamespace(max_completion_tokens=3, n=2),), {}) == 16
+    # nesting deeper than Python's recursion limit is counted, not a RecursionError
+    deep: list = ["abcd"]
+    for _ in range(5000):
+        deep = [deep, "abcd"]
+    assert estimate_tokens({"prompt": deep, "max_tokens": 0}) == 5001
 
 
 def test_flood_gets_429_with_retry_after_and_light_tenant_passes() -> None:
@@ -224,3 +244,18 @@ def test_sglang_install_door_adds_the_middleware_to_the_serving_app(
     assert not install_door({})  # no limits: no door
     with pytest.raises(ValueError, match=r"limits\.max_requests"):
         install_door({"FAIRQ_SGLANG_OPTIONS": json.dumps({"limits": {"max_requests": "x"}})})
+
+
+def test_unreadable_accounts_or_a_too_deep_body_never_fail_the_request() -> None:
+    class Broken(FairAdmission):
+        def accounts(self) -> Any:
+            raise OSError("a metrics file half written")
+
+    app = App()
+    d = Broken(app, FairOptions.from_mapping("vtc", {"limits": {"max_requests": 4}}))
+    assert asyncio.run(call(d, body("a")))[0] == 200
+    assert d.control.stats()["a"]["accepted"] == 1
+    # JSON nested past the parser's recursion: not the door's to judge, the app answers
+    deep = b"[" * 100_000 + b"]" * 100_000
+    assert asyncio.run(call(d, deep))[0] == 200
+    assert app.bodies[-1] == {"raw": deep}

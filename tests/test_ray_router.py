@@ -609,3 +609,9 @@ def test_flood_is_refused_with_429_and_retry_after_light_tenant_passes() -> None
         assert replica is not None
 
     run(go())
+
+
+def test_pseudo_tokens_of_texts_differing_in_trailing_nuls_differ() -> None:
+    # the last page was zero-padded: "00000" and "00000\0" were the same prompt
+    assert text_to_pseudo_tokens("00000").tolist() != text_to_pseudo_tokens("00000\0").tolist()
+    assert text_to_pseudo_tokens("abcdefg").tolist() == [0x64636261, 0xFF676665]

@@ -114,6 +114,8 @@ def test_config_and_fleet_errors_name_the_field() -> None:
         SimConfig(view_staleness=float("nan"))
     with pytest.raises(ValueError, match="router_assign"):
         SimConfig(router_assign="hash")
+    with pytest.raises(ValueError, match="view_staleness must be a number"):
+        SimConfig(view_staleness="1")  # type: ignore[arg-type]
     assert not SimConfig(workers=1, routers=4).fleet
     cfg = SimConfig(workers=2, dispatcher="d2lpm", routers=4, view_staleness=1)
     assert "x4 rr T=1s" in cfg.label()
@@ -123,6 +125,28 @@ def test_config_and_fleet_errors_name_the_field() -> None:
         fleet.dispatch(1, "a", [1, 2])
     with pytest.raises(KeyError):
         fleet.on_finish(2, 1)
+
+
+@pytest.mark.parametrize("assign", ["rr", "random", "tenant"])
+def test_fleet_errors_lose_nothing_and_keep_the_assignment(assign: str) -> None:
+    def fleet() -> RouterFleet:
+        return RouterFleet(lambda: fairq.D2LPM(2, 100.0), 3, 0.0, assign, lambda: 0.0, seed=3)
+
+    ref, f = fleet(), fleet()
+    w = f.dispatch(0, "a", [1, 2])
+    assert ref.dispatch(0, "a", [1, 2]) == w
+    with pytest.raises(ValueError, match="output_tokens"):
+        f.on_finish(0, -1)  # the router refuses it: the request stays in flight
+    assert 0 in f and len(f) == 1
+    assert f.on_finish(0, 3) == ref.on_finish(0, 3) == w
+    assert len(f) == 0
+    # a dispatch the router refuses does not move the assignment
+    with pytest.raises(ValueError, match="token id"):
+        f.dispatch(1, "b", [2**40])
+    assert 1 not in f and "b" not in f.client_router
+    for i, c in enumerate("bcbcadb", start=1):
+        assert f.dispatch(i, c, [i]) == ref.dispatch(i, c, [i])
+    assert f.dispatched == ref.dispatched and f.client_router == ref.client_router
 
 
 def test_core_view_methods_errors_change_nothing() -> None:

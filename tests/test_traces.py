@@ -3,6 +3,7 @@ lines (``hash_ids`` + ``block_size`` in fairq.sim.workloads.parse_trace)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import re
@@ -275,7 +276,12 @@ def test_cli_import_writes_what_the_builtin_replays(
 @pytest.mark.parametrize(
     "argv, match",
     [
-        (["trace", "import", "nope", "-o", "{out}"], "argument source: nope: no such file"),
+        (
+            ["trace", "import", "nope", "-o", "{out}"],
+            "argument source: cannot read nope: no such file, nor a built-in trace",
+        ),
+        (["trace", "import", "{gz}", "-o", "{out}"], "argument source: cannot read .*gzip"),
+        (["simulate", "--trace", "{gz}"], "argument --trace: cannot read .*truncated or corrupt"),
         (["trace", "import", "mooncake", "--zipf", "-1", "-o", "{out}"], "argument --zipf"),
         (["trace", "import", "mooncake", "--requests", "0", "-o", "{out}"], "--requests"),
         (["trace", "import", "{bad}", "-o", "{out}"], r"argument source: .*:1: 'hash_ids'"),
@@ -295,8 +301,46 @@ def test_cli_errors_are_one_line_naming_the_argument(
 ) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [0]}\n')
-    argv = [a.format(out=tmp_path / "o.jsonl", bad=bad) for a in argv]
+    gz = tmp_path / "cut.jsonl.gz"
+    whole = gzip.compress(b'{"timestamp": 0, "input_length": 6, "output_length": 3}\n' * 50)
+    gz.write_bytes(whole[: len(whole) // 2])  # a download cut short
+    argv = [a.format(out=tmp_path / "o.jsonl", bad=bad, gz=gz) for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert re.search(match, err), err
+
+
+def test_a_file_named_like_a_builtin_is_read_as_the_file_everywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fairq.sim.traces import load
+
+    monkeypatch.chdir(tmp_path)
+    Path("mooncake-small").write_text(
+        '{"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [0, 1]}\n'
+    )
+    assert main(["trace", "import", "mooncake-small", "-o", "out.jsonl"]) == 0
+    assert len(Path("out.jsonl").read_text().splitlines()) == 1  # the file, not the cut
+    Path("mooncake").write_text(Path("out.jsonl").read_text())
+    assert len(load("mooncake").requests) == 1
+
+
+@pytest.mark.parametrize(
+    "bad, name",
+    [
+        ({"tenants": 2.5}, "tenants"),
+        ({"requests": 10.0}, "requests"),
+        ({"seed": "1"}, "seed"),
+        ({"zipf": "1"}, "zipf"),
+        ({"min_turns": True}, "min_turns"),
+        ({"tenants": 0}, "tenants"),
+    ],
+)
+def test_options_of_the_wrong_type_or_range_name_the_field(bad: dict, name: str) -> None:
+    from fairq.sim.traces import Options, import_mooncake, read_mooncake
+
+    line = '{"timestamp": 0, "input_length": 6, "output_length": 3, "hash_ids": [0]}'
+    recs = read_mooncake([line])
+    with pytest.raises(ValueError, match=f"^{name} "):
+        import_mooncake(recs, Options(**bad))

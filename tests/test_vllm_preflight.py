@@ -72,6 +72,10 @@ BAD = [
     ("dlpm", '{"dual_phase": {"foo": 1}}', "dual_phase.foo"),
     (None, "{bad", "FAIRQ_VLLM_OPTIONS is not valid JSON"),
     (None, '{"state_interval_s": 0}', "state_interval_s"),
+    # the front door's options, which a queue policy (or none) passes by
+    ("fcfs", '{"limits": {"max_requests": 0}}', "limits.max_requests"),
+    (None, '{"limits": {"max_tokens": "many"}}', "limits.max_tokens"),
+    ("wfq", '{"tenant_weights": {"a": -1}}', "tenant_weights"),
 ]
 
 

@@ -90,3 +90,11 @@ def test_load_options_file_then_json(tmp_path: Any) -> None:
         load_options({"FAIRQ_VLLM_CONFIG": str(bad)})
     with pytest.raises(ValueError, match="cannot be read"):
         load_options({"FAIRQ_VLLM_CONFIG": str(tmp_path / "missing.json")})
+
+
+def test_a_resolver_built_with_one_header_string_is_refused_not_split_into_letters() -> None:
+    from fairq.sglang.tenants import TenantResolver as SGLangResolver
+
+    for cls in (TenantResolver, SGLangResolver):
+        with pytest.raises(TypeError, match="tenant.headers must be a list"):
+            cls(headers="x-team")  # was: headers 'x', '-', 't', ... one letter each

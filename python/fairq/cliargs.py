@@ -21,9 +21,11 @@ status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from fairq.extras import MissingExtra, require
@@ -184,16 +186,17 @@ def need(*extras: str, what: str, modules: tuple[str, ...] | None = None) -> Non
         raise UsageError(str(e)) from None
 
 
-def read_trace(path: str, seed: int = 0, *, arg: str = "--trace") -> Any:
-    """Parse and validate the JSONL trace at ``path`` before any work
-    (:func:`fairq.sim.traces.load`: a file, or a built-in trace's name); a
-    file that cannot be read or a bad line (its number in the message) is a
-    :class:`UsageError`."""
-    from fairq.sim.traces import load
+@contextlib.contextmanager
+def trace_errors(path: Any, arg: str) -> Iterator[None]:
+    """Reading the trace at ``path`` (a file, or a built-in trace's name):
+    a bad line (:class:`fairq.sim.workloads.TraceError`, its number in the
+    message) or a file that cannot be read (missing, unreadable, a
+    truncated or corrupt ``.gz``, not UTF-8) is a :class:`UsageError`
+    naming ``arg``."""
     from fairq.sim.workloads import TraceError
 
     try:
-        return load(path, seed)
+        yield
     except TraceError as e:
         raise UsageError(str(e), arg=arg) from None
     except FileNotFoundError:
@@ -204,5 +207,18 @@ def read_trace(path: str, seed: int = 0, *, arg: str = "--trace") -> Any:
         raise UsageError(msg, arg=arg) from None
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror or e}", arg=arg) from None
+    except (EOFError, zlib.error):
+        raise UsageError(f"cannot read {path}: a truncated or corrupt gzip file", arg=arg) from None
     except UnicodeDecodeError:
         raise UsageError(f"{path} is not UTF-8 text (a JSONL trace)", arg=arg) from None
+
+
+def read_trace(path: str, seed: int = 0, *, arg: str = "--trace") -> Any:
+    """Parse and validate the JSONL trace at ``path`` before any work
+    (:func:`fairq.sim.traces.load`: a file, or a built-in trace's name);
+    errors as :func:`trace_errors` says."""
+    from fairq.sim.traces import load
+
+    with trace_errors(path, arg):
+        workload = load(path, seed)
+    return workload

@@ -50,6 +50,7 @@ __all__ = [
     "policy_options",
     "read_options_file",
     "state_options",
+    "tenant_weights",
 ]
 
 #: policy name -> (fairq class name, keyword arguments it accepts with the
@@ -138,6 +139,21 @@ def _number(name: str, v: Any, *, positive: bool = False) -> float:
     return x
 
 
+def tenant_weights(raw: Any) -> dict[str, float]:
+    """Validate ``tenant_weights`` (``{tenant: weight}``, non-empty names,
+    finite weights > 0; None: none). Raises ``TypeError``/``ValueError``
+    naming the field."""
+    raw = raw or {}
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"tenant_weights must be a mapping of tenant -> weight, got {raw!r}")
+    weights: dict[str, float] = {}
+    for t, w in raw.items():
+        if not isinstance(t, str) or not t:
+            raise ValueError(f"tenant_weights: tenant names must be non-empty strings, got {t!r}")
+        weights[t] = _number(f"tenant_weights[{t!r}]", w, positive=True)
+    return weights
+
+
 def _one_tenant(request: Any) -> str:
     """The tenant of every request where no resolver is given."""
     return "default"
@@ -223,18 +239,7 @@ class FairOptions:
                     f"(options: {', '.join(sorted(known - {'policy'}))})"
                 )
         opts = policy_options(policy, {k: v for k, v in raw.items() if k in POLICIES[policy][1]})
-        weights_raw = raw.get("tenant_weights") or {}
-        if not isinstance(weights_raw, Mapping):
-            raise TypeError(
-                f"tenant_weights must be a mapping of tenant -> weight, got {weights_raw!r}"
-            )
-        weights: dict[str, float] = {}
-        for t, w in weights_raw.items():
-            if not isinstance(t, str) or not t:
-                raise ValueError(
-                    f"tenant_weights: tenant names must be non-empty strings, got {t!r}"
-                )
-            weights[t] = _number(f"tenant_weights[{t!r}]", w, positive=True)
+        weights = tenant_weights(raw.get("tenant_weights"))
         tenant_raw = raw.get("tenant") or {}
         if not isinstance(tenant_raw, Mapping):
             raise TypeError(f"tenant must be a mapping of resolver options, got {tenant_raw!r}")

@@ -64,6 +64,8 @@ class SourceOrder:
         case) and that, with the ``header`` source in :attr:`order`,
         ``carrier`` (the source the front door hands a header's tenant on
         through) comes after it. Call after :meth:`_set_order`."""
+        if isinstance(headers, (str, bytes)) or not isinstance(headers, (list, tuple)):
+            raise TypeError(f"tenant.headers must be a list of header names, got {headers!r}")
         hdrs = tuple(headers)
         for i, h in enumerate(hdrs):
             if not isinstance(h, str) or not h:

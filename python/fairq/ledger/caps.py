@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -80,9 +81,9 @@ _RATE_KEYS = ("tenant_token_rate", "tenant_token_burst")
 
 @dataclass(frozen=True)
 class Limits:
-    """Validated limits (every field ``None``: unlimited). Built by
-    :meth:`from_mapping` (the ``limits`` mapping of an engine's options),
-    each error naming its field as ``limits.<field>``."""
+    """Validated limits (every field ``None``: unlimited), checked when
+    built, directly or by :meth:`from_mapping` (the ``limits`` mapping of an
+    engine's options), each error naming its field as ``limits.<field>``."""
 
     max_requests: int | None = None
     max_tokens: int | None = None
@@ -93,12 +94,34 @@ class Limits:
     #: the bucket's size (default: ten seconds of the rate)
     tenant_token_burst: float | None = None
 
+    def __post_init__(self) -> None:
+        """Integers ``>= 1`` for the caps, finite numbers ``> 0`` for the
+        rate and burst (stored as floats); a burst needs a rate. Raises
+        ``ValueError``/``TypeError`` naming the field as ``limits.<field>``."""
+        for key in _INT_KEYS:
+            v = getattr(self, key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"limits.{key} must be an integer >= 1, got {v!r}")
+        for key in _RATE_KEYS:
+            v = getattr(self, key)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise TypeError(f"limits.{key} must be a number, got {v!r}")
+            try:
+                x = float(v)
+            except OverflowError:  # an int past a float's range
+                x = math.inf
+            if not math.isfinite(x) or x <= 0:
+                raise ValueError(f"limits.{key} must be a finite number > 0, got {v!r}")
+            object.__setattr__(self, key, x)
+        if self.tenant_token_burst is not None and self.tenant_token_rate is None:
+            raise ValueError("limits.tenant_token_burst needs limits.tenant_token_rate")
+
     @classmethod
     def from_mapping(cls, raw: Any) -> Limits:
-        """Validate ``raw`` (a mapping; ``None``: no limits). Integers
-        ``>= 1`` for the caps, finite numbers ``> 0`` for the rate and burst;
-        a burst needs a rate. Raises ``ValueError``/``TypeError`` naming the
-        field."""
+        """Validate ``raw`` (a mapping of the fields; ``None``: no limits),
+        as the constructor does, and reject unknown keys."""
         if raw is None:
             return cls()
         if not isinstance(raw, Mapping):
@@ -107,26 +130,7 @@ class Limits:
             if key not in _INT_KEYS + _RATE_KEYS:
                 known = ", ".join(_INT_KEYS + _RATE_KEYS)
                 raise ValueError(f"unknown option limits.{key} (options: {known})")
-        out: dict[str, Any] = {}
-        for key in _INT_KEYS:
-            v = raw.get(key)
-            if v is None:
-                continue
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"limits.{key} must be an integer >= 1, got {v!r}")
-            out[key] = v
-        for key in _RATE_KEYS:
-            v = raw.get(key)
-            if v is None:
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise TypeError(f"limits.{key} must be a number, got {v!r}")
-            if not math.isfinite(float(v)) or float(v) <= 0:
-                raise ValueError(f"limits.{key} must be a finite number > 0, got {v!r}")
-            out[key] = float(v)
-        if "tenant_token_burst" in out and "tenant_token_rate" not in out:
-            raise ValueError("limits.tenant_token_burst needs limits.tenant_token_rate")
-        return cls(**out)
+        return cls(**{k: v for k, v in raw.items() if v is not None})
 
     @property
     def active(self) -> bool:
@@ -231,7 +235,8 @@ class _Leads:
 
 class AdmissionControl:
     """The front door's decision (see the module doc). ``limits``: the
-    validated :class:`Limits`; ``weights``: ``{tenant: weight}`` (others 1);
+    validated :class:`Limits`; ``weights``: ``{tenant: weight}`` (others 1;
+    finite and > 0, else a ``ValueError`` naming ``tenant_weights[...]``);
     ``clock``: seconds (monotonic by default)."""
 
     def __init__(
@@ -241,8 +246,12 @@ class AdmissionControl:
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        from fairq.engineopts import tenant_weights
+
+        if not isinstance(limits, Limits):
+            raise TypeError(f"limits must be a Limits (Limits.from_mapping), got {limits!r}")
         self.limits = limits
-        self.weights = dict(weights or {})
+        self.weights = tenant_weights(weights)
         self.clock = clock
         self._t: dict[str, _Tenant] = {}
         self._accounts: dict[str, float] = {}
@@ -300,14 +309,16 @@ class AdmissionControl:
     def offer(self, tenant: str, tokens: int, now: float | None = None) -> Refusal | None:
         """Accept (``None``; the request is now held, :meth:`release` it
         when it leaves) or refuse (a :class:`Refusal`; nothing changed but
-        the refusal count) one request of ``tenant`` with ``tokens`` tokens."""
+        the refusal count) one request of ``tenant`` with ``tokens`` tokens
+        (an int; below 0 counts as 0). A ``tokens`` that is not an int is a
+        ``TypeError`` and changes nothing."""
+        tokens = _tokens(tokens)
         now = self.clock() if now is None else now
         st = self._state(tenant, now)
-        refusal = self._check(tenant, st, max(int(tokens), 0), now)
+        refusal = self._check(tenant, st, tokens, now)
         if refusal is not None:
             st.refused[refusal.reason] = st.refused.get(refusal.reason, 0) + 1
             return refusal
-        tokens = max(int(tokens), 0)
         if self.limits.burst is not None:
             st.bucket -= tokens
         if st.requests == 0:
@@ -397,12 +408,19 @@ class AdmissionControl:
     # -- leaving --------------------------------------------------------------
     def release(self, tenant: str, tokens: int, now: float | None = None) -> None:
         """An accepted request of ``tenant`` with ``tokens`` tokens left
-        (answered, failed or cancelled). Unknown tenants raise ``KeyError``."""
-        now = self.clock() if now is None else now
-        st = self._t[tenant]
-        if st.requests <= 0:
+        (answered, failed or cancelled): the ``tokens`` it was offered with.
+        A tenant holding no request is a ``KeyError``, more tokens than the
+        tenant holds a ``ValueError``; either changes nothing."""
+        tokens = _tokens(tokens)
+        st = self._t.get(tenant)
+        if st is None or st.requests <= 0:
             raise KeyError(f"tenant {tenant!r} holds no request")
-        tokens = max(int(tokens), 0)
+        if tokens > st.tokens or (st.requests == 1 and tokens != st.tokens):
+            raise ValueError(
+                f"tenant {tenant!r} holds {st.tokens} tokens in {st.requests} requests; "
+                f"cannot release a request of {tokens}"
+            )
+        now = self.clock() if now is None else now
         st.requests -= 1
         st.tokens -= tokens
         self.requests -= 1
@@ -435,6 +453,16 @@ class AdmissionControl:
             }
             for t, st in self._t.items()
         }
+
+
+def _tokens(tokens: Any) -> int:
+    """A request's tokens as :meth:`AdmissionControl.offer` counts them."""
+    if isinstance(tokens, bool):
+        raise TypeError(f"tokens must be an int, got {tokens!r}")
+    try:
+        return max(operator.index(tokens), 0)
+    except TypeError:
+        raise TypeError(f"tokens must be an int, got {tokens!r}") from None
 
 
 def _scaled(cap: int | None, w: float) -> int | None:

@@ -20,12 +20,16 @@ metrics interval without breaking a bound (see ``docs/design/admission.md``).
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
 from fairq.ledger.caps import AdmissionControl, Limits, Refusal
 
-__all__ = ["AdmissionDoor", "estimate_tokens", "GENERATE_PATHS"]
+__all__ = ["AdmissionDoor", "estimate_tokens", "output_tokens", "GENERATE_PATHS"]
+
+logger = logging.getLogger(__name__)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -42,39 +46,65 @@ BYTES_PER_TOKEN = 4
 
 
 def _text_tokens(x: Any) -> int:
-    if isinstance(x, str):
-        return -(-len(x.encode("utf-8", "replace")) // BYTES_PER_TOKEN)
-    if isinstance(x, list):
-        if x and all(isinstance(i, int) for i in x):
-            return len(x)  # token ids: exact
-        return sum(_text_tokens(i) for i in x)
-    if isinstance(x, dict):
-        return sum(_text_tokens(v) for k, v in x.items() if k in ("content", "text"))
-    return 0
+    """Tokens of a prompt field (iterative: a deeply nested body costs no
+    recursion)."""
+    total, stack = 0, [x]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, str):
+            total += -(-len(x.encode("utf-8", "replace")) // BYTES_PER_TOKEN)
+        elif isinstance(x, list):
+            if x and all(isinstance(i, int) for i in x):
+                total += len(x)  # token ids: exact
+            else:
+                stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(v for k, v in x.items() if k in ("content", "text"))
+    return total
+
+
+def _field(body: Any, name: str) -> Any:
+    if isinstance(body, Mapping):
+        return body.get(name)
+    return getattr(body, name, None)
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def output_tokens(body: Any) -> int:
+    """The output tokens a request (a JSON body, or a request object with
+    those attributes) may occupy: its ``max_tokens`` /
+    ``max_completion_tokens`` (the latter when both) / ``sampling_params``'s
+    ``max_new_tokens`` (default :data:`DEFAULT_MAX_TOKENS`), times the
+    completions it asks for (``n``, also in ``sampling_params``; at least
+    1). Never raises for a body of any shape."""
+    out = None
+    for key in ("max_tokens", "max_completion_tokens"):
+        v = _int(_field(body, key))
+        if v is not None:
+            out = v
+    sp = _field(body, "sampling_params")
+    if out is None:
+        out = _int(_field(sp, "max_new_tokens"))
+    n = _int(_field(body, "n"))
+    if n is None:
+        n = _int(_field(sp, "n"))
+    return max(out if out is not None else DEFAULT_MAX_TOKENS, 0) * max(n or 1, 1)
 
 
 def estimate_tokens(body: Mapping[str, Any]) -> int:
     """The tokens a request may occupy: its prompt (token ids counted
     exactly, text at :data:`BYTES_PER_TOKEN` bytes a token; chat messages'
-    contents) plus its ``max_tokens`` / ``max_completion_tokens`` /
-    ``max_new_tokens`` (default :data:`DEFAULT_MAX_TOKENS`). An estimate made
-    before tokenizing, on purpose: the door spends nothing on a request it
+    contents) plus :func:`output_tokens`. An estimate made before
+    tokenizing, on purpose: the door spends nothing on a request it
     refuses."""
     prompt = 0
     for key in ("prompt", "messages", "input_ids", "text", "input"):
         if key in body:
             prompt += _text_tokens(body[key])
-    out = None
-    for key in ("max_tokens", "max_completion_tokens"):
-        v = body.get(key)
-        if isinstance(v, int) and not isinstance(v, bool):
-            out = v
-    sp = body.get("sampling_params")
-    if out is None and isinstance(sp, Mapping):
-        v = sp.get("max_new_tokens")
-        if isinstance(v, int) and not isinstance(v, bool):
-            out = v
-    return max(prompt, 1) + max(out if out is not None else DEFAULT_MAX_TOKENS, 0)
+    return max(prompt, 1) + output_tokens(body)
 
 
 class AdmissionDoor:
@@ -99,6 +129,7 @@ class AdmissionDoor:
         self.paths = paths
         self.name = name
         self.collector = _register(self.control, name)
+        self._warned = float("-inf")
 
     # -- what an engine's door says ------------------------------------------
     def tenant(
@@ -114,8 +145,22 @@ class AdmissionDoor:
 
     def accounts(self) -> Mapping[str, float] | None:
         """The policy's accounts per tenant (``share_lead``) when new since
-        the last call, else None."""
+        the last call, else None. An exception is logged and the request
+        decided on the last accounts."""
         return None
+
+    def _fresh_accounts(self) -> Mapping[str, float] | None:
+        """:meth:`accounts`, or None (rank by the last ones) when reading
+        them fails: the policy's accounts only rank tenants, and a failure
+        to read them must not fail the request (logged once a minute)."""
+        try:
+            return self.accounts()
+        except Exception:
+            now = time.monotonic()
+            if now - self._warned >= 60.0:
+                self._warned = now
+                logger.warning("%s: cannot read the policy's accounts", self.name, exc_info=True)
+            return None
 
     # -- ASGI ------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -129,7 +174,7 @@ class AdmissionDoor:
         raw, more = await _read_body(receive)
         try:
             body = json.loads(raw) if raw else {}
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             body = None
         if not isinstance(body, dict) or not more:  # not ours to judge: the app answers it
             await self.app(scope, _replay(raw, more, receive), send)
@@ -137,7 +182,7 @@ class AdmissionDoor:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         tenant, hand_on = self.tenant(body, headers, scope)
         tokens = estimate_tokens(body)
-        acc = self.accounts()
+        acc = self._fresh_accounts()
         if acc is not None:
             self.control.set_accounts(acc)
         refusal = self.control.offer(tenant, tokens)

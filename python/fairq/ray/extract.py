@@ -54,14 +54,16 @@ _TOKEN_FIELDS = ("prompt_token_ids", "input_ids")
 
 def text_to_pseudo_tokens(text: str) -> np.ndarray:
     """``text`` as pseudo-tokens: its UTF-8 bytes in pages of 4, each page one
-    little-endian uint32 (the last page zero-padded).
+    little-endian uint32, the last page padded with ``0xFF`` (a byte UTF-8
+    never holds, so texts that differ only in trailing NUL bytes differ:
+    equal tokens mean equal bytes).
 
-    >>> text_to_pseudo_tokens("abcdefg").tolist() == [0x64636261, 0x00676665]
+    >>> text_to_pseudo_tokens("abcdefg").tolist() == [0x64636261, 0xFF676665]
     True
     """
     raw = text.encode("utf-8", "surrogatepass")
     pad = (-len(raw)) % PAGE_BYTES
-    return np.frombuffer(raw + b"\0" * pad, dtype="<u4").astype(np.uint32)
+    return np.frombuffer(raw + b"\xff" * pad, dtype="<u4").astype(np.uint32)
 
 
 def _field(body: Any, name: str) -> Any:
@@ -186,18 +188,16 @@ TokensExtractor = Callable[[Sequence[Any], Mapping[Any, Any]], Any]
 
 def estimate_tokens(prompt: int, args: Sequence[Any], kwargs: Mapping[Any, Any]) -> int:
     """What admission control counts for a request: its ``prompt`` (pseudo-)
-    tokens plus the output it asks for (``max_tokens`` /
-    ``max_completion_tokens``, else :data:`fairq.ledger.door.DEFAULT_MAX_TOKENS`);
-    never raises."""
-    from fairq.ledger.door import DEFAULT_MAX_TOKENS
+    tokens plus the output it asks for
+    (:func:`fairq.ledger.door.output_tokens`: ``max_tokens`` /
+    ``max_completion_tokens``, else
+    :data:`fairq.ledger.door.DEFAULT_MAX_TOKENS`, times ``n``); never
+    raises."""
+    from fairq.ledger.door import DEFAULT_MAX_TOKENS, output_tokens
 
     out = DEFAULT_MAX_TOKENS
     try:
-        body = _body(args, kwargs)
-        for name in ("max_tokens", "max_completion_tokens"):
-            v = _field(body, name)
-            if isinstance(v, int) and not isinstance(v, bool):
-                out = v
+        out = output_tokens(_body(args, kwargs))
     except Exception:  # a body the extractor cannot read
         pass
-    return max(prompt, 1) + max(out, 0)
+    return max(prompt, 1) + out

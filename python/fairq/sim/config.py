@@ -85,18 +85,9 @@ class SimConfig:
             )
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens!r}")
-        from fairq.sim.routers import ASSIGN
+        from fairq.sim.routers import check_fleet
 
-        if isinstance(self.routers, bool) or not isinstance(self.routers, int) or self.routers < 1:
-            raise ValueError(f"routers must be an int >= 1, got {self.routers!r}")
-        if not 0 <= self.view_staleness:
-            raise ValueError(
-                f"view_staleness must be a number >= 0 or inf, got {self.view_staleness!r}"
-            )
-        if self.router_assign not in ASSIGN:
-            raise ValueError(
-                f"router_assign must be one of {', '.join(ASSIGN)}; got {self.router_assign!r}"
-            )
+        check_fleet(self.routers, self.view_staleness, self.router_assign)
 
     @property
     def fleet(self) -> bool:

@@ -32,7 +32,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["ASSIGN", "RouterFleet", "routers_table"]
+__all__ = ["ASSIGN", "RouterFleet", "check_fleet", "routers_table"]
 
 #: How arriving requests are assigned to routers: ``rr``: the k-th request to
 #: router ``k mod N``; ``random``: uniformly (seeded); ``tenant``: every
@@ -41,6 +41,18 @@ __all__ = ["ASSIGN", "RouterFleet", "routers_table"]
 ASSIGN: tuple[str, ...] = ("rr", "random", "tenant")
 
 _DISPATCH, _FINISH, _EVICT = 0, 1, 2
+
+
+def check_fleet(routers: Any, staleness: Any, assign: Any) -> None:
+    """Check a fleet's settings (``SimConfig``'s ``routers``,
+    ``view_staleness``, ``router_assign``); a ``ValueError`` naming the
+    field."""
+    if isinstance(routers, bool) or not isinstance(routers, int) or routers < 1:
+        raise ValueError(f"routers must be an int >= 1, got {routers!r}")
+    if isinstance(staleness, bool) or not isinstance(staleness, (int, float)) or not staleness >= 0:
+        raise ValueError(f"view_staleness must be a number >= 0 or inf, got {staleness!r}")
+    if assign not in ASSIGN:
+        raise ValueError(f"router_assign must be one of {', '.join(ASSIGN)}; got {assign!r}")
 
 
 class RouterFleet:
@@ -67,12 +79,7 @@ class RouterFleet:
         clock: Callable[[], float],
         seed: int = 0,
     ) -> None:
-        if isinstance(routers, bool) or not isinstance(routers, int) or routers < 1:
-            raise ValueError(f"routers must be an int >= 1, got {routers!r}")
-        if not staleness >= 0:
-            raise ValueError(f"view_staleness must be a number >= 0 or inf, got {staleness!r}")
-        if assign not in ASSIGN:
-            raise ValueError(f"router_assign must be one of {', '.join(ASSIGN)}; got {assign!r}")
+        check_fleet(routers, staleness, assign)
         self.routers = [make() for _ in range(routers)]
         self.staleness = float(staleness)
         self.assign = assign
@@ -130,13 +137,25 @@ class RouterFleet:
 
     def dispatch(self, request_id: Any, client: str, tokens: Any) -> int:
         """Assign the request to a router, bring that router's view up to
-        ``now - staleness`` and let it choose a worker."""
+        ``now - staleness`` and let it choose a worker. An error (a duplicate
+        id, the dispatcher's own) leaves the assignment as it was: the next
+        request goes where this one would have."""
         if request_id in self._owner:
             raise ValueError(f"request_id {request_id!r} is already in flight")
         now = self.clock()
+        cursor, new_client = self._next, client not in self.client_router
+        rng = self._rng.getstate() if self.assign == "random" else None
         r = self.router_for(client)
         self.catch_up(r, now - self.staleness)
-        w: int = self.routers[r].dispatch(request_id, client, tokens)
+        try:
+            w: int = self.routers[r].dispatch(request_id, client, tokens)
+        except BaseException:
+            self._next = cursor
+            if rng is not None:
+                self._rng.setstate(rng)
+            if new_client:
+                self.client_router.pop(client, None)
+            raise
         self._owner[request_id] = (r, client, w)
         self._log.append((now, r, _DISPATCH, client, w, tokens))
         self.dispatched[r] += 1
@@ -144,9 +163,11 @@ class RouterFleet:
 
     def on_finish(self, request_id: Any, output_tokens: int) -> int:
         """The request finished: its router learns it now, the others
-        through the view."""
-        r, client, w = self._owner.pop(request_id)
+        through the view. An unknown id is a ``KeyError``; an error of the
+        router's (a bad ``output_tokens``) leaves the request in flight."""
+        r, client, w = self._owner[request_id]
         self.routers[r].on_finish(request_id, output_tokens)
+        del self._owner[request_id]
         self._log.append((self.clock(), r, _FINISH, client, w, output_tokens))
         return w
 

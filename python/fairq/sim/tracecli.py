@@ -18,7 +18,15 @@ import sys
 from dataclasses import asdict, fields
 from typing import Any
 
-from fairq.cliargs import UsageError, count, non_negative, number, output_file, positive
+from fairq.cliargs import (
+    UsageError,
+    count,
+    non_negative,
+    number,
+    output_file,
+    positive,
+    trace_errors,
+)
 
 #: flag -> (Options field, argparse type, help)
 FLAGS: dict[str, tuple[str, Any, str]] = {
@@ -101,7 +109,6 @@ def _summary(lines: list[dict[str, Any]]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from fairq.sim import traces
-    from fairq.sim.workloads import TraceError
 
     if args.trace_command == "list":
         for name, b in traces.BUILTIN.items():
@@ -109,26 +116,16 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.trace_command != "import":
         raise UsageError("needs an ACTION: import or list")
-    if args.source in traces.BUILTIN:
-        b = traces.BUILTIN[args.source]
-        path, base = traces.DATA / b.file, b.options
+    builtin = traces.builtin_of(args.source)
+    if builtin is not None:
+        path, base = traces.DATA / builtin.file, builtin.options
     else:
         path, base = args.source, traces.Options()
     opts = _options(args, base)
-    try:
+    with trace_errors(args.source, "source"):
         recs = traces.read_mooncake(traces.open_text(path), str(args.source))
+    try:
         lines = traces.import_mooncake(recs, opts)
-    except TraceError as e:
-        raise UsageError(str(e), arg="source") from None
-    except FileNotFoundError:
-        names = ", ".join(traces.BUILTIN)
-        raise UsageError(
-            f"{args.source}: no such file, nor a built-in ({names})", arg="source"
-        ) from None
-    except OSError as e:
-        raise UsageError(f"cannot read {args.source}: {e.strerror or e}", arg="source") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{args.source} is not UTF-8 text", arg="source") from None
     except ValueError as e:
         raise UsageError(str(e)) from None
     text = "".join(json.dumps(d) + "\n" for d in lines)

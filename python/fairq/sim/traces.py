@@ -28,8 +28,10 @@ tokens, :func:`fairq.sim.workloads.block_tokens`).
 
 **Selection and scaling** (in this order): the records with ``start <=
 timestamp / 1000 < start + minutes``; sessions with at least ``min_turns``
-requests in that window; whole sessions in order of first arrival while the
-request count stays within ``requests``; then tenants as above; then times
+requests in that window; whole sessions in order of first arrival, each
+one kept if the request count stays within ``requests`` with it (a session
+that would pass it is skipped, and a later, smaller one may still fit);
+then tenants as above; then times
 rebased to 0 and multiplied by ``time_scale`` (< 1: denser arrivals);
 lengths times ``length_scale``: the block size becomes ``max(1,
 round(512 * length_scale))``, a prompt ``ceil(input_length * block / 512)``
@@ -50,7 +52,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +71,7 @@ from fairq.sim.workloads import (
 __all__ = [
     "BUILTIN",
     "MOONCAKE_BLOCK",
+    "builtin_of",
     "MooncakeRecord",
     "Options",
     "builtin_lines",
@@ -117,7 +120,16 @@ class Options:
     max_output_len: int | None = None
 
     def check(self) -> None:
-        """Raise ValueError naming the first option out of range."""
+        """Raise ValueError naming the first option out of range (or of the
+        wrong type: ints for the counts, numbers for the rest)."""
+        for f in fields(self):
+            v = getattr(self, f.name)
+            whole = f.name in _INT_OPTIONS
+            if v is None and f.default is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int if whole else (int, float)):
+                what = "an int" if whole else "a number"
+                raise ValueError(f"{f.name} must be {what}, got {v!r}")
         bad = [
             ("tenants", self.tenants >= 1),
             ("zipf", math.isfinite(self.zipf) and self.zipf >= 0),
@@ -137,6 +149,10 @@ class Options:
         for name, ok in bad:
             if not ok:
                 raise ValueError(f"{name} out of range: {getattr(self, name)!r}")
+
+
+#: The :class:`Options` that are counts (ints).
+_INT_OPTIONS = ("seed", "tenants", "min_turns", "requests", "max_prompt_len", "max_output_len")
 
 
 def _int(obj: dict, key: str, where: str, minimum: int) -> int:
@@ -324,6 +340,15 @@ BUILTIN: dict[str, Builtin] = {
 }
 
 
+def builtin_of(trace: str | Path) -> Builtin | None:
+    """The built-in trace ``trace`` names, or None: ``trace`` is a file (a
+    file of that name wins over a built-in's name, wherever a trace is
+    read)."""
+    if Path(trace).exists():
+        return None
+    return BUILTIN.get(str(trace))
+
+
 def builtin_lines(name: str, seed: int = 0) -> list[str]:
     """The JSONL lines of built-in trace ``name`` (seed: the tenant rule's).
     KeyError for an unknown name."""
@@ -337,6 +362,6 @@ def load(trace: str | Path, seed: int = 0) -> Workload:
     """A trace file (:func:`fairq.sim.workloads.load_trace`) or, where no
     file of that name exists, a built-in trace by its name (``seed`` also
     seeds its tenant rule): what ``--trace`` takes."""
-    if not Path(trace).exists() and str(trace) in BUILTIN:
+    if builtin_of(trace) is not None:
         return parse_trace(builtin_lines(str(trace), seed), str(trace), seed)
     return load_trace(trace, seed)

@@ -40,7 +40,9 @@ def check_environment() -> str | None:
     """Check fairq's vLLM variables (:data:`ENV_VARS`) as the scheduler
     class reads them: the policy name, every option of a fair policy
     (:func:`fairq.vllm.scheduler.fair_options`) or the queue a queue policy
-    builds (:func:`fairq.vllm.scheduler.queue_options`), and ``dual_phase``.
+    builds (:func:`fairq.vllm.scheduler.queue_options`), ``dual_phase``,
+    and the front door's ``limits`` / ``tenant_weights``
+    (:func:`fairq.vllm.door.door_options`) whatever the policy.
     Returns the policy checked (``""``: options only, no policy set; None:
     none of the variables set). A bad setting raises ``ValueError`` or
     ``TypeError`` naming the field; nothing is built that lasts."""
@@ -49,7 +51,7 @@ def check_environment() -> str | None:
     from fairq.engineopts import state_options
     from fairq.vllm import create_request_queue
     from fairq.vllm.dualphase import DualPhaseOptions
-    from fairq.vllm.scheduler import fair_options, queue_options, resolve_policy
+    from fairq.vllm.scheduler import DOOR_KEYS, fair_options, queue_options, resolve_policy
     from fairq.vllm.tenants import FAIR_POLICIES, load_options
 
     raw = load_options()  # the file and the JSON: syntax and type
@@ -67,6 +69,11 @@ def check_environment() -> str | None:
     dual = raw.get("dual_phase")
     if dual is not None and dual is not False:
         DualPhaseOptions.from_mapping(dual)
+    if any(k in raw for k in DOOR_KEYS):
+        # the front door's (a queue policy, or no policy, passes them by)
+        from fairq.vllm.door import door_options
+
+        door_options()
     return policy_name
 
 
