@@ -308,7 +308,9 @@ def headline(summary: list[dict[str, Any]], default: str = "dlpm@auto") -> str:
     ]
 
     def cell(s: dict[str, Any] | None) -> str:
-        return "-" if s is None else f"{s['vs_lpm']:.2f}x / {s['jain']:.3f}"
+        if s is None:
+            return "-"
+        return f"{s.get('vs_lpm', float('nan')):.2f}x / {s['jain']:.3f}"
 
     order = {w: i for i, w in enumerate(WORKLOADS)}
     for (wl, frac), pol in sorted(by.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][1])):
@@ -317,7 +319,7 @@ def headline(summary: list[dict[str, Any]], default: str = "dlpm@auto") -> str:
             for p, s in pol.items()
             if p.startswith("dlpm@") and _q(p) < 1e300 and s["jain"] >= 0.9
         ]
-        best = max(fixed, key=lambda s: s["vs_lpm"], default=None)
+        best = max(fixed, key=lambda s: s.get("vs_lpm", 0.0), default=None)
         b = "-" if best is None else f"{best['policy'][5:]}: {cell(best)}"
         lpm = pol.get("lpm", {}).get("throughput", float("nan"))
         lines.append(
@@ -444,12 +446,12 @@ def main(argv: list[str] | None = None) -> int:
         fracs = [float(x) for x in a.cache.split(",") if x]
         rows = sweep(names, fracs, policies, list(range(a.seeds)))
     summary = summarize(rows)
-    print(headline(summary))
-    print()
-    print(table(summary))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"commands": commands, "points": rows, "summary": summary}, f, indent=1)
+    print(headline(summary))
+    print()
+    print(table(summary))
     if a.plot:
         plot(summary, a.plot)
     return 0
