@@ -176,7 +176,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive,
         default=None,
         help="DLPM with --quantum auto: the automatic quantum's scale (a refill gives this "
-        "many mean uncached request costs; default: the core's, 1) (vllm, transformers)",
+        "many mean uncached request costs; default: the core's, 1) (vllm, vllm-server, "
+        "transformers)",
     )
     parser.add_argument("--seed", type=count(0), default=0)
     parser.add_argument(
