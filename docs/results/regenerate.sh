@@ -265,6 +265,16 @@ for part in "${parts[@]}"; do
       python -m fairq.enginebench.frontier \
         --quanta auto,512,768,1024,1280,1536,2048,4096,8192,x1.25,x1.5,x2,x3 \
         --json frontier.json --plot frontier.png | tee frontier_table.md
+      # the real-server spot check (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~5 min each)
+      if [ -n "${FAIRQ_VLLM_SERVER_PYTHON:-}" ]; then
+        for s in 1.5 1; do
+          fairq engine-bench --engine vllm-server --model small --policies lpm,dlpm --runs 1 \
+            --requests-per-client 24 --flood-factor 4 --prefix-len 512 --suffix-len 16 \
+            --docs-per-client 4 --max-new-tokens 32 --quantum auto --quantum-scale "$s" \
+            --max-model-len 1024 --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 \
+            --num-gpu-blocks-override 20" --json "frontier_server_q${s/./}.json"
+        done
+      fi
       ;;
     splice) ;;
     *) echo "unknown part: $part (see the list at the top of this file)" >&2; exit 2 ;;
