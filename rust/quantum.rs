@@ -36,7 +36,12 @@ pub const WINDOW: f64 = 64.0;
 
 /// DLPM's default `scale` where the quantum is automatic: a refill round
 /// gives each backlogged client the uncached cost of about this many mean
-/// requests.
+/// requests. 1.5 was measured against it (issue 35,
+/// docs/results/frontier.md): more throughput under cache pressure (0.83-0.92x
+/// LPM's at a quarter of the documents' cache, against 0.64-0.89x), but
+/// Jain below 0.9 where a tenant's whole backlog is about a quantum and a
+/// half (0.898 / 0.891 against 0.955 / 0.979, docs/results/quantum_auto.md),
+/// so the default stays 1 and `quantum_scale` is the knob.
 pub const DEFAULT_SCALE: f64 = 1.0;
 
 /// A quantum, fixed (`scale == 0`) or automatic (see the module docs).

@@ -376,3 +376,50 @@ def test_engine_bench_without_torch_is_a_clear_error(
     monkeypatch.setitem(sys.modules, "torch", None)
     assert main(["engine-bench", "--quick"]) == 2
     assert "pip install '.[engine]'" in capsys.readouterr().err
+
+
+def test_workload_shuffled_documents() -> None:
+    kw = dict(n_clients=3, requests_per_client=8, flood_factor=2, prefix_len=6, docs_per_client=4)
+    cyc = multi_client_workload(**kw, seed=1)  # type: ignore[arg-type]
+    assert cyc == multi_client_workload(**kw, seed=1, doc_order="cycle")  # type: ignore[arg-type]
+    a = multi_client_workload(**kw, seed=1, doc_order="shuffle")  # type: ignore[arg-type]
+    b = multi_client_workload(**kw, seed=2, doc_order="shuffle")  # type: ignore[arg-type]
+    for wl in (a, b):
+        for c in ("flood", "c1", "c2"):
+            docs = [tuple(r.prompt[:6]) for r in wl if r.client == c]
+            counts = {d: docs.count(d) for d in docs}
+            assert len(counts) == 4 and len(set(counts.values())) == 1  # each equally often
+    order = [[tuple(r.prompt[:6]) for r in wl if r.client == "flood"] for wl in (a, cyc)]
+    assert order[0] != order[1]  # not in turn
+    with pytest.raises(ValueError, match="doc_order must be cycle or shuffle"):
+        multi_client_workload(doc_order="random")
+
+
+def test_frontier_oracle_and_hit_bound() -> None:
+    from fairq.enginebench.frontier import WORKLOADS, Shape, max_hit_rate, oracle_order
+
+    shape = Shape(
+        clients=3,
+        docs_per_client=2,
+        requests_per_client=4,
+        flood_factor=3,
+        prefix_len=32,
+        suffix_len=4,
+        page_size=8,
+    )
+    reqs = shape.requests(0)
+    order = oracle_order(reqs, shape)
+    assert sorted(r.request_id for r in order) == sorted(r.request_id for r in reqs)
+    assert all(r.arrival == 0.0 for r in order)
+    # turns of requests_per_client / docs_per_client = 2, in rotation, one document each
+    turns = [order[i : i + 2] for i in range(0, 12, 2)]
+    assert [t[0].client for t in turns] == ["c1", "c2", "flood"] * 2
+    assert all(t[0].prompt[:32] == t[1].prompt[:32] for t in turns)
+    # each well-behaved document read in a single turn; the flood stays on its first one
+    flood = [r.prompt[:32] for r in order if r.client == "flood"]
+    assert flood[:6] == [flood[0]] * 6 and len({tuple(p) for p in flood}) == 2
+    # the bound: every full block of a document hits except at its first load
+    docs = {tuple(r.prompt[:32]) for r in reqs}
+    total = sum(len(r.prompt) for r in reqs)
+    assert max_hit_rate(reqs, shape) == pytest.approx(32 * (len(reqs) - len(docs)) / total)
+    assert all(w.doc_blocks() == w.clients * w.docs_per_client * 32 for w in WORKLOADS.values())

@@ -345,3 +345,24 @@ def test_demo_summary_states_throughput_beside_latency_and_fairness() -> None:
     assert "stock vLLM: the three other tenants wait 2.69 s" in lines[0]
     assert "throughput 533 output tok/s" in lines[0] and "throughput 403" in lines[1]
     assert "fairq dlpm: throughput 0.76x stock vLLM's (24% less than stock vLLM's" in lines[2]
+
+
+def test_bench_server_passes_the_quantum_scale() -> None:
+    """``--quantum-scale`` reaches the server's DLPM options; without it the
+    core's default scale applies (no key), and other policies get none."""
+    import argparse
+
+    from fairq.enginebench.vllm_server import _server
+    from fairq.engineopts import policy_options
+
+    args = argparse.Namespace(quantum="auto", quantum_scale=1.5, server_args="", max_model_len=512)
+    s = _server(args, "m", "dlpm", "log")
+    assert s.options == {"quantum": "auto", "quantum_scale": 1.5}
+    assert policy_options("dlpm", s.options)["quantum_scale"] == 1.5
+    args.quantum_scale = None
+    default = _server(args, "m", "dlpm", "log").options
+    assert default == {"quantum": "auto"}
+    assert (
+        policy_options("dlpm", default)["quantum_scale"] == policy_options("dlpm")["quantum_scale"]
+    )
+    assert _server(args, "m", "lpm", "log").options is None

@@ -18,6 +18,7 @@
 #   docs/results/regenerate.sh wheel      # .ci/build-wheel: the auditwheel report, sizes (~3 min)
 #   docs/results/regenerate.sh gpu        # transformers' 1B model on one GPU: every policy, one trace (~6 min on an H100; writes $GPU_OUT, default gpu/latest; docs/results/gpu/README.md)
 #   docs/results/regenerate.sh quantum    # DLPM's automatic quantum against fixed ones (~8 min; quantum_auto.md)
+#   docs/results/regenerate.sh frontier   # throughput against Jain under cache pressure, vLLM 0.33 in-process (~15 min; frontier.md)
 #   docs/results/regenerate.sh splice     # only re-copy the tables into the docs
 #
 # Needs an installed fairq (`pip install .`). Run it on a quiet machine: the
@@ -257,6 +258,23 @@ for part in "${parts[@]}"; do
           --max-batch-tokens 512 --max-requests-per-batch 16 --quantum "$q" --gap 0.02 \
           --waiting 0 --json "quantum_vllm_$q.json" | tee "quantum_vllm_$q.md"
       done
+      ;;
+    frontier)
+      # docs/results/frontier.md: vLLM's scheduler in-process, 3 workloads x 4 cache sizes
+      # x every policy and quantum, 2 seeds (~15 min on one core; needs vLLM 0.33)
+      python -m fairq.enginebench.frontier \
+        --quanta auto,512,768,1024,1280,1536,2048,4096,8192,x1.25,x1.5,x2,x3 \
+        --json frontier.json --plot frontier.png | tee frontier_table.md
+      # the real-server spot check (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~5 min each)
+      if [ -n "${FAIRQ_VLLM_SERVER_PYTHON:-}" ]; then
+        for s in 1.5 1; do
+          fairq engine-bench --engine vllm-server --model small --policies lpm,dlpm --runs 1 \
+            --requests-per-client 24 --flood-factor 4 --prefix-len 512 --suffix-len 16 \
+            --docs-per-client 4 --max-new-tokens 32 --quantum auto --quantum-scale "$s" \
+            --max-model-len 1024 --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 \
+            --num-gpu-blocks-override 20" --json "frontier_server_q${s/./}.json"
+        done
+      fi
       ;;
     splice) ;;
     *) echo "unknown part: $part (see the list at the top of this file)" >&2; exit 2 ;;

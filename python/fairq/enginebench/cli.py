@@ -171,6 +171,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=128.0,
         help="DLPM quantum: > 0 (fixed) or auto (derived from the request charges)",
     )
+    parser.add_argument(
+        "--quantum-scale",
+        type=positive,
+        default=None,
+        help="DLPM with --quantum auto: the automatic quantum's scale (a refill gives this "
+        "many mean uncached request costs; default: the core's, 1) (vllm, vllm-server, "
+        "transformers)",
+    )
     parser.add_argument("--seed", type=count(0), default=0)
     parser.add_argument(
         "--seeds",

@@ -63,7 +63,12 @@ def _scheduler_class(policy: str, args: argparse.Namespace) -> type:
     gc.collect()  # the previous run's garbage is not this run's time
     if policy == "vllm-fcfs":
         return scheduler_cls
-    _set_policy(policy, {"quantum": args.quantum} if policy == "dlpm" else {})
+    options: dict[str, Any] = {}
+    if policy == "dlpm":
+        options["quantum"] = args.quantum
+        if getattr(args, "quantum_scale", None):  # the automatic quantum's scale
+            options["quantum_scale"] = args.quantum_scale
+    _set_policy(policy, options)
     cls: type = fs.FairqScheduler
     return cls
 

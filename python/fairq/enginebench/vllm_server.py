@@ -222,6 +222,8 @@ def _server(args: argparse.Namespace, model: str, policy: str, log: str) -> Vllm
     options: dict[str, Any] | None = None
     if fairq == "dlpm":
         options = {"quantum": args.quantum}
+        if getattr(args, "quantum_scale", None):  # the automatic quantum's scale
+            options["quantum_scale"] = args.quantum_scale
     extra = args.server_args.split() if args.server_args else []
     if "--enable-prompt-tokens-details" not in extra:
         extra.append("--enable-prompt-tokens-details")  # each request's cached tokens

@@ -77,6 +77,7 @@ def multi_client_workload(
     docs_per_client: int = 1,
     system_len: int = 0,
     flood_gap: float = 0.0,
+    doc_order: str = "cycle",
 ) -> list[EngineRequest]:
     """Generate the workload, sorted by arrival (the flooding client first).
 
@@ -90,12 +91,16 @@ def multi_client_workload(
     ``docs_per_client`` > 1 (what a cache-aware order can regroup and a
     per-client FIFO cannot). ``system_len`` > 0 puts one system prompt of that
     many tokens before every document (a prefix shared by all clients).
+    ``doc_order="shuffle"``: each client's sequence of documents (still each
+    document equally often, up to one) is shuffled with ``seed`` instead of
+    cycling, so seeds also differ in which request reads which document.
     Token ids are drawn from ``[1, vocab_size)`` (0 is left out: many models
     use it as pad).
 
     Raises:
         ValueError: a size below 1 (``n_clients`` below 2, lengths below 1,
-            gaps below 0, ``vocab_size`` below 2).
+            gaps below 0, ``vocab_size`` below 2, ``doc_order`` not
+            ``cycle`` or ``shuffle``).
     """
     checks = {
         "n_clients": (n_clients, 2),
@@ -114,6 +119,8 @@ def multi_client_workload(
     for name, gap in (("well_behaved_gap", well_behaved_gap), ("flood_gap", flood_gap)):
         if not gap >= 0:
             raise ValueError(f"{name} must be >= 0, got {gap!r}")
+    if doc_order not in ("cycle", "shuffle"):
+        raise ValueError(f"doc_order must be cycle or shuffle, got {doc_order!r}")
     rng = random.Random(seed)
 
     def tokens(n: int) -> list[int]:
@@ -123,8 +130,14 @@ def multi_client_workload(
     system = tokens(system_len)
     prefixes = {c: [system + tokens(prefix_len) for _ in range(docs_per_client)] for c in clients}
 
+    counts = {c: requests_per_client * (flood_factor if c == "flood" else 1) for c in clients}
+    order = {c: [i % docs_per_client for i in range(n)] for c, n in counts.items()}
+    if doc_order == "shuffle":
+        for c in clients:
+            rng.shuffle(order[c])
+
     def prompt(client: str, i: int) -> list[int]:
-        return prefixes[client][i % docs_per_client] + tokens(suffix_len)
+        return prefixes[client][order[client][i]] + tokens(suffix_len)
 
     out: list[EngineRequest] = []
     for i in range(requests_per_client * flood_factor):
