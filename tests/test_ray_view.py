@@ -191,6 +191,18 @@ def test_replica_feedback_publishes_the_view() -> None:
     assert small.routing_stats()["fairq"]["inflight"] == ["q1", "q2"]
 
 
+def test_replica_feedback_takes_any_token_sequence_and_refuses_non_ints() -> None:
+    fb = ReplicaFeedback(view_tokens=2)
+    fb.record_start("g", "a", (t for t in [4, 5, 6]))  # a generator: read once
+    fb.record_start("n", "a", np.array([7, 8, 9], dtype=np.int64))
+    events = fb.routing_stats()["fairq"]["events"]
+    assert events[0] == [1, "start", "g", "a", [4, 5], 3]
+    assert events[1] == [2, "start", "n", "a", [7, 8], 3]
+    with pytest.raises(ValueError, match="tokens"):
+        fb.record_start("f", "a", [1.5, 2])
+    assert fb.routing_stats()["fairq"]["inflight"] == ["g", "n"]  # the error changed nothing
+
+
 def test_view_options_are_validated_naming_the_field() -> None:
     with pytest.raises(TypeError, match="shared_view"):
         RouterOptions(shared_view="yes")

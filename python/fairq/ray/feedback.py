@@ -32,6 +32,7 @@ now (``inflight``) with a publication stamp (``time``).
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
 import uuid
@@ -140,10 +141,20 @@ class ReplicaFeedback:
         rid = _request_id(request_id)
         if not isinstance(tenant, str) or not tenant:
             raise ValueError(f"tenant must be a non-empty str, got {tenant!r}")
-        ids = [int(t) for t in list(tokens)[: self.view_tokens]]
+        # a sequence (list, tuple, numpy array) is sliced as it is; any other
+        # iterable (a generator) is read once
+        seq = (
+            tokens
+            if hasattr(tokens, "__len__") and hasattr(tokens, "__getitem__")
+            else list(tokens)
+        )
+        try:
+            ids = [operator.index(t) for t in seq[: self.view_tokens]]
+        except TypeError:
+            raise ValueError("tokens must be token ids (ints) in 0..2**32-1") from None
         if any(t < 0 or t > 0xFFFFFFFF for t in ids):
             raise ValueError("tokens must be token ids in 0..2**32-1")
-        n = len(tokens) if input_len is None else input_len
+        n = len(seq) if input_len is None else input_len
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"input_len must be an int >= 0, got {input_len!r}")
         with self._lock:
