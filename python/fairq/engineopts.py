@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from fairq.sched import POLICY_INFO, make_scheduler, policy_name
+from fairq.tenancy import finite_number as _number
+from fairq.tenancy import tenant_weights
 
 if TYPE_CHECKING:
     from fairq.ledger.caps import Limits
@@ -127,31 +129,6 @@ def state_options(raw: Mapping[str, Any]) -> tuple[str | None, float]:
         raise ValueError(f"state_file must be a non-empty path string, got {path!r}")
     interval = raw.get("state_interval_s", DEFAULT_INTERVAL_S)
     return path, _number("state_interval_s", interval, positive=True)
-
-
-def _number(name: str, v: Any, *, positive: bool = False) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise TypeError(f"{name} must be a number, got {v!r}")
-    x = float(v)
-    if not math.isfinite(x) or x < 0 or (positive and x == 0):
-        kind = "> 0" if positive else ">= 0"
-        raise ValueError(f"{name} must be finite and {kind}, got {v!r}")
-    return x
-
-
-def tenant_weights(raw: Any) -> dict[str, float]:
-    """Validate ``tenant_weights`` (``{tenant: weight}``, non-empty names,
-    finite weights > 0; None: none). Raises ``TypeError``/``ValueError``
-    naming the field."""
-    raw = raw or {}
-    if not isinstance(raw, Mapping):
-        raise TypeError(f"tenant_weights must be a mapping of tenant -> weight, got {raw!r}")
-    weights: dict[str, float] = {}
-    for t, w in raw.items():
-        if not isinstance(t, str) or not t:
-            raise ValueError(f"tenant_weights: tenant names must be non-empty strings, got {t!r}")
-        weights[t] = _number(f"tenant_weights[{t!r}]", w, positive=True)
-    return weights
 
 
 def _one_tenant(request: Any) -> str:

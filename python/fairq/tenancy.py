@@ -6,15 +6,17 @@ yields a non-empty string is the request's tenant, none gives ``default``.
 error naming its field (``tenant.order[1]``, ``tenant.default``); the
 engines' resolvers (:class:`fairq.vllm.tenants.TenantResolver`,
 :class:`fairq.sglang.tenants.TenantResolver`) name their sources and read
-them from the engine's request.
+them from the engine's request. :func:`tenant_weights` checks the
+per-tenant weights, for the engines' options and the front door alike.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["GATEWAY_HEADERS", "SourceOrder"]
+__all__ = ["GATEWAY_HEADERS", "SourceOrder", "finite_number", "tenant_weights"]
 
 #: The HTTP headers gateways put the tenant in: the Gateway API Inference
 #: Extension's and llm-d's (the ``header`` source's default in every engine,
@@ -109,3 +111,32 @@ class SourceOrder:
 
     def _from(self, src: str, request: Any) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def finite_number(name: str, v: Any, *, positive: bool = False) -> float:
+    """``v`` as a float, finite and >= 0 (> 0 with ``positive``); else a
+    ``TypeError``/``ValueError`` naming ``name``. Shared by the engines'
+    options (:mod:`fairq.engineopts`) and the front door
+    (:mod:`fairq.ledger.caps`)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"{name} must be a number, got {v!r}")
+    x = float(v)
+    if not math.isfinite(x) or x < 0 or (positive and x == 0):
+        kind = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be finite and {kind}, got {v!r}")
+    return x
+
+
+def tenant_weights(raw: Any) -> dict[str, float]:
+    """Validate ``tenant_weights`` (``{tenant: weight}``, non-empty names,
+    finite weights > 0; None: none). Raises ``TypeError``/``ValueError``
+    naming the field."""
+    raw = raw or {}
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"tenant_weights must be a mapping of tenant -> weight, got {raw!r}")
+    weights: dict[str, float] = {}
+    for t, w in raw.items():
+        if not isinstance(t, str) or not t:
+            raise ValueError(f"tenant_weights: tenant names must be non-empty strings, got {t!r}")
+        weights[t] = finite_number(f"tenant_weights[{t!r}]", w, positive=True)
+    return weights

@@ -59,6 +59,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fairq.tenancy import tenant_weights
+
 __all__ = ["AdmissionControl", "Limits", "Refusal", "REASONS"]
 
 #: Why a request is refused (the ``reason`` label of the refusal metric).
@@ -246,8 +248,6 @@ class AdmissionControl:
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        from fairq.engineopts import tenant_weights
-
         if not isinstance(limits, Limits):
             raise TypeError(f"limits must be a Limits (Limits.from_mapping), got {limits!r}")
         self.limits = limits
