@@ -368,6 +368,7 @@ def _fault_row(
     """The ``fault`` part of a row run with ``--kill-after-s``."""
     end = max(r.end for r in results)
     return {
+        "target": killer.target,
         "killed": killer.killed,
         "kill_at_s": killer.kill_at,
         "replacement_ready_s": killer.ready_at,
@@ -432,7 +433,7 @@ def run_config(
             if args.health_check_timeout_s
             else None
         ),
-        router_config=router_config(router, stats_period_s=0.5, **options),
+        router_config=router_config(router, stats_period_s=args.routing_stats_period_s, **options),
         engine_kwargs=engine_kwargs(args),
         env={**replica_env(), STATS_DIR_ENV: stats_dir},
     )
@@ -514,7 +515,8 @@ def plot_fault(row: dict[str, Any], path: str) -> None:
         if not b["served"]:
             ax.axvspan(b["start_s"], b["start_s"] + tl["bin_s"], color="grey", alpha=0.25, lw=0)
     ax.axvline(fault["kill_at_s"], color="red", lw=1)
-    ax.text(fault["kill_at_s"], 1.03, " replica killed", color="red", fontsize=8)
+    what = "an ingress router" if fault.get("target") == "ingress" else "a replica"
+    ax.text(fault["kill_at_s"], 1.03, f" {what.split()[-1]} killed", color="red", fontsize=8)
     if fault["replacement_ready_s"] is not None:
         ax.axvline(fault["replacement_ready_s"], color="green", lw=1)
         ax.text(fault["replacement_ready_s"], 1.03, " replacement up", color="green", fontsize=8)
@@ -538,7 +540,7 @@ def plot_fault(row: dict[str, Any], path: str) -> None:
         "backlogged; grey: no replica serving)"
     )
     ax.set_title(
-        f"{panel_label(row)}: a replica killed mid-run (dashed grey: output Jain before the kill)",
+        f"{panel_label(row)}: {what} killed mid-run (dashed grey: output Jain before the kill)",
         fontsize=10,
     )
     ax.legend(fontsize=8, loc="center left")
@@ -613,6 +615,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=count(1),
         default=1,
         help="OpenAI ingress replicas, each with its own router (and D2LPM state)",
+    )
+    g.add_argument(
+        "--routing-stats-period-s",
+        type=positive,
+        default=0.5,
+        help="Serve's request_routing_stats_period_s for the vLLM replicas: how often their "
+        "finishes, evictions and the D2LPM routers' shared view are collected (the view is "
+        "about this old when a router uses it)",
     )
     g.add_argument(
         "--ingress-affinity",
