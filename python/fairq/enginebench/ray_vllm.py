@@ -358,6 +358,16 @@ def _error_counts(results: list[Any]) -> dict[str, int]:
     return out
 
 
+def _failed_by_tenant(results: list[Any]) -> dict[str, list[int]]:
+    """``tenant -> [failed, sent]``."""
+    out: dict[str, list[int]] = {}
+    for r in results:
+        c = out.setdefault(r.request.tenant, [0, 0])
+        c[0] += not r.ok
+        c[1] += 1
+    return out
+
+
 def _fault_row(
     killer: _Killer,
     results: list[Any],
@@ -379,6 +389,7 @@ def _fault_row(
         "requests": len(results),
         # the failed requests' errors: status and the error's first words
         "errors": _error_counts(results),
+        "failed_by_tenant": _failed_by_tenant(results),
         # requests the replacement served (it took traffic again)
         "replacement_requests": (
             replicas.get(killer.replacement, {}).get("requests") if killer.replacement else None
