@@ -155,9 +155,9 @@ class _Killer:
 
     def _replacement(self, before: set[str], n: int) -> str | None:
         """The replacement's name once it is up, else None."""
-        from fairq.ray.vllm import read_replica_stats
-
         if self.target == "replica":
+            from fairq.ray.vllm import read_replica_stats
+
             new = set(read_replica_stats(self.stats_dir)) - before
         else:
             dep = KILL_TARGETS[self.target]
