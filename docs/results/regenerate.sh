@@ -13,7 +13,7 @@
 #   docs/results/regenerate.sh vllm-server  # real vLLM servers over HTTP (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~25 min)
 #   docs/results/regenerate.sh overload   # 20,000-request flood against a vLLM server with fairq's front door (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~8 min)
 #   docs/results/regenerate.sh ray-vllm   # vLLM replicas on Ray Serve behind a router (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build + .ci/ray-vllm-requirements.txt, ~25 min)
-#   docs/results/regenerate.sh ray-vllm-ingress  # 1, 2 and 4 ingress routers with and without the shared view, three runs each, and a router killed (FAIRQ_VLLM_SERVER_PYTHON as ray-vllm, ~70 min)
+#   docs/results/regenerate.sh ray-vllm-ingress  # 1, 2 and 4 ingress routers with and without the shared view, three runs each, and a router killed (FAIRQ_VLLM_SERVER_PYTHON as ray-vllm, ~60 min)
 #   docs/results/regenerate.sh traces     # Mooncake's production traces: the simulator at full scale, vLLM in-process, the vLLM CPU server and Ray Serve replicas (FAIRQ_VLLM_SERVER_PYTHON, ~30 min)
 #   docs/results/regenerate.sh step-fit   # vLLM's step times in-process, the step model fitted to them (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~2 min)
 #   docs/results/regenerate.sh wheel      # .ci/build-wheel: the auditwheel report, sizes (~3 min)
@@ -163,10 +163,11 @@ for part in "${parts[@]}"; do
         ingress_run "$tmp/i2_noview_r$run.json" --ingress 2 --no-shared-view
         ingress_run "$tmp/i4_r$run.json" --ingress 4
         ingress_run "$tmp/i4_noview_r$run.json" --ingress 4 --no-shared-view
-        ingress_run "$tmp/i2_affinity_r$run.json" --ingress 2 --ingress-affinity
-        ingress_run "$tmp/i4_affinity_r$run.json" --ingress 4 --ingress-affinity
       done
+      # the follow-ups, one run each
       ingress_run "$tmp/i2_period01_r1.json" --ingress 2 --routing-stats-period-s 0.1
+      ingress_run "$tmp/i2_affinity_r1.json" --ingress 2 --ingress-affinity
+      ingress_run "$tmp/i4_affinity_r1.json" --ingress 4 --ingress-affinity
       for cfg in i1 i2 i2_noview i4 i4_noview i2_affinity i4_affinity i2_period01; do
         python -c 'import json, sys
 runs = [json.load(open(f)) for f in sys.argv[2:]]
