@@ -5,7 +5,7 @@
 #   docs/results/regenerate.sh            # sim + bench (+ engine when torch is installed)
 #   docs/results/regenerate.sh sim        # the simulator comparison and sweeps (~1 min on 2 cores)
 #   docs/results/regenerate.sh paper      # fairq simulate --paper: the paper's claims (~2.5 min)
-#   docs/results/regenerate.sh routers    # N routers with a stale shared view, simulated (~6 min on 2 cores)
+#   docs/results/regenerate.sh routers    # N routers with a stale shared view, simulated (~9 min on 2 cores)
 #   docs/results/regenerate.sh bench      # fairq bench, every suite (~10 min on 2 cores)
 #   docs/results/regenerate.sh engine     # fairq engine-bench on CPU (needs fairq[engine], ~1 min)
 #   docs/results/regenerate.sh vllm       # fairq engine-bench --engine vllm (needs vLLM 0.33, ~3 min)
@@ -58,6 +58,10 @@ for part in "${parts[@]}"; do
         --view-staleness 0.5 --view-staleness 2 --view-staleness inf \
         --router-assign rr --router-assign tenant --no-progress \
         --json routers_w64.json --plot routers_w64.png | tee routers_w64.md
+      # 256 workers, one configuration (~3 min)
+      fairq simulate --workload qa-fleet --workers 256 --dispatch d2lpm --policy dlpm \
+        --routers 16 --view-staleness 0.1 --router-assign rr --no-progress \
+        --json routers_w256_r16.json
       ;;
     paper)
       fairq simulate --paper --no-progress --json paper.json | tee paper.md
