@@ -293,6 +293,11 @@ def test_ray_bench_names_both_extras(
         ),
         (["engine-bench", "--engine", "ray-vllm", "--replicas", "0"], "argument --replicas"),
         (["engine-bench", "--engine", "ray-vllm", "--flood-gap", "-1"], "argument --flood-gap"),
+        (
+            ["engine-bench", "--engine", "ray-vllm", "--kill", "ingress", "--kill-after-s", "5"],
+            "argument --kill: 'ingress' kills a router: run at least two (--ingress 2)",
+        ),
+        (["engine-bench", "--engine", "ray-vllm", "--kill", "proxy"], "argument --kill: invalid"),
         (["demo", "--policies", "nope"], "argument --policies: 'nope' is not one of"),
         (["demo", "--json", "/nonexistent/d.json"], "argument --json: directory /nonexistent"),
     ],

@@ -225,3 +225,64 @@ def test_shared_view_never_counts_its_own_requests() -> None:
     assert d.longest_match([1, 2])[0] == 0
     v.on_start(0, [10, "start", "x", "t", np.arange(4).tolist(), 40])
     assert d.held_len(0, [0, 1, 2, 3]) == 4 and d.deficit("t", 0) == -40.0
+
+
+def test_view_age_at_dispatch_is_the_oldest_candidate_publication() -> None:
+    import fairq
+
+    now = [100.5]
+    v = SharedView(fairq.D2LPM(3, 100.0), wall=lambda: now[0])
+    v.note_dispatch([0, 1])  # nothing published yet: no age to count
+    assert v.ages() == {"n": 0, "p50_s": None, "p90_s": None, "max_s": None}
+    v.on_snapshot(0, {"inflight": [], "time": 100.0})
+    v.on_snapshot(1, {"inflight": [], "time": 99.0})
+    v.note_dispatch([0, 1])  # slot 1's view is the older: 1.5 s
+    v.note_dispatch([0, 2])  # slot 2 never published: slot 0's age, 0.5 s
+    now[0] = 99.0  # a stamp from a clock ahead counts as age 0, never negative
+    v.note_dispatch([0])
+    ages = v.ages()
+    assert ages["n"] == 3 and ages["max_s"] == 1.5 and ages["p50_s"] == 0.5
+    off = SharedView(fairq.D2LPM(1, 100.0), enabled=False, wall=lambda: 5.0)
+    off.on_snapshot(0, {"inflight": [], "time": 1.0})
+    off.note_dispatch([0])
+    assert off.ages()["n"] == 0  # the view off: it is not used, so it has no age
+
+
+def test_router_writes_what_it_saw_where_the_environment_says(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from fairq.ray.router import ROUTER_STATS_DIR_ENV
+
+    async def go() -> None:
+        dep = Deployment()
+        a = make_router()
+        dep.publish(a)
+        for tenant in ("x", "x", "y"):
+            await send(a, dep, tenant, PREFIX)
+            dep.publish(a)  # the replicas stamp their view once they hold requests
+        a._stats_at = float("-inf")  # the write is throttled to once a second
+        dep.publish(a)
+        (path,) = tmp_path.iterdir()
+        doc = json.loads(path.read_text())
+        now = json.loads(json.dumps(a.stats()))
+        assert {**doc, "time": 0} == {**now, "time": 0}  # the file holds stats()
+        assert doc["counters"]["dispatched"] == 3
+        routed = doc["routed"]
+        assert sum(n for per in routed.values() for n in per.values()) == 3
+        assert sum(per.get("x", 0) for per in routed.values()) == 2
+        assert doc["view_age"]["n"] == 2 and doc["shared_view"] is True
+
+    monkeypatch.setenv(ROUTER_STATS_DIR_ENV, str(tmp_path))
+    run(go())
+    monkeypatch.setenv(ROUTER_STATS_DIR_ENV, str(tmp_path / "missing"))
+
+    async def unwritable() -> None:
+        b = make_router()
+        rep = StatsReplica("r0")
+        b.update_replicas([rep])  # cannot write: logged, and routing goes on
+        assert b._stats_dir is None
+        assert names(await b.choose_replicas([rep], request(body("a", PREFIX)))) == [["r0"]]
+
+    run(unwritable())

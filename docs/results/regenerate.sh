@@ -5,7 +5,7 @@
 #   docs/results/regenerate.sh            # sim + bench (+ engine when torch is installed)
 #   docs/results/regenerate.sh sim        # the simulator comparison and sweeps (~1 min on 2 cores)
 #   docs/results/regenerate.sh paper      # fairq simulate --paper: the paper's claims (~2.5 min)
-#   docs/results/regenerate.sh routers    # N routers with a stale shared view, simulated (~6 min on 2 cores)
+#   docs/results/regenerate.sh routers    # N routers with a stale shared view, simulated (~9 min on 2 cores)
 #   docs/results/regenerate.sh bench      # fairq bench, every suite (~10 min on 2 cores)
 #   docs/results/regenerate.sh engine     # fairq engine-bench on CPU (needs fairq[engine], ~1 min)
 #   docs/results/regenerate.sh vllm       # fairq engine-bench --engine vllm (needs vLLM 0.33, ~3 min)
@@ -13,6 +13,7 @@
 #   docs/results/regenerate.sh vllm-server  # real vLLM servers over HTTP (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~25 min)
 #   docs/results/regenerate.sh overload   # 20,000-request flood against a vLLM server with fairq's front door (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~8 min)
 #   docs/results/regenerate.sh ray-vllm   # vLLM replicas on Ray Serve behind a router (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build + .ci/ray-vllm-requirements.txt, ~25 min)
+#   docs/results/regenerate.sh ray-vllm-ingress  # 1, 2 and 4 ingress routers with and without the shared view, three runs each, and a router killed (FAIRQ_VLLM_SERVER_PYTHON as ray-vllm, ~60 min)
 #   docs/results/regenerate.sh traces     # Mooncake's production traces: the simulator at full scale, vLLM in-process, the vLLM CPU server and Ray Serve replicas (FAIRQ_VLLM_SERVER_PYTHON, ~30 min)
 #   docs/results/regenerate.sh step-fit   # vLLM's step times in-process, the step model fitted to them (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~2 min)
 #   docs/results/regenerate.sh wheel      # .ci/build-wheel: the auditwheel report, sizes (~3 min)
@@ -58,6 +59,10 @@ for part in "${parts[@]}"; do
         --view-staleness 0.5 --view-staleness 2 --view-staleness inf \
         --router-assign rr --router-assign tenant --no-progress \
         --json routers_w64.json --plot routers_w64.png | tee routers_w64.md
+      # 256 workers, one configuration (~3 min)
+      fairq simulate --workload qa-fleet --workers 256 --dispatch d2lpm --policy dlpm \
+        --routers 16 --view-staleness 0.1 --router-assign rr --no-progress \
+        --json routers_w256_r16.json
       ;;
     paper)
       fairq simulate --paper --no-progress --json paper.json | tee paper.md
@@ -142,6 +147,47 @@ for part in "${parts[@]}"; do
         --flood-gap 0.02 --quantum 512 \
         --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 32" \
         --json ray_vllm_ingress2_q2048.json
+      ;;
+    ray-vllm-ingress)
+      # docs/results/ray_vllm.md, "Two and four ingress routers with one shared
+      # view": the "Two ingress routers" workload; each run its own deployment,
+      # the configurations interleaved so that each round meets the same machine
+      ingress_run() {  # OUT.json [flags]
+        local out=$1; shift
+        fairq engine-bench --engine ray-vllm --configs d2lpm-dlpm --replicas 2 --clients 6 \
+          --requests-per-client 16 --flood-factor 4 --docs-per-client 2 --prefix-len 384 \
+          --system-len 128 --suffix-len 16 --max-new-tokens 32 --gap 0.25 --flood-gap 0.02 \
+          --quantum 512 \
+          --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 32" \
+          "$@" --json "$out"
+      }
+      tmp=$(mktemp -d)
+      for run in 1 2 3; do
+        ingress_run "$tmp/i1_r$run.json"
+        ingress_run "$tmp/i2_r$run.json" --ingress 2
+        ingress_run "$tmp/i2_noview_r$run.json" --ingress 2 --no-shared-view
+        ingress_run "$tmp/i4_r$run.json" --ingress 4
+        ingress_run "$tmp/i4_noview_r$run.json" --ingress 4 --no-shared-view
+      done
+      # the follow-ups, one run each
+      ingress_run "$tmp/i2_period01_r1.json" --ingress 2 --routing-stats-period-s 0.1
+      ingress_run "$tmp/i2_affinity_r1.json" --ingress 2 --ingress-affinity
+      ingress_run "$tmp/i4_affinity_r1.json" --ingress 4 --ingress-affinity
+      for cfg in i1 i2 i2_noview i4 i4_noview i2_affinity i4_affinity i2_period01; do
+        python -c 'import json, sys
+runs = [json.load(open(f)) for f in sys.argv[2:]]
+json.dump({"configuration": sys.argv[1], "runs": runs}, open(f"ray_vllm_views_{sys.argv[1]}.json", "w"))' \
+          "$cfg" "$tmp/${cfg}"_r*.json
+      done
+      rm -rf "$tmp"
+      # an ingress router killed under backlog (the "Faults under backlog" workload)
+      fairq engine-bench --engine ray-vllm --configs d2lpm-dlpm --replicas 2 --clients 6 \
+        --requests-per-client 200 --flood-factor 2 --docs-per-client 2 --prefix-len 384 \
+        --system-len 128 --suffix-len 16 --max-new-tokens 128 --gap 1.25 --flood-gap 0.625 \
+        --quantum 512 --health-check-timeout-s 60 \
+        --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 32" \
+        --ingress 2 --kill ingress --kill-after-s 100 \
+        --json ray_vllm_ingress_kill.json --plot ray_vllm_ingress_kill.png
       ;;
     traces)
       # docs/results/traces.md. The simulator at full scale: the committed 10-minute cuts

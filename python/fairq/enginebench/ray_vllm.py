@@ -102,26 +102,46 @@ def wait_ready(url: str, model_id: str, *, text: bool = False, timeout: float = 
         time.sleep(2.0)
 
 
-def _replica_actors() -> list[str]:
+#: ``--kill`` target -> the Serve deployment whose replica is killed
+KILL_TARGETS = {"replica": "FairqLLMServer", "ingress": "OpenAiIngress"}
+
+
+def _replica_actors(deployment: str = "FairqLLMServer") -> list[str]:
+    """The live replica actors' names of one deployment of the application."""
     import ray
 
     return sorted(
         a["name"]
         for a in ray.util.list_named_actors(all_namespaces=True)
-        if "FairqLLMServer" in a["name"] and a["namespace"] == "serve"
+        if f"#{deployment}" in a["name"] and a["namespace"] == "serve"
     )
 
 
-class _Killer:
-    """Kills one vLLM replica ``after_s`` seconds into the traffic (Serve
-    starts a replacement) and notes when the replacement is up (its counters
-    file appears)."""
+def _running(deployment: str) -> int:
+    """How many replicas of ``deployment`` Serve reports RUNNING."""
+    from ray import serve
 
-    def __init__(self, after_s: float, stats_dir: str) -> None:
+    app = serve.status().applications.get("default")
+    dep = app.deployments.get(deployment) if app is not None else None
+    if dep is None:
+        return 0
+    return sum(n for st, n in dep.replica_states.items() if getattr(st, "value", st) == "RUNNING")
+
+
+class _Killer:
+    """Kills one replica of ``target`` (``replica``: a vLLM replica;
+    ``ingress``: an OpenAI ingress replica, with its router) ``after_s``
+    seconds into the traffic, and notes when Serve's replacement is up: a
+    vLLM replacement's counters file appears; an ingress replacement is up
+    when a new ingress actor exists and Serve counts as many RUNNING as
+    before the kill."""
+
+    def __init__(self, after_s: float, stats_dir: str, target: str = "replica") -> None:
         import threading
 
         self.after_s = after_s
         self.stats_dir = stats_dir
+        self.target = target
         self.killed: str | None = None
         self.kill_at: float | None = None
         self.ready_at: float | None = None
@@ -133,25 +153,38 @@ class _Killer:
         self.t0 = t0
         self._thread.start()
 
+    def _replacement(self, before: set[str], n: int) -> str | None:
+        """The replacement's name once it is up, else None."""
+        if self.target == "replica":
+            from fairq.ray.vllm import read_replica_stats
+
+            new = set(read_replica_stats(self.stats_dir)) - before
+        else:
+            dep = KILL_TARGETS[self.target]
+            new = set(_replica_actors(dep)) - before
+            if new and _running(dep) < n:
+                return None
+        return sorted(new)[0] if new else None
+
     def _run(self) -> None:
         import ray
 
         from fairq.ray.vllm import read_replica_stats
 
         time.sleep(self.after_s)
-        names = _replica_actors()
+        dep = KILL_TARGETS[self.target]
+        names = _replica_actors(dep)
         if not names:
             return
-        before = set(read_replica_stats(self.stats_dir))
+        before = set(read_replica_stats(self.stats_dir)) if self.target == "replica" else set(names)
         self.killed = names[0]
         ray.kill(ray.get_actor(names[0], namespace="serve"), no_restart=True)
         self.kill_at = time.monotonic() - self.t0
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
-            new = set(read_replica_stats(self.stats_dir)) - before
-            if new:
+            self.replacement = self._replacement(before, len(names))
+            if self.replacement is not None:
                 self.ready_at = time.monotonic() - self.t0
-                self.replacement = sorted(new)[0]
                 return
             time.sleep(0.5)
 
@@ -272,6 +305,32 @@ def fault_timeline(
     }
 
 
+def _clear_router_stats() -> str | None:
+    """The folder the D2LPM routers write their stats to (inherited from this
+    process's environment, see :func:`run`), emptied; None when unset."""
+    from fairq.ray.router import ROUTER_STATS_DIR_ENV
+
+    folder = os.environ.get(ROUTER_STATS_DIR_ENV)
+    if not folder or not os.path.isdir(folder):
+        return None
+    for name in os.listdir(folder):
+        os.remove(os.path.join(folder, name))
+    return folder
+
+
+def read_router_stats(folder: str) -> list[dict[str, Any]]:
+    """Every router's last stats file in ``folder`` (``FairqD2LPMRouter.stats``)."""
+    out = []
+    for name in sorted(os.listdir(folder)):
+        if name.startswith("router-") and name.endswith(".json"):
+            try:
+                with open(os.path.join(folder, name)) as f:
+                    out.append(json.load(f))
+            except (OSError, ValueError):
+                continue
+    return out
+
+
 def _replica_deltas(
     before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]
 ) -> dict[str, dict[str, Any]]:
@@ -289,6 +348,26 @@ def _replica_deltas(
     return replicas
 
 
+def _error_counts(results: list[Any]) -> dict[str, int]:
+    """``"<status>: <error, first 100 characters>"`` -> how many failed so."""
+    out: dict[str, int] = {}
+    for r in results:
+        if not r.ok:
+            key = f"{r.status}: {(r.error or 'cancelled')[:100]}"
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def _failed_by_tenant(results: list[Any]) -> dict[str, list[int]]:
+    """``tenant -> [failed, sent]``."""
+    out: dict[str, list[int]] = {}
+    for r in results:
+        c = out.setdefault(r.request.tenant, [0, 0])
+        c[0] += not r.ok
+        c[1] += 1
+    return out
+
+
 def _fault_row(
     killer: _Killer,
     results: list[Any],
@@ -299,12 +378,18 @@ def _fault_row(
     """The ``fault`` part of a row run with ``--kill-after-s``."""
     end = max(r.end for r in results)
     return {
+        "target": killer.target,
         "killed": killer.killed,
         "kill_at_s": killer.kill_at,
         "replacement_ready_s": killer.ready_at,
         "failed": failed,
         # answered 200 with no error, but fewer tokens than asked
         "short": sum(r.ok and not r.complete for r in results),
+        "answered": sum(r.ok for r in results),
+        "requests": len(results),
+        # the failed requests' errors: status and the error's first words
+        "errors": _error_counts(results),
+        "failed_by_tenant": _failed_by_tenant(results),
         # requests the replacement served (it took traffic again)
         "replacement_requests": (
             replicas.get(killer.replacement, {}).get("requests") if killer.replacement else None
@@ -337,6 +422,7 @@ def run_config(
     from fairq.ray.vllm import STATS_DIR_ENV, fairq_vllm_app, read_replica_stats
 
     router, policy = CONFIGS[label]
+    routers_dir = _clear_router_stats()
     stats_dir = tempfile.mkdtemp(prefix="fairq-ray-stats-")
     state_dir = tempfile.mkdtemp(prefix="fairq-ray-state-") if args.kill_after_s else None
     options: dict[str, Any] = {}
@@ -358,7 +444,7 @@ def run_config(
             if args.health_check_timeout_s
             else None
         ),
-        router_config=router_config(router, stats_period_s=0.5, **options),
+        router_config=router_config(router, stats_period_s=args.routing_stats_period_s, **options),
         engine_kwargs=engine_kwargs(args),
         env={**replica_env(), STATS_DIR_ENV: stats_dir},
     )
@@ -375,7 +461,7 @@ def run_config(
     reqs = http_requests(workload, args.rate_scale, text=text)
     if args.ingress_affinity:
         reqs = [dataclasses.replace(r, session_id=r.tenant) for r in reqs]
-    killer = _Killer(args.kill_after_s, stats_dir) if args.kill_after_s else None
+    killer = _Killer(args.kill_after_s, stats_dir, args.kill) if args.kill_after_s else None
     if killer is not None:
         killer.start(time.monotonic())
     results = send_all(url, "m", reqs)
@@ -383,6 +469,7 @@ def run_config(
         killer.join()
     time.sleep(2.0)  # the replicas write their counters every routing-stats period
     after = read_replica_stats(stats_dir)
+    routers = read_router_stats(routers_dir) if routers_dir else []
     serve.delete("default")
     shutil.rmtree(stats_dir, ignore_errors=True)
     if state_dir:
@@ -405,6 +492,7 @@ def run_config(
             "replicas": replicas,
             "load_max_over_mean": max(loads) / (sum(loads) / len(loads)) if sum(loads) else None,
             "startup_s": started,
+            "routers": routers,
         }
     )
     if killer is not None:
@@ -438,7 +526,8 @@ def plot_fault(row: dict[str, Any], path: str) -> None:
         if not b["served"]:
             ax.axvspan(b["start_s"], b["start_s"] + tl["bin_s"], color="grey", alpha=0.25, lw=0)
     ax.axvline(fault["kill_at_s"], color="red", lw=1)
-    ax.text(fault["kill_at_s"], 1.03, " replica killed", color="red", fontsize=8)
+    what = "an ingress router" if fault.get("target") == "ingress" else "a replica"
+    ax.text(fault["kill_at_s"], 1.03, f" {what.split()[-1]} killed", color="red", fontsize=8)
     if fault["replacement_ready_s"] is not None:
         ax.axvline(fault["replacement_ready_s"], color="green", lw=1)
         ax.text(fault["replacement_ready_s"], 1.03, " replacement up", color="green", fontsize=8)
@@ -462,7 +551,7 @@ def plot_fault(row: dict[str, Any], path: str) -> None:
         "backlogged; grey: no replica serving)"
     )
     ax.set_title(
-        f"{panel_label(row)}: a replica killed mid-run (dashed grey: output Jain before the kill)",
+        f"{panel_label(row)}: {what} killed mid-run (dashed grey: output Jain before the kill)",
         fontsize=10,
     )
     ax.legend(fontsize=8, loc="center left")
@@ -539,6 +628,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="OpenAI ingress replicas, each with its own router (and D2LPM state)",
     )
     g.add_argument(
+        "--routing-stats-period-s",
+        type=positive,
+        default=0.5,
+        help="Serve's request_routing_stats_period_s for the vLLM replicas: how often their "
+        "finishes, evictions and the D2LPM routers' shared view are collected (the view is "
+        "about this old when a router uses it)",
+    )
+    g.add_argument(
         "--ingress-affinity",
         action="store_true",
         help="each tenant through one ingress router: Ray's ConsistentHashRouter on the "
@@ -548,8 +645,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--kill-after-s",
         type=positive,
         default=None,
-        help="kill one vLLM replica this many seconds into the traffic (Serve replaces it; "
-        "with DLPM inside, the replacement loads the dead replica's fairness state)",
+        help="kill one replica (--kill: a vLLM replica or an ingress router) this many "
+        "seconds into the traffic (Serve replaces it; with DLPM inside, a vLLM replica's "
+        "replacement loads the dead replica's fairness state)",
+    )
+    g.add_argument(
+        "--kill",
+        choices=sorted(KILL_TARGETS),
+        default="replica",
+        help="with --kill-after-s: what is killed: 'replica', a vLLM replica (its in-flight "
+        "requests fail), or 'ingress', an OpenAI ingress replica with its D2LPM router (use "
+        "--ingress 2 or more; the requests it was proxying fail, the other routers take "
+        "the traffic until Serve replaces it)",
     )
     g.add_argument(
         "--health-check-timeout-s",
@@ -575,6 +682,10 @@ def check_args(args: argparse.Namespace) -> list[str]:
             raise UsageError(f"{n!r} is not one of {', '.join(CONFIGS)}", arg="--configs")
     if not names:
         raise UsageError("names no configuration", arg="--configs")
+    if args.kill_after_s and args.kill == "ingress" and args.ingress < 2:
+        raise UsageError(
+            "'ingress' kills a router: run at least two (--ingress 2) so one is left", arg="--kill"
+        )
     return names
 
 
@@ -609,8 +720,11 @@ def run(args: argparse.Namespace) -> int:
         env = {**os.environ, SERVER_PYTHON_ENV: py}
         return subprocess.call([py, "-m", "fairq", *sys.argv[1:]], env=env)
     from fairq.enginebench.ray import local_cluster
+    from fairq.ray.router import ROUTER_STATS_DIR_ENV
 
     model_dir = tempfile.mkdtemp(prefix="fairq-ray-vllm-model-")
+    # the routers (in the ingress replicas) inherit it from this process
+    os.environ[ROUTER_STATS_DIR_ENV] = tempfile.mkdtemp(prefix="fairq-ray-routers-")
     model = write_model(model_dir, args.model)
     rows = []
     print(
@@ -631,6 +745,7 @@ def run(args: argparse.Namespace) -> int:
                 )
     finally:
         shutil.rmtree(model_dir, ignore_errors=True)
+        shutil.rmtree(os.environ.pop(ROUTER_STATS_DIR_ENV), ignore_errors=True)
     print(table(rows))
     if args.json:
         import vllm

@@ -41,7 +41,9 @@ the fairness bound and what the view gives back.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -68,6 +70,14 @@ logger = logging.getLogger("ray.serve")
 
 #: Seconds between two refreshes of admission control's accounts.
 ACCOUNTS_INTERVAL_S = 1.0
+
+#: Environment variable: a folder where each router writes what it saw
+#: (:meth:`FairqD2LPMRouter.stats`, ``router-<pid>-<n>.json``, at most once
+#: every ``ROUTER_STATS_INTERVAL_S``); the benchmark reads them.
+ROUTER_STATS_DIR_ENV = "FAIRQ_RAY_ROUTER_STATS_DIR"
+
+#: Seconds between two writes of a router's stats file.
+ROUTER_STATS_INTERVAL_S = 1.0
 
 #: Ray releases this module was written and tested against.
 SUPPORTED_RAY = ">=2.60,<2.61"
@@ -149,6 +159,10 @@ class FairqD2LPMRouter(RequestRouter):
             ),
             0,
         )
+        #: with ROUTER_STATS_DIR_ENV: replica unique id -> tenant -> requests routed there
+        self._routed: dict[str, dict[str, int]] = {}
+        self._stats_dir = os.environ.get(ROUTER_STATS_DIR_ENV, "").strip() or None
+        self._stats_at = float("-inf")
         self.admission: AdmissionControl | None = None
         limits = options.limits
         if isinstance(limits, Limits) and limits.active:  # always a Limits once validated
@@ -205,6 +219,7 @@ class FairqD2LPMRouter(RequestRouter):
             self._add_replica(r.replica_id)
         for r in replicas:
             self._apply_feedback(r)
+        self._write_stats()
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
         """The replica died (seen by a probe or a request): forget it now."""
@@ -306,6 +321,7 @@ class FairqD2LPMRouter(RequestRouter):
                 self._d.withdraw(rid)
         if rid not in self._d:
             self.view.expire()
+            self.view.note_dispatch(list(by_slot))
             self.view.mine(rid)
             w = self._d.dispatch_among(rid, req.tenant, req.tokens, list(by_slot))
             self.counters["dispatched"] += 1
@@ -324,6 +340,9 @@ class FairqD2LPMRouter(RequestRouter):
         if req is None:
             return
         req.routed = True
+        if self._stats_dir is not None:
+            per = self._routed.setdefault(replica_id.unique_id, {})
+            per[req.tenant] = per.get(req.tenant, 0) + 1
         slot = self._slot.get(replica_id)
         if rid in self._d and self._d.worker_of(rid) != slot:
             self._d.withdraw(rid)
@@ -364,6 +383,40 @@ class FairqD2LPMRouter(RequestRouter):
             self._recent[rid] = (req.tenant, slot)
             while len(self._recent) > self.options.recent_requests:
                 self._recent.popitem(last=False)
+
+    # --- what this router saw -------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Counters, the shared view's counters and age at dispatch
+        (:meth:`SharedView.ages`), and, with ``ROUTER_STATS_DIR_ENV`` set,
+        the requests routed per replica and tenant (``routed``)."""
+        return {
+            "pid": os.getpid(),
+            "time": time.time(),
+            "shared_view": self.view.enabled,
+            "counters": dict(self.counters),
+            "view": dict(self.view.counters),
+            "view_age": self.view.ages(),
+            "routed": {r: dict(t) for r, t in self._routed.items()},
+        }
+
+    def _write_stats(self) -> None:
+        """Write :meth:`stats` to ``ROUTER_STATS_DIR_ENV`` (throttled; a
+        failure to write is logged once and never stops routing)."""
+        if self._stats_dir is None:
+            return
+        now = time.monotonic()
+        if now - self._stats_at < ROUTER_STATS_INTERVAL_S:
+            return
+        self._stats_at = now
+        path = os.path.join(self._stats_dir, f"router-{os.getpid()}-{id(self):x}.json")
+        try:
+            with open(path + ".tmp", "w") as f:
+                json.dump(self.stats(), f)
+            os.replace(path + ".tmp", path)
+        except OSError as e:
+            logger.warning("fairq D2LPM router: cannot write its stats to %s: %s", path, e)
+            self._stats_dir = None
 
     # --- admission control ----------------------------------------------------
 

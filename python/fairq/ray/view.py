@@ -39,12 +39,14 @@ The shared view gives every router what the replicas saw:
 Counters (``FairqD2LPMRouter.view.counters``): ``view_dispatches`` and
 ``view_finishes`` applied, ``view_snapshots`` (new ``inflight`` lists
 applied), ``view_expired`` (replicas whose view aged out), ``view_errors``.
+:meth:`SharedView.ages` summarizes how old the view was when the router
+used it (seconds from a replica's publication stamp to a dispatch).
 """
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -65,7 +67,12 @@ class SharedView:
             come from it for this long.
         remember: own request ids kept to tell them from the others' (> 0).
         clock: monotonic seconds (tests pass their own).
+        wall: wall-clock seconds, the replicas' publication stamps' clock
+            (for :meth:`ages`).
     """
+
+    #: dispatches whose view age :meth:`ages` keeps (the most recent)
+    AGES_KEPT = 8192
 
     def __init__(
         self,
@@ -75,12 +82,15 @@ class SharedView:
         max_age_s: float = 30.0,
         remember: int = 65536,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self._d = dispatcher
         self.enabled = enabled
         self.max_age_s = max_age_s
         self._remember = remember
         self._clock = clock
+        self._wall = wall
+        self._ages: deque[float] = deque(maxlen=self.AGES_KEPT)
         self._mine: OrderedDict[str, None] = OrderedDict()
         #: slot -> local time the last view input from that replica came
         self._fresh: dict[int, float] = {}
@@ -142,6 +152,28 @@ class SharedView:
         self.counters["view_snapshots"] += 1
 
     # --- staleness -------------------------------------------------------------
+
+    def note_dispatch(self, slots: Sequence[int]) -> None:
+        """A dispatch among ``slots``: remember how old the view of them is
+        (the oldest of their last publications; none applied: not counted)."""
+        stamps = [self._stamp.get(s) for s in slots]
+        known = [t for t in stamps if isinstance(t, (int, float))]
+        if self.enabled and known:
+            self._ages.append(max(0.0, self._wall() - min(known)))
+
+    def ages(self) -> dict[str, float | int | None]:
+        """The view's age at this router's recent dispatches (``AGES_KEPT``):
+        ``n`` and the 50th, 90th percentile and largest, in seconds (None
+        when no dispatch saw a view)."""
+        if not self._ages:
+            return {"n": 0, "p50_s": None, "p90_s": None, "max_s": None}
+        a = np.sort(np.fromiter(self._ages, dtype=float))
+        return {
+            "n": len(a),
+            "p50_s": float(np.percentile(a, 50)),
+            "p90_s": float(np.percentile(a, 90)),
+            "max_s": float(a[-1]),
+        }
 
     def expire(self) -> None:
         """Drop the external load of every replica whose view is older than
