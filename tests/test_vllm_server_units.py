@@ -366,3 +366,11 @@ def test_bench_server_passes_the_quantum_scale() -> None:
         policy_options("dlpm", default)["quantum_scale"] == policy_options("dlpm")["quantum_scale"]
     )
     assert _server(args, "m", "lpm", "log").options is None
+
+
+def test_demo_warns_on_a_busy_machine() -> None:
+    from fairq.enginebench.demo import busy_note
+
+    assert busy_note(load=1.5, cpus=2) is None
+    note = busy_note(load=4.2, cpus=2)
+    assert note is not None and "load average 4.2 on 2 cores" in note and "idle" in note
