@@ -171,11 +171,7 @@ def point(
     scale = 0.0
     name = policy
     if policy.startswith("dlpm@"):
-        q = policy.split("@", 1)[1]
-        if q.startswith("x"):  # the automatic quantum at this scale
-            quantum, scale = "auto", float(q[1:])
-        else:
-            quantum = q if q == "auto" else float(q)
+        quantum, scale = _dlpm_quantum(policy)
         name = "dlpm"
     elif policy == "fifo":
         name = "vllm-fcfs"
@@ -297,7 +293,7 @@ def headline(summary: list[dict[str, Any]], default: str = "dlpm@auto") -> str:
         by.setdefault((s["workload"], s["cache_fraction"]), {})[s["policy"]] = s
     scales = sorted(
         {p for v in by.values() for p in v if p.startswith("dlpm@x")},
-        key=lambda p: _q(p[:5] + p[6:]),
+        key=lambda p: _dlpm_quantum(p)[1],
     )
     cols = ["oracle", "vtc", default, *scales]
     lines = [
@@ -401,9 +397,20 @@ def plot(summary: list[dict[str, Any]], path: str) -> None:
     plt.close(fig)
 
 
-def _q(policy: str) -> float:
+def _dlpm_quantum(policy: str) -> tuple[float | str, float]:
+    """``dlpm@Q``'s quantum and ``quantum_scale``: ``(Q, 0)`` for a number,
+    ``("auto", 0)`` for ``auto`` (the default scale), ``("auto", S)`` for
+    ``xS``."""
     q = policy.split("@", 1)[1]
-    return float("inf") if q == "auto" or q.startswith("x") else float(q)
+    if q.startswith("x"):  # the automatic quantum at this scale
+        return "auto", float(q[1:])
+    return (q, 0.0) if q == "auto" else (float(q), 0.0)
+
+
+def _q(policy: str) -> float:
+    """``dlpm@Q``'s fixed quantum (inf where it is automatic)."""
+    q = _dlpm_quantum(policy)[0]
+    return q if isinstance(q, float) else float("inf")
 
 
 def main(argv: list[str] | None = None) -> int:
