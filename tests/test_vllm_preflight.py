@@ -111,3 +111,44 @@ def test_outside_vllms_command_line_it_raises(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(sys, "argv", ["my_program.py"])
     with pytest.raises(ValueError, match="quantm"):
         preflight.plugin()
+
+
+class _Main:
+    """A stand-in ``__main__`` module run with ``python -m NAME``."""
+
+    def __init__(self, name: str) -> None:
+        self.__spec__ = type("Spec", (), {"name": name})()
+
+
+def test_vllms_registry_helper_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM inspects a model class in ``python -m
+    vllm.model_executor.models.registry``, which loads the general plugins;
+    a check failing there surfaced only as "Model architectures [...] failed
+    to be inspected" (and vLLM kept that answer for the process)."""
+    _set(monkeypatch, "dlpm", '{"quantm": 1}')
+    monkeypatch.setattr(sys, "argv", ["-m"])
+    monkeypatch.setitem(sys.modules, "__main__", _Main("vllm.model_executor.models.registry"))
+    preflight.plugin()  # no error, no exit
+    for name in ("vllm.entrypoints.openai.api_server", "vllm.__main__"):
+        monkeypatch.setitem(sys.modules, "__main__", _Main(name))
+        with pytest.raises(SystemExit):
+            preflight.plugin()
+
+
+def test_vllms_registry_subprocess_runs_under_bad_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The real helper: vLLM's ``_run_in_subprocess`` (its model inspection)
+    with fairq's plugin installed and a bad setting in the environment."""
+    pytest.importorskip("vllm")
+    from importlib.metadata import entry_points
+
+    if not any(e.name == "fairq" for e in entry_points(group="vllm.general_plugins")):
+        pytest.skip("fairq is not installed here (its vLLM plugin is an entry point)")
+    from functools import partial
+
+    from vllm.model_executor.models import registry
+
+    _set(monkeypatch, "dlpm", '{"quantm": 1}')
+    # (a callable the subprocess can unpickle by reference)
+    assert registry._run_in_subprocess(partial(int, "42")) == 42

@@ -15,6 +15,8 @@ option 'quantm' for policy 'dlpm' (options: ...)``, exit status 2 (instead
 of the same message after the model loaded, inside vLLM's tracebacks).
 Where vLLM is not run from its command line (``vllm.LLM`` in a program,
 Ray Serve's replicas) the same message is a ``ValueError``/``TypeError``.
+vLLM's helper subprocesses that build no scheduler (the model registry's
+``python -m vllm.model_executor.models.registry``) are left alone.
 
 Without any of the three variables it does nothing (fairq's scheduler class
 then runs vLLM's ``--scheduling-policy``). With ``FAIRQ_VLLM_POLICY`` unset,
@@ -77,19 +79,44 @@ def check_environment() -> str | None:
     return policy_name
 
 
-def _from_vllm_command_line() -> bool:
-    """This process is vLLM's command line (``vllm ...``, or a module of
-    ``vllm.entrypoints`` run with ``python -m``)."""
+def _main_module() -> str:
+    """The name ``python -m`` ran this process's ``__main__`` under ("" for
+    a script or an interactive interpreter)."""
     main = sys.modules.get("__main__")
     spec: Any = getattr(main, "__spec__", None)
-    name = getattr(spec, "name", "") or ""
-    return name.startswith("vllm.") or os.path.basename(sys.argv[0] if sys.argv else "") == "vllm"
+    return getattr(spec, "name", "") or ""
+
+
+def _from_vllm_command_line() -> bool:
+    """This process is vLLM's command line (``vllm ...``, ``python -m vllm``,
+    or a module of ``vllm.entrypoints`` run with ``python -m``)."""
+    name = _main_module()
+    return (
+        name.startswith("vllm.entrypoints.")
+        or name == "vllm.__main__"
+        or os.path.basename(sys.argv[0] if sys.argv else "") == "vllm"
+    )
+
+
+def _vllm_helper_process() -> bool:
+    """This process is one of vLLM's helpers run as ``python -m vllm.<module>``
+    that builds no scheduler, e.g. the model registry's inspection of a model
+    class (``python -m vllm.model_executor.models.registry``, vLLM 0.32 and
+    0.33), which loads the general plugins too. A check failing there would
+    only surface as vLLM's "Model architectures [...] failed to be
+    inspected", which vLLM remembers for the rest of the calling process."""
+    name = _main_module()
+    return name.startswith("vllm.") and not _from_vllm_command_line()
 
 
 def plugin() -> None:
     """vLLM's ``vllm.general_plugins`` entry point: :func:`check_environment`;
     from vLLM's command line a bad setting prints one line and exits with
-    status 2, elsewhere it raises."""
+    status 2, elsewhere it raises. In vLLM's helper subprocesses (the model
+    registry's) it checks nothing: the process that builds the scheduler
+    reports the setting."""
+    if _vllm_helper_process():
+        return
     try:
         check_environment()
     except (ValueError, TypeError) as e:
