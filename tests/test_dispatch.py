@@ -71,6 +71,54 @@ def test_d2lpm_matches_reference(ops: list, n: int, quantum: float) -> None:
             assert d.held_len(w, toks) == ref.tree.held_len(w, toks)
 
 
+@settings(max_examples=150)
+@given(
+    ops=st.lists(op_st, max_size=60),
+    n=st.integers(1, 4),
+    quantum=st.sampled_from([1.0, 5.0, 12.0, 40.0]),
+    slack=st.integers(1, 3),
+    names=st.booleans(),
+)
+def test_d2lpm_placement_slack_is_algorithm_2_up_to_the_last_choice(
+    ops: list, n: int, quantum: float, slack: int, names: bool
+) -> None:
+    """With ``placement_slack`` the refills, candidate sets, charges, loads
+    and tree are Algorithm 2's; only the last step differs, and it always
+    takes a worker of the pool loaded at most ``slack`` above the pool's
+    least (the reference asserts it)."""
+    d = fairq.D2LPM(n, quantum, placement_slack=slack)
+    if names:
+        for w in range(n):
+            d.set_worker_name(w, f"replica-{n - w}")
+    ref = RefD2LPM(n, quantum, placement_slack=slack)
+    rid = 0
+    live: list[int] = []
+    for op in ops:
+        if op[0] == "dispatch":
+            _, client, toks = op
+            w = d.dispatch(rid, client, toks)
+            assert ref.dispatch(rid, client, toks, chosen=w) == w
+            live.append(rid)
+            rid += 1
+        elif op[0] == "finish":
+            if live:
+                r = live.pop(op[1] % len(live))
+                assert d.on_finish(r, op[2]) == ref.on_finish(r, op[2])
+        else:
+            _, w, toks, kept = op
+            d.on_evict(w % n, toks, kept)
+            ref.on_evict(w % n, toks, kept)
+        assert d.queue_sizes == ref.s
+    for c, row in ref.q.items():
+        for w in range(n):
+            assert d.deficit(c, w) == pytest.approx(row[w])
+    if not live:  # a restored copy (names included) places the next prefix alike
+        twin = fairq.D2LPM(n, quantum)
+        twin.load_state_dict(d.state_dict())
+        assert twin.placement_slack == slack
+        assert twin.dispatch("x", "z", [7, 8, 9, 10]) == d.dispatch("x", "z", [7, 8, 9, 10])
+
+
 @settings(max_examples=100)
 @given(
     ops=st.lists(op_st, max_size=60),

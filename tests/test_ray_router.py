@@ -227,16 +227,21 @@ def test_pseudo_tokens_share_the_shared_text_prefix(common: str, a: str, b: str)
 # --- routing ---------------------------------------------------------------
 
 
-def test_picks_are_the_cores_d2lpm_picks() -> None:
+@pytest.mark.parametrize("slack", [0, 2])
+def test_picks_are_the_cores_d2lpm_picks(slack: int) -> None:
     """The router adds nothing to the policy: its picks over a trace are those
-    of fairq.D2LPM.dispatch_among on the same inputs."""
+    of fairq.D2LPM.dispatch_among on the same inputs, its slots named by
+    their replicas' ids (the agreed placement's ranking)."""
 
     async def go() -> None:
-        router = make_router(worker_quantum=300)
+        router = make_router(worker_quantum=300, placement_slack=slack)
         reps = [StatsReplica(f"r{i}") for i in range(3)]
         router.update_replicas(reps)
-        ref = fairq.D2LPM(256, 300)
+        ref = fairq.D2LPM(256, 300, placement_slack=slack)
         slots = [router.slot_of(r.replica_id) for r in reps]
+        for r, slot in zip(reps, slots, strict=True):
+            assert slot is not None
+            ref.set_worker_name(slot, r.replica_id.unique_id)
         rng = np.random.default_rng(0)
         for i in range(60):
             tenant = ["greedy", "a", "b"][int(rng.integers(3))]

@@ -209,6 +209,11 @@ def test_view_options_are_validated_naming_the_field() -> None:
     for bad in (0, -1.0, float("inf"), float("nan"), True):
         with pytest.raises(ValueError, match="view_max_age_s"):
             RouterOptions(view_max_age_s=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="placement_slack must be an int >= 0, got -1"):
+        RouterOptions(placement_slack=-1)
+    with pytest.raises(TypeError, match="placement_slack"):
+        RouterOptions(placement_slack=1.5)  # type: ignore[arg-type]
+    assert RouterOptions(placement_slack=3).dispatcher().placement_slack == 3
 
 
 def test_shared_view_never_counts_its_own_requests() -> None:

@@ -617,9 +617,16 @@ class Dispatcher:
 @final
 class D2LPM(Dispatcher):
     def __new__(
-        cls, num_workers: int, worker_quantum: float, w_e: float = 1.0, w_q: float = 2.0
+        cls,
+        num_workers: int,
+        worker_quantum: float,
+        w_e: float = 1.0,
+        w_q: float = 2.0,
+        placement_slack: int = 0,
     ) -> Self: ...
     def deficit(self, client: str, worker: int) -> float: ...
+    def set_worker_name(self, worker: int, name: str) -> None:
+        """Name slot ``worker`` (e.g. its replica id) for the agreed placement."""
     def dispatch_among(
         self, request_id: RequestIdLike, client: str, tokens: TokenIds, workers: Iterable[int]
     ) -> int:
@@ -632,6 +639,8 @@ class D2LPM(Dispatcher):
     def w_e(self) -> float: ...
     @property
     def w_q(self) -> float: ...
+    @property
+    def placement_slack(self) -> int: ...
 
 @final
 class RoundRobin(Dispatcher):

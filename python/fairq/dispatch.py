@@ -84,6 +84,7 @@ def make_dispatcher(
     worker_quantum: float = 20_000.0,
     w_e: float = 1.0,
     w_q: float = 2.0,
+    placement_slack: int = 0,
     abs_threshold: float = 32.0,
     rel_threshold: float = 1.5,
     match_threshold: float = 0.5,
@@ -93,7 +94,8 @@ def make_dispatcher(
     ``abs_threshold`` / ``rel_threshold`` / ``match_threshold`` configure
     ``"affinity"`` (the SGLang router's defaults: 32, 1.5, 0.5);
     ``"preble"`` takes ``match_threshold`` only (its load escape is off:
-    ``abs_threshold`` = :data:`NO_ESCAPE`).
+    ``abs_threshold`` = :data:`NO_ESCAPE`). ``worker_quantum``, ``w_e``,
+    ``w_q`` and ``placement_slack`` configure ``"d2lpm"``.
 
     >>> make_dispatcher("d2lpm", 4, worker_quantum=1000).policy
     'D2LPM'
@@ -122,5 +124,5 @@ def make_dispatcher(
             match_threshold=match_threshold,
         )
     if key == "d2lpm":
-        return D2LPM(num_workers, worker_quantum, w_e=w_e, w_q=w_q)
+        return D2LPM(num_workers, worker_quantum, w_e=w_e, w_q=w_q, placement_slack=placement_slack)
     raise ValueError(f"dispatcher must be one of {', '.join(DISPATCHERS)}; got {name!r}")

@@ -8,14 +8,15 @@
 //!    `q[c][w]`. The loop is done in one O(W) pass: the number of rounds is
 //!    the smallest `k` making some `q[c][w] + k * Q_w > 0`.
 //! 2. `cand = G ∩ avail`; pick the smallest queue size `s_w` over `cand`, or
-//!    over `avail` when `cand` is empty (ties: lowest worker index).
+//!    over `avail` when `cand` is empty (ties: lowest worker index; with
+//!    `placement_slack > 0`, by the agreed placement of [`super::placement`]).
 //! 3. `q[c][w] -= w_e * input_len(r)`; the caller updates `s_w` and inserts
 //!    r's tokens for `w` in the global tree.
 //!
 //! On finish: `q[c][w] -= w_q * output_len`. `Q_w = inf` makes every worker
 //! always available: pure prefix affinity with least-loaded tie-breaking.
 
-use super::baselines::argmin;
+use super::placement::Placement;
 use super::tree::WorkerSet;
 use super::{check_quantum, check_weight};
 use crate::deficit::{add_saturating, refill, rounds_until_positive};
@@ -30,6 +31,10 @@ pub struct D2lpmConfig {
     pub w_e: f64,
     /// Weight of an output token in the cost (`w_q`, default 2).
     pub w_q: f64,
+    /// Load (requests) above the least within which the last step hashes
+    /// the request's prefix instead of taking the least loaded
+    /// ([`super::placement`]); 0 (the default): the paper's rule.
+    pub placement_slack: u64,
 }
 
 impl D2lpmConfig {
@@ -38,6 +43,7 @@ impl D2lpmConfig {
             worker_quantum,
             w_e: 1.0,
             w_q: 2.0,
+            placement_slack: 0,
         }
     }
 
@@ -115,9 +121,18 @@ impl State {
         *x = add_saturating(*x, -cost);
     }
 
-    /// Algorithm 2's SelectWorker plus the dispatch-time charge.
-    pub fn select(&mut self, c: usize, g: &WorkerSet, load: &[u64], input_len: usize) -> usize {
-        self.select_in(c, g, load, input_len, |_| true)
+    /// Algorithm 2's SelectWorker plus the dispatch-time charge; `place`
+    /// makes the last step's choice ([`Placement::LEAST_LOADED`]: the
+    /// paper's).
+    pub fn select(
+        &mut self,
+        c: usize,
+        g: &WorkerSet,
+        load: &[u64],
+        input_len: usize,
+        place: &Placement<'_>,
+    ) -> usize {
+        self.select_in(c, g, load, input_len, place, |_| true)
     }
 
     /// [`State::select`] over the workers in `eligible` only (non-empty):
@@ -130,9 +145,10 @@ impl State {
         g: &WorkerSet,
         load: &[u64],
         input_len: usize,
+        place: &Placement<'_>,
         eligible: &WorkerSet,
     ) -> usize {
-        self.select_in(c, g, load, input_len, |w| eligible.contains(w))
+        self.select_in(c, g, load, input_len, place, |w| eligible.contains(w))
     }
 
     fn select_in(
@@ -141,6 +157,7 @@ impl State {
         g: &WorkerSet,
         load: &[u64],
         input_len: usize,
+        place: &Placement<'_>,
         eligible: impl Fn(usize) -> bool + Copy,
     ) -> usize {
         let n = load.len();
@@ -153,9 +170,13 @@ impl State {
         }
         let row = &self.q[c];
         let avail = |w: &usize| eligible(*w) && row[*w] > 0.0;
-        let w = argmin(load, g.iter().filter(avail)).unwrap_or_else(|| {
-            argmin(load, (0..n).filter(avail)).expect("a refill leaves some worker with credit")
-        });
+        let w = place
+            .choose(load, g.iter().filter(avail))
+            .unwrap_or_else(|| {
+                place
+                    .choose(load, (0..n).filter(avail))
+                    .expect("a refill leaves some worker with credit")
+            });
         Self::charge(&mut self.q[c][w], self.cfg.w_e * input_len as f64);
         w
     }
@@ -207,6 +228,7 @@ mod tests {
                 worker_quantum: qw,
                 w_e: 1e308,
                 w_q: 1e308,
+                placement_slack: 0,
             };
             let mut d = Dispatcher::d2lpm(3, cfg).unwrap();
             for i in 0..20 {

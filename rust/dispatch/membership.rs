@@ -15,7 +15,7 @@
 //! request already left the in-flight table.
 
 use super::tree::WorkerSet;
-use super::{Dispatcher, Policy, RequestId};
+use super::{placement, Dispatcher, Policy, RequestId};
 use crate::error::{Error, Result};
 
 impl Dispatcher {
@@ -54,10 +54,11 @@ impl Dispatcher {
             unreachable!("checked above");
         };
         let tree = self.tree.as_ref().expect("D2LPM has a tree");
-        let (_, g) = tree.longest_match_ref(tokens);
+        let (len, g) = tree.longest_match_ref(tokens);
         let seen = super::view::seen_load(&self.load, &self.external);
         let load: &[u64] = seen.as_deref().unwrap_or(&self.load);
-        let w = st.select_among(c, g, load, tokens.len(), &eligible);
+        let place = super::placement_for(st, tokens, len, &self.worker_keys);
+        let w = st.select_among(c, g, load, tokens.len(), &place, &eligible);
         self.record(id, c, tokens, w);
         Ok(w)
     }
@@ -105,7 +106,18 @@ impl Dispatcher {
         }
         self.load[worker] = 0;
         self.external[worker] = 0;
+        self.worker_keys[worker] = placement::slot_key(worker);
         Ok(gone)
+    }
+
+    /// Name the worker in slot `worker` for the agreed placement
+    /// ([`placement`]): routers that give the same replica the same name
+    /// rank it alike whatever slot it took. Until named (and after
+    /// [`Dispatcher::remove_worker`]) a slot is ranked by its index.
+    pub fn set_worker_name(&mut self, worker: usize, name: &str) -> Result<()> {
+        self.check_worker(worker)?;
+        self.worker_keys[worker] = placement::name_key(name);
+        Ok(())
     }
 
     /// Charge `output_tokens` to `client` on `worker` after its request left

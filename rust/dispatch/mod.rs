@@ -16,6 +16,7 @@
 pub mod baselines;
 pub mod d2lpm;
 pub mod membership;
+pub mod placement;
 pub mod state;
 pub mod tree;
 pub mod view;
@@ -91,6 +92,9 @@ pub struct Dispatcher {
     /// The shared view's requests in flight per worker that other routers
     /// dispatched ([`view`]); added to `load` when choosing a worker.
     external: Vec<u64>,
+    /// Each slot's key for the agreed placement ([`placement`]): its
+    /// worker's name's, or the slot's own.
+    worker_keys: Vec<u64>,
 }
 
 /// Client-table size below which idle clients are never swept.
@@ -106,6 +110,24 @@ fn check_workers(num_workers: usize) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The last step's rule of a D2LPM dispatch of `tokens` whose first
+/// `matched` tokens some worker holds.
+fn placement_for<'a>(
+    st: &d2lpm::State,
+    tokens: &[u32],
+    matched: usize,
+    keys: &'a [u64],
+) -> placement::Placement<'a> {
+    match st.cfg.placement_slack {
+        0 => placement::Placement::LEAST_LOADED,
+        slack => placement::Placement {
+            slack,
+            prefix: placement::prefix_key(tokens, matched),
+            keys,
+        },
+    }
 }
 
 impl Dispatcher {
@@ -126,6 +148,7 @@ impl Dispatcher {
             tree,
             policy,
             external: vec![0; num_workers],
+            worker_keys: (0..num_workers).map(placement::slot_key).collect(),
         })
     }
 
@@ -310,8 +333,9 @@ impl Dispatcher {
         let w = match &mut self.policy {
             Policy::D2lpm(st) => {
                 let tree = self.tree.as_ref().expect("D2LPM has a tree");
-                let (_, g) = tree.longest_match_ref(tokens);
-                st.select(c, g, load, tokens.len())
+                let (len, g) = tree.longest_match_ref(tokens);
+                let place = placement_for(st, tokens, len, &self.worker_keys);
+                st.select(c, g, load, tokens.len(), &place)
             }
             Policy::RoundRobin { next } => {
                 let w = *next;

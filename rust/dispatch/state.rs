@@ -5,9 +5,11 @@
 //!
 //! ```text
 //! {"format": "fairq.Dispatcher", "version": 1, "policy": "D2LPM", "num_workers": W,
-//!  "options": {"worker_quantum", "w_e", "w_q"} | {"abs_threshold", ...} | {},
+//!  "options": {"worker_quantum", "w_e", "w_q", "placement_slack" (optional, default 0)}
+//!             | {"abs_threshold", ...} | {},
 //!  "clients": [{"name", "deficits": [W numbers] (D2LPM), "next": w (ClientRoundRobin)}],
 //!  "cursor": w (RoundRobin), "refills": n (D2LPM),
+//!  "worker_keys": [W keys] (D2LPM, optional: only when a worker is named),
 //!  "dispatched": [W counts],
 //!  "inflight": [{"request_id", "client", "worker", "input_len" (optional, default 0)}],
 //!  "tree": [{"tokens": [...], "workers": [...]}] (D2LPM, PrefixAffinity)}
@@ -29,6 +31,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::baselines::AffinityConfig;
 use super::d2lpm::{self, D2lpmConfig};
+use super::placement;
 use super::tree::WorkerTree;
 use super::{Dispatcher, Inflight, Policy, RequestId};
 use crate::error::{Error, Result};
@@ -91,11 +94,17 @@ impl Dispatcher {
     pub fn state(&self, with_tree: bool) -> Result<Value> {
         let w = self.num_workers;
         let options = match &self.policy {
-            Policy::D2lpm(st) => Value::map([
-                ("worker_quantum", float(st.cfg.worker_quantum)),
-                ("w_e", float(st.cfg.w_e)),
-                ("w_q", float(st.cfg.w_q)),
-            ]),
+            Policy::D2lpm(st) => {
+                let mut pairs = vec![
+                    ("worker_quantum", float(st.cfg.worker_quantum)),
+                    ("w_e", float(st.cfg.w_e)),
+                    ("w_q", float(st.cfg.w_q)),
+                ];
+                if st.cfg.placement_slack > 0 {
+                    pairs.push(("placement_slack", int(st.cfg.placement_slack)));
+                }
+                Value::map(pairs)
+            }
             Policy::PrefixAffinity(cfg) => Value::map([
                 ("abs_threshold", float(cfg.abs_threshold)),
                 ("rel_threshold", float(cfg.rel_threshold)),
@@ -152,7 +161,13 @@ impl Dispatcher {
         ];
         match &self.policy {
             Policy::RoundRobin { next } => doc.push(("cursor", int(*next as u64))),
-            Policy::D2lpm(st) => doc.push(("refills", int(st.refills()))),
+            Policy::D2lpm(st) => {
+                doc.push(("refills", int(st.refills())));
+                let named = (0..w).any(|k| self.worker_keys[k] != placement::slot_key(k));
+                if named {
+                    doc.push(("worker_keys", ints(self.worker_keys.iter().copied())));
+                }
+            }
             _ => {}
         }
         if let Some(t) = self.tree.as_ref().filter(|_| with_tree) {
@@ -198,7 +213,7 @@ impl Dispatcher {
         ];
         match &self.policy {
             Policy::RoundRobin { .. } => known.push("cursor"),
-            Policy::D2lpm(_) => known.extend(["refills", "tree"]),
+            Policy::D2lpm(_) => known.extend(["refills", "tree", "worker_keys"]),
             Policy::PrefixAffinity(_) => known.push("tree"),
             _ => {}
         }
@@ -226,11 +241,19 @@ impl Dispatcher {
         let opt = |k: &str| number(of.required(k)?, &of.at(k));
         let mut policy = match &self.policy {
             Policy::D2lpm(_) => {
-                of.deny_unknown(&["worker_quantum", "w_e", "w_q"], "", |_| None)?;
+                of.deny_unknown(
+                    &["worker_quantum", "w_e", "w_q", "placement_slack"],
+                    "",
+                    |_| None,
+                )?;
                 let cfg = D2lpmConfig {
                     worker_quantum: opt("worker_quantum")?,
                     w_e: opt("w_e")?,
                     w_q: opt("w_q")?,
+                    placement_slack: match of.get("placement_slack") {
+                        Some(x) => as_u64(x, &of.at("placement_slack"), 0)?,
+                        None => 0,
+                    },
                 };
                 under_options(cfg.validate())?;
                 Policy::D2lpm(d2lpm::State::new(cfg))
@@ -363,6 +386,22 @@ impl Dispatcher {
             Policy::D2lpm(_) => as_u64(f.required("refills")?, &f.at("refills"), 0)?,
             _ => 0,
         };
+        let worker_keys = match f.get("worker_keys") {
+            Some(_) => {
+                let keys = list(&f, "worker_keys")?;
+                if keys.len() != n {
+                    return Err(f.at("worker_keys").err(format!(
+                        "must list one key per worker ({n}), got {}",
+                        keys.len()
+                    )));
+                }
+                keys.iter()
+                    .enumerate()
+                    .map(|(k, x)| as_u64(x, &f.at("worker_keys").index(k), 0))
+                    .collect::<Result<Vec<u64>>>()?
+            }
+            None => (0..n).map(placement::slot_key).collect(),
+        };
         let tree = if matches!(policy, Policy::D2lpm(_) | Policy::PrefixAffinity(_)) {
             let mut t = WorkerTree::new(n);
             for (i, hv) in list(&f, "tree")?.iter().enumerate() {
@@ -411,6 +450,7 @@ impl Dispatcher {
         self.load = load;
         self.inflight = inflight;
         self.tree = tree;
+        self.worker_keys = worker_keys;
         Ok(())
     }
 }

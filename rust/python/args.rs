@@ -123,6 +123,8 @@ named! {
     num_workers: int_arg("num_workers") -> i64;
     output_tokens: int_arg("output_tokens") -> i64;
     worker: int_arg("worker") -> i64;
+    placement_slack: int_arg("placement_slack") -> i64;
+    name: str_arg("name") -> String;
     kept: int_arg("kept") -> i64;
     worker_quantum: float_arg("worker_quantum") -> f64;
     w_e: float_arg("w_e") -> f64;

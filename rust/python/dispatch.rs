@@ -282,24 +282,31 @@ fn base(d: crate::Result<Dispatcher>) -> PyResult<PyDispatcher> {
 /// of backlogged clients differs by at most 2 * W * (U + Q_u) with DLPM on
 /// every worker. `worker_quantum` > 0, or `float("inf")` (pure affinity, no
 /// fairness); weights `w_e`, `w_q` finite and >= 0 (ValueError naming the
-/// field).
+/// field). `placement_slack` (int >= 0, default 0: the paper's rule): among
+/// the chosen set's workers loaded at most this many requests above its
+/// least, the one ranked first for the request's prefix by rendezvous
+/// hashing gets it, so several routers whose loads differ by less agree on
+/// where a new document goes (workers ranked by the name `set_worker_name`
+/// gave them, else by slot).
 #[pyclass(extends = PyDispatcher, module = "fairq._core", name = "D2LPM")]
 pub struct PyD2LPM;
 
 #[pymethods]
 impl PyD2LPM {
     #[new]
-    #[pyo3(signature = (num_workers, worker_quantum, w_e = 1.0, w_q = 2.0))]
+    #[pyo3(signature = (num_workers, worker_quantum, w_e = 1.0, w_q = 2.0, placement_slack = 0))]
     fn new(
         #[pyo3(from_py_with = args::num_workers)] num_workers: i64,
         #[pyo3(from_py_with = args::worker_quantum)] worker_quantum: f64,
         #[pyo3(from_py_with = args::w_e)] w_e: f64,
         #[pyo3(from_py_with = args::w_q)] w_q: f64,
+        #[pyo3(from_py_with = args::placement_slack)] placement_slack: i64,
     ) -> PyResult<(Self, PyDispatcher)> {
         let cfg = D2lpmConfig {
             worker_quantum,
             w_e,
             w_q,
+            placement_slack: args::non_negative("placement_slack", placement_slack)? as u64,
         };
         Ok((
             PyD2LPM,
@@ -368,6 +375,25 @@ impl PyD2LPM {
     #[getter]
     fn w_q(slf: PyRef<'_, Self>) -> f64 {
         cfg(&slf.as_super().inner).w_q
+    }
+
+    /// Load above the least within which new prefixes are placed by
+    /// rendezvous hashing (0: least loaded, the paper's rule).
+    #[getter]
+    fn placement_slack(slf: PyRef<'_, Self>) -> u64 {
+        cfg(&slf.as_super().inner).placement_slack
+    }
+
+    /// Name the worker in slot `worker` (e.g. its replica id) for the
+    /// placement: routers that name a replica alike rank it alike whatever
+    /// slot it holds. `remove_worker` forgets the name.
+    fn set_worker_name(
+        mut slf: PyRefMut<'_, Self>,
+        #[pyo3(from_py_with = args::worker)] worker: i64,
+        #[pyo3(from_py_with = args::name)] name: String,
+    ) -> PyResult<()> {
+        let w = args::non_negative("worker", worker)?;
+        Ok(slf.as_super().inner.set_worker_name(w, &name)?)
     }
 }
 

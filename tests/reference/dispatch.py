@@ -52,8 +52,16 @@ class RefHoldings:
 class RefD2LPM:
     """Algorithm 2, line by line."""
 
-    def __init__(self, num_workers: int, worker_quantum: float, w_e: float = 1.0, w_q: float = 2.0):
+    def __init__(
+        self,
+        num_workers: int,
+        worker_quantum: float,
+        w_e: float = 1.0,
+        w_q: float = 2.0,
+        placement_slack: int = 0,
+    ):
         self.n = num_workers
+        self.slack = placement_slack
         self.Q = worker_quantum
         self.w_e = w_e
         self.w_q = w_q
@@ -62,13 +70,23 @@ class RefD2LPM:
         self.tree = RefHoldings(num_workers)
         self.inflight: dict[object, tuple[str, int, int]] = {}
 
-    def dispatch(self, rid: object, client: str, tokens: Sequence[int]) -> int:
-        return self.dispatch_among(rid, client, tokens, range(self.n))
+    def dispatch(
+        self, rid: object, client: str, tokens: Sequence[int], chosen: int | None = None
+    ) -> int:
+        return self.dispatch_among(rid, client, tokens, range(self.n), chosen)
 
     def dispatch_among(
-        self, rid: object, client: str, tokens: Sequence[int], workers: Sequence[int]
+        self,
+        rid: object,
+        client: str,
+        tokens: Sequence[int],
+        workers: Sequence[int],
+        chosen: int | None = None,
     ) -> int:
-        """Algorithm 2 with only ``workers`` in the world."""
+        """Algorithm 2 with only ``workers`` in the world. With a placement
+        slack the last step may take any worker of the pool loaded at most
+        ``slack`` above the pool's least: ``chosen`` (the one under test,
+        which must be such a worker)."""
         assert rid not in self.inflight
         eligible = sorted(set(workers))
         q = self.q.setdefault(client, [0.0] * self.n)
@@ -81,6 +99,11 @@ class RefD2LPM:
         cand = [w for w in G if w in avail]
         pool = cand or avail
         w = min(pool, key=lambda x: (self.s[x], x))
+        if self.slack:
+            least = self.s[w]
+            allowed = [x for x in pool if self.s[x] <= least + self.slack]
+            assert chosen in allowed, (chosen, allowed)
+            w = chosen
         q[w] -= self.w_e * len(tokens)
         self.s[w] += 1
         self.tree.insert(w, tokens)

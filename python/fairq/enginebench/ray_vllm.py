@@ -427,7 +427,11 @@ def run_config(
     state_dir = tempfile.mkdtemp(prefix="fairq-ray-state-") if args.kill_after_s else None
     options: dict[str, Any] = {}
     if router == "d2lpm":
-        options = {"worker_quantum": args.worker_quantum, "shared_view": not args.no_shared_view}
+        options = {
+            "worker_quantum": args.worker_quantum,
+            "shared_view": not args.no_shared_view,
+            "placement_slack": args.placement_slack,
+        }
     app = fairq_vllm_app(
         model,
         model_id="m",
@@ -614,6 +618,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--worker-quantum", type=positive, default=4096.0, help="D2LPM's Q_w (router credit)"
+    )
+    g.add_argument(
+        "--placement-slack",
+        type=count(0),
+        default=0,
+        metavar="N",
+        help="D2LPM routers' agreed placement (fairq.ray.RouterOptions.placement_slack): a "
+        "new document goes to the replica its hash ranks first among those loaded at most N "
+        "requests above the least (default 0: the least loaded)",
     )
     g.add_argument(
         "--no-shared-view",

@@ -39,6 +39,12 @@ class RouterOptions:
         worker_quantum: D2LPM's ``Q_w``, credit per refill round in (pseudo-)
             tokens; ``> 0``, ``float("inf")`` for pure prefix affinity.
         w_e, w_q: cost of an input and an output token (``>= 0``, finite).
+        placement_slack: D2LPM's agreed placement (an int ``>= 0``; 0: the
+            paper's least-loaded choice): among the candidates loaded at most
+            this many requests above the least, a new prefix goes to the
+            replica its rendezvous hash ranks first (replicas are named by
+            their Serve replica id), so routers whose views of the loads
+            differ by less than this place a document alike.
         max_replicas: worker slots of the dispatcher (1..4096); replicas take
             a free slot when they appear and give it back when they go.
         shared_view: apply what the replicas publish of the other routers'
@@ -71,6 +77,7 @@ class RouterOptions:
     worker_quantum: float = 4096.0
     w_e: float = 1.0
     w_q: float = 2.0
+    placement_slack: int = 0
     max_replicas: int = 256
     shared_view: bool = True
     view_max_age_s: float = 30.0
@@ -117,8 +124,14 @@ class RouterOptions:
             t: _number(f"tenant_weights[{t!r}]", w, positive=True) for t, w in weights.items()
         }
         object.__setattr__(self, "tenant_weights", checked)
-        self.dispatcher()  # the core validates worker_quantum, w_e, w_q
+        self.dispatcher()  # the core validates worker_quantum, w_e, w_q, placement_slack
 
     def dispatcher(self) -> fairq.D2LPM:
         """A fresh D2LPM over ``max_replicas`` slots with these knobs."""
-        return fairq.D2LPM(self.max_replicas, self.worker_quantum, w_e=self.w_e, w_q=self.w_q)
+        return fairq.D2LPM(
+            self.max_replicas,
+            self.worker_quantum,
+            w_e=self.w_e,
+            w_q=self.w_q,
+            placement_slack=self.placement_slack,
+        )

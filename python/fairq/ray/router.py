@@ -195,6 +195,9 @@ class FairqD2LPMRouter(RequestRouter):
             return None
         slot = self._free.pop()
         self._slot[replica_id] = slot
+        # every router ranks a replica alike for the agreed placement,
+        # whatever slot it took here
+        self._d.set_worker_name(slot, str(replica_id.unique_id))
         return slot
 
     def _remove_replica(self, replica_id: ReplicaID) -> None:

@@ -14,7 +14,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 from fairq.cli import write_json
@@ -184,6 +184,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="how requests are assigned to routers (repeatable; default rr): rr: in turn, "
         "random: uniformly, tenant: every request of a client through one router",
     )
+    p.add_argument(
+        "--placement-slack",
+        type=count(0),
+        default=0,
+        metavar="N",
+        help="D2LPM's agreed placement: a new prefix goes to the worker its rendezvous hash "
+        "ranks first among those loaded at most N requests above the least, so routers with "
+        "stale views agree (default 0: the least loaded, the paper's rule)",
+    )
     p.add_argument("--trace", metavar="FILE", help="replay a JSONL trace instead of the suite")
     p.add_argument("--seed", type=count(0), default=0, help="workload seed, >= 0 (default 0)")
     p.add_argument(
@@ -324,6 +333,8 @@ def _plan(args: argparse.Namespace) -> tuple[Any, list[Run], dict[str, Any]]:
         )
     except ValueError as e:
         raise UsageError(str(e).removeprefix("--model "), arg="--model") from None
+    if args.placement_slack:
+        base = replace(base, placement_slack=args.placement_slack)
     overrides: dict[str, Any] = {}
     if args.scale is not None:
         overrides["scale"] = args.scale
@@ -440,6 +451,7 @@ def run_paper(args: argparse.Namespace) -> int:
         "--routers": args.routers,
         "--view-staleness": args.view_staleness,
         "--router-assign": args.router_assign,
+        "--placement-slack": args.placement_slack or None,
         "--metrics-port": args.metrics_port,
     }
     for flag, value in shaping.items():

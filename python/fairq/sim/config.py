@@ -77,6 +77,10 @@ class SimConfig:
     view_staleness: float = 0.0
     #: how requests are assigned to routers: rr, random or tenant
     router_assign: str = "rr"
+    #: D2LPM's agreed placement (:mod:`fairq.dispatch`'s ``D2LPM``): new
+    #: prefixes hashed among the workers loaded at most this much above the
+    #: least; 0: least loaded (the paper's rule)
+    placement_slack: int = 0
 
     def __post_init__(self) -> None:
         if self.memory not in MEMORY_MODELS:
@@ -103,4 +107,6 @@ class SimConfig:
             t = self.view_staleness
             view = f"T={t:g}s" if t < float("inf") else "no view"
             label += f" x{self.routers} {self.router_assign} {view}"
+        if self.placement_slack and self.dispatcher == "d2lpm":
+            label += f" slack={self.placement_slack}"
         return label

@@ -622,7 +622,12 @@ class Simulator:
 
             def make() -> Any:
                 return make_dispatcher(
-                    name, cfg.workers, worker_quantum=cfg.worker_quantum, w_e=cfg.w_e, w_q=cfg.w_q
+                    name,
+                    cfg.workers,
+                    worker_quantum=cfg.worker_quantum,
+                    w_e=cfg.w_e,
+                    w_q=cfg.w_q,
+                    placement_slack=cfg.placement_slack,
                 )
 
             if cfg.fleet:
