@@ -59,6 +59,13 @@ for part in "${parts[@]}"; do
         --view-staleness 0.5 --view-staleness 2 --view-staleness inf \
         --router-assign rr --router-assign tenant --no-progress \
         --json routers_w64.json --plot routers_w64.png | tee routers_w64.md
+      # the agreed placement: D2LPM's placement_slack 0, 2, 4, 8 (~2 min)
+      for k in 0 2 4 8; do
+        fairq simulate --workload qa-fleet --workers 16 --dispatch d2lpm --policy dlpm \
+          --routers 4 --routers 16 --routers 64 --view-staleness 0.1 --view-staleness 0.5 \
+          --view-staleness 2 --view-staleness inf --router-assign rr --placement-slack "$k" \
+          --no-progress --json "routers_slack_w16_s$k.json"
+      done
       # 256 workers, one configuration (~3 min)
       fairq simulate --workload qa-fleet --workers 256 --dispatch d2lpm --policy dlpm \
         --routers 16 --view-staleness 0.1 --router-assign rr --no-progress \
