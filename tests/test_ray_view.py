@@ -291,3 +291,16 @@ def test_router_writes_what_it_saw_where_the_environment_says(
         assert names(await b.choose_replicas([rep], request(body("a", PREFIX)))) == [["r0"]]
 
     run(unwritable())
+
+
+def test_a_disabled_view_reads_no_event() -> None:
+    """``shared_view=False``: the replicas' start events are not even parsed
+    (a malformed one cannot raise), and nothing reaches the dispatcher."""
+    import fairq
+
+    d = fairq.D2LPM(2, 100.0)
+    v = SharedView(d, enabled=False)
+    v.on_start(0, [1, "start", "r", "a", [1, 2], "not a length"])
+    v.on_finish(0, "r", 5, "a")
+    assert d.external_load == [0, 0] and d.clients() == []
+    assert v.counters["view_dispatches"] == v.counters["view_finishes"] == 0

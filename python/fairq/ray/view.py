@@ -117,8 +117,10 @@ class SharedView:
 
     def on_start(self, slot: int, ev: Sequence[Any]) -> None:
         """A ``["start", rid, tenant, tokens, input_len]`` event (after its number)."""
+        if not self.enabled:
+            return
         rid, tenant, tokens, n = str(ev[2]), ev[3], ev[4], int(ev[5])
-        if not self.enabled or self.is_mine(rid):
+        if self.is_mine(rid):
             return
         if not isinstance(tenant, str) or not tenant:
             raise ValueError(f"start event {rid!r}: tenant must be a non-empty str")
