@@ -180,7 +180,10 @@ for part in "${parts[@]}"; do
       ingress_run "$tmp/i2_period01_r1.json" --ingress 2 --routing-stats-period-s 0.1
       ingress_run "$tmp/i2_affinity_r1.json" --ingress 2 --ingress-affinity
       ingress_run "$tmp/i4_affinity_r1.json" --ingress 4 --ingress-affinity
-      for cfg in i1 i2 i2_noview i4 i4_noview i2_affinity i4_affinity i2_period01; do
+      ingress_run "$tmp/i2_slack3_r1.json" --ingress 2 --placement-slack 3
+      ingress_run "$tmp/i2_slack8_r1.json" --ingress 2 --placement-slack 8
+      for cfg in i1 i2 i2_noview i4 i4_noview i2_affinity i4_affinity i2_period01 \
+        i2_slack3 i2_slack8; do
         python -c 'import json, sys
 runs = [json.load(open(f)) for f in sys.argv[2:]]
 json.dump({"configuration": sys.argv[1], "runs": runs}, open(f"ray_vllm_views_{sys.argv[1]}.json", "w"))' \
