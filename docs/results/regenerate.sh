@@ -70,6 +70,9 @@ for part in "${parts[@]}"; do
       fairq simulate --workload qa-fleet --workers 256 --dispatch d2lpm --policy dlpm \
         --routers 16 --view-staleness 0.1 --router-assign rr --no-progress \
         --json routers_w256_r16.json
+      fairq simulate --workload qa-fleet --workers 256 --dispatch d2lpm --policy dlpm \
+        --routers 16 --view-staleness 0.1 --router-assign rr --placement-slack 8 \
+        --no-progress --json routers_w256_r16_slack8.json
       ;;
     paper)
       fairq simulate --paper --no-progress --json paper.json | tee paper.md
