@@ -232,6 +232,26 @@ def test_shared_view_never_counts_its_own_requests() -> None:
     assert d.held_len(0, [0, 1, 2, 3]) == 4 and d.deficit("t", 0) == -40.0
 
 
+def test_own_request_in_flight_or_just_finished_stays_mine() -> None:
+    """A request this router dispatched long ago (more than ``remember``
+    dispatches since) is still its own while in flight, and once finished
+    here its late finish in the view is not charged again."""
+    import fairq
+
+    d = fairq.D2LPM(2, 100.0)
+    v = SharedView(d, remember=2)
+    v.mine("old")
+    d.dispatch_among("old", "t", [1, 2, 3], [0])
+    for rid in ("n1", "n2", "n3"):
+        v.mine(rid)
+    assert v.is_mine("old")  # in flight: remembered by the dispatcher
+    d.on_finish("old", 0)
+    v.mine("old")  # what the router does on completion
+    before = d.deficit("t", 0)
+    v.on_finish(0, "old", 7, "t")  # its finish, through the view, later
+    assert d.deficit("t", 0) == before and v.counters["view_finishes"] == 0
+
+
 def test_view_age_at_dispatch_is_the_oldest_candidate_publication() -> None:
     import fairq
 

@@ -381,6 +381,9 @@ class FairqD2LPMRouter(RequestRouter):
         if rid not in self._d:  # its replica was removed meanwhile
             return
         slot = self._d.on_finish(rid, req.output_tokens)
+        # its finish may still come through the view: remembered as ours
+        # from now on, not from its dispatch
+        self.view.mine(rid)
         self.counters["finished"] += 1
         if req.output_tokens == 0:
             self._recent[rid] = (req.tenant, slot)

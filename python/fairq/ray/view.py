@@ -107,11 +107,16 @@ class SharedView:
         """``rid`` is dispatched by this router (its start and finish in the
         view are not news)."""
         self._mine[rid] = None
+        self._mine.move_to_end(rid)
         if len(self._mine) > self._remember:
             self._mine.popitem(last=False)
 
     def is_mine(self, rid: str) -> bool:
-        return rid in self._mine
+        """Dispatched by this router: in flight here (however long ago it
+        was dispatched), or among the ``remember`` most recently dispatched
+        or finished here (its finish may reach the view after this router
+        saw it complete)."""
+        return rid in self._mine or rid in self._d
 
     # --- what the replicas publish ------------------------------------------
 
