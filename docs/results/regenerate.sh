@@ -185,6 +185,20 @@ for part in "${parts[@]}"; do
       ingress_run "$tmp/i4_affinity_r1.json" --ingress 4 --ingress-affinity
       ingress_run "$tmp/i2_slack3_r1.json" --ingress 2 --placement-slack 3
       ingress_run "$tmp/i2_slack8_r1.json" --ingress 2 --placement-slack 8
+      # one paired round: 1 router, 2 and 4 routers with placement_slack 0 and 3
+      for cfg in "i1:" "i2 s0:--ingress 2" "i2 s3:--ingress 2 --placement-slack 3" \
+        "i4 s0:--ingress 4" "i4 s3:--ingress 4 --placement-slack 3"; do
+        name=${cfg%%:*}
+        # shellcheck disable=SC2086
+        ingress_run "$tmp/round_${name// /_}.json" ${cfg#*:}
+      done
+      python -c 'import json, sys
+names = ["1", "2, k=0", "2, k=3", "4, k=0", "4, k=3"]
+runs = {n: json.load(open(f)) for n, f in zip(names, sys.argv[1:])}
+json.dump({"configuration": "one round: 1 router, 2 and 4 routers with placement_slack 0 and 3",
+           "runs": runs}, open("ray_vllm_views_slack_round.json", "w"))' \
+        "$tmp/round_i1.json" "$tmp/round_i2_s0.json" "$tmp/round_i2_s3.json" \
+        "$tmp/round_i4_s0.json" "$tmp/round_i4_s3.json"
       for cfg in i1 i2 i2_noview i4 i4_noview i2_affinity i4_affinity i2_period01 \
         i2_slack3 i2_slack8; do
         python -c 'import json, sys
