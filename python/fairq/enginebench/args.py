@@ -1,6 +1,7 @@
 """What every engine of ``fairq engine-bench`` reads from its arguments the
-same way: the workload it replays (:func:`workload`) and ``--policies``
-(:func:`policy_list`); and how it writes ``--json`` (:func:`write_results`).
+same way: the workload it replays (:func:`workload`), ``--policies``
+(:func:`policy_list`) and DLPM's options (:func:`dlpm_options`); and how it
+writes ``--json`` (:func:`write_results`).
 
 Used by :mod:`fairq.enginebench.cli` and by the engines' modules; imports
 none of them.
@@ -14,7 +15,7 @@ from typing import Any
 
 from fairq.enginebench.workload import EngineRequest, from_sim_workload, multi_client_workload
 
-__all__ = ["policy_list", "vocab", "workload", "write_results"]
+__all__ = ["dlpm_options", "policy_list", "vocab", "workload", "write_results"]
 
 
 def vocab(args: argparse.Namespace) -> int:
@@ -74,6 +75,15 @@ def workload(args: argparse.Namespace) -> list[EngineRequest]:
         f"must be flood or sim:NAME (or reasoning with --engine vllm), got {args.workload!r}",
         arg="--workload",
     )
+
+
+def dlpm_options(args: argparse.Namespace) -> dict[str, Any]:
+    """DLPM's options from ``--quantum`` and, when given, ``--quantum-scale``
+    (the automatic quantum's scale; absent: the core's default)."""
+    options: dict[str, Any] = {"quantum": args.quantum}
+    if getattr(args, "quantum_scale", None):
+        options["quantum_scale"] = args.quantum_scale
+    return options
 
 
 def policy_list(args: argparse.Namespace, known: tuple[str, ...], note: str) -> list[str]:

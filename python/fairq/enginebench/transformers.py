@@ -309,10 +309,9 @@ def run(args: argparse.Namespace) -> int:
             f"({install_hint('engine')}): {e}"
         ) from None
     types = ["fifo-observed" if p == "fifo" else f"fairq-{check_policy(p)}" for p in names]
-    dlpm: dict[str, Any] = {"quantum": args.quantum}
-    if getattr(args, "quantum_scale", None):  # the automatic quantum's scale
-        dlpm["quantum_scale"] = args.quantum_scale
-    fs.register(options={"dlpm": dlpm})
+    from fairq.enginebench.args import dlpm_options
+
+    fs.register(options={"dlpm": dlpm_options(args)})
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     threads = args.threads if args.threads is not None else (1 if device == "cpu" else None)
     if threads is not None:

@@ -63,12 +63,9 @@ def _scheduler_class(policy: str, args: argparse.Namespace) -> type:
     gc.collect()  # the previous run's garbage is not this run's time
     if policy == "vllm-fcfs":
         return scheduler_cls
-    options: dict[str, Any] = {}
-    if policy == "dlpm":
-        options["quantum"] = args.quantum
-        if getattr(args, "quantum_scale", None):  # the automatic quantum's scale
-            options["quantum_scale"] = args.quantum_scale
-    _set_policy(policy, options)
+    from fairq.enginebench.args import dlpm_options
+
+    _set_policy(policy, dlpm_options(args) if policy == "dlpm" else {})
     cls: type = fs.FairqScheduler
     return cls
 

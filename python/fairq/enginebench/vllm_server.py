@@ -221,9 +221,9 @@ def _server(args: argparse.Namespace, model: str, policy: str, log: str) -> Vllm
     fairq = None if policy == "vllm" else policy
     options: dict[str, Any] | None = None
     if fairq == "dlpm":
-        options = {"quantum": args.quantum}
-        if getattr(args, "quantum_scale", None):  # the automatic quantum's scale
-            options["quantum_scale"] = args.quantum_scale
+        from fairq.enginebench.args import dlpm_options
+
+        options = dlpm_options(args)
     extra = args.server_args.split() if args.server_args else []
     if "--enable-prompt-tokens-details" not in extra:
         extra.append("--enable-prompt-tokens-details")  # each request's cached tokens

@@ -163,9 +163,11 @@ class SharedView:
     def note_dispatch(self, slots: Sequence[int]) -> None:
         """A dispatch among ``slots``: remember how old the view of them is
         (the oldest of their last publications; none applied: not counted)."""
+        if not self.enabled:
+            return
         stamps = [self._stamp.get(s) for s in slots]
         known = [t for t in stamps if isinstance(t, (int, float))]
-        if self.enabled and known:
+        if known:
             self._ages.append(max(0.0, self._wall() - min(known)))
 
     def ages(self) -> dict[str, float | int | None]:
