@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import fairq
-from fairq.engineopts import _number
 from fairq.ledger.caps import Limits
 from fairq.ray.extract import TenantExtractor, TokensExtractor
 from fairq.ray.feedback import FEEDBACK_KEY
+from fairq.tenancy import tenant_weights
 
 
 def _load(field: str, spec: Any) -> Callable[..., Any] | None:
@@ -117,13 +117,7 @@ class RouterOptions:
         )
         if not isinstance(self.limits, Limits):
             object.__setattr__(self, "limits", Limits.from_mapping(self.limits))
-        weights = self.tenant_weights or {}
-        if not isinstance(weights, Mapping):
-            raise TypeError(f"tenant_weights must be a mapping, got {weights!r}")
-        checked = {
-            t: _number(f"tenant_weights[{t!r}]", w, positive=True) for t, w in weights.items()
-        }
-        object.__setattr__(self, "tenant_weights", checked)
+        object.__setattr__(self, "tenant_weights", tenant_weights(self.tenant_weights))
         self.dispatcher()  # the core validates worker_quantum, w_e, w_q, placement_slack
 
     def dispatcher(self) -> fairq.D2LPM:
