@@ -574,6 +574,8 @@ def test_limits_are_validated_naming_the_field() -> None:
         RouterOptions(limits={"max_requests": 0})
     with pytest.raises(ValueError, match=r"tenant_weights\['a'\]"):
         RouterOptions(tenant_weights={"a": 0})
+    with pytest.raises(ValueError, match="tenant names must be non-empty strings"):
+        RouterOptions(tenant_weights={"": 1.0})
 
 
 def test_gateway_headers_name_the_tenant() -> None:
