@@ -40,6 +40,20 @@ pub struct Rounds {
     least_in_debt_after: f64,
 }
 
+impl Rounds {
+    /// Exactly `count` rounds (DLPM's strict credit: the count comes from
+    /// [`refill_steps_above`], not from the deficits [`refill`] moves).
+    /// `u64::MAX`: too many to count, every deficit [`refill`] moves ends
+    /// positive.
+    pub fn exactly(count: u64) -> Rounds {
+        Rounds {
+            count,
+            least_in_debt: f64::NEG_INFINITY,
+            least_in_debt_after: f64::NEG_INFINITY,
+        }
+    }
+}
+
 /// The fewest refill rounds (each `+quantum` to every non-positive deficit)
 /// after which some deficit of `deficits` is positive: those of the largest
 /// (the count is monotone in the deficit). `None` if one already is
@@ -147,6 +161,64 @@ pub fn refill_steps(q: f64, quantum: f64, limit: u64) -> (u64, f64) {
     }
 }
 
+/// [`refill_steps`] with a threshold: up to `limit` single refills
+/// (`q += quantum`, each only while `q <= threshold`) to one deficit; returns
+/// (refills applied, new deficit). DLPM's strict credit refills a client
+/// whose every waiting request costs more than its credit until the cheapest
+/// one is affordable (`q > threshold`, the cheapest charge). `threshold`
+/// finite and `>= 0`; 0 is [`refill_steps`] exactly. The first [`NATIVE_REFILLS`] additions are
+/// done one by one (bit-identical to the literal loop), the rest in closed
+/// form.
+pub fn refill_steps_above(q: f64, threshold: f64, quantum: f64, limit: u64) -> (u64, f64) {
+    debug_assert!(threshold >= 0.0 && threshold.is_finite());
+    if threshold == 0.0 {
+        return refill_steps(q, quantum, limit);
+    }
+    let mut x = q;
+    let mut n = 0u64;
+    while x <= threshold && n < limit && n < NATIVE_REFILLS {
+        x += quantum;
+        n += 1;
+    }
+    if x > threshold || n == limit {
+        return (n, x);
+    }
+    // The rounds the gap `x - threshold` needs to become positive, then the
+    // same number of quanta added to `x` itself (one rounding).
+    let left = if limit == u64::MAX {
+        u64::MAX
+    } else {
+        limit - n
+    };
+    let (j, _) = refill_steps(x - threshold, quantum, left);
+    if j == u64::MAX {
+        // too many to count: the exact result lies in (threshold, threshold
+        // + quantum], whose top may round to the threshold itself
+        return (u64::MAX, (threshold + quantum).max(next_up(threshold)));
+    }
+    let mut j = j;
+    let mut y = (j as f64).mul_add(quantum, x);
+    // rounding may leave `x + j * quantum` at the threshold where the gap
+    // was just past it: a few more rounds, then the least value above it
+    // (where a round is below the threshold's ulp)
+    let mut bumps = 0;
+    while y <= threshold && j < left {
+        if bumps == 4 {
+            return (n.saturating_add(j), next_up(threshold));
+        }
+        j += 1;
+        bumps += 1;
+        y = (j as f64).mul_add(quantum, x);
+    }
+    (n.saturating_add(j), y)
+}
+
+/// The least `f64` above a finite `x >= 0`.
+fn next_up(x: f64) -> f64 {
+    debug_assert!(x >= 0.0 && x.is_finite());
+    f64::from_bits(x.to_bits() + 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +231,44 @@ mod tests {
             n += 1;
         }
         (n, x)
+    }
+
+    #[test]
+    fn refill_steps_above_is_the_literal_loop() {
+        for &(q, t, quantum) in &[
+            (-10.0, 5.0, 3.0),
+            (0.5, 7.0, 2.0),
+            (4.0, 4.0, 1.0),
+            (-1e6, 100.0, 7.0),
+            (1.0, 592.0, 0.125),
+            (3.0, 2.0, 1.0),
+        ] {
+            for limit in [0, 1, 2, 5, 64, 65, 1000, u64::MAX] {
+                let (mut x, mut n) = (q, 0u64);
+                while x <= t && n < limit && n < 200_000 {
+                    x += quantum;
+                    n += 1;
+                }
+                let (m, y) = refill_steps_above(q, t, quantum, limit);
+                assert_eq!(m, n, "{q} {t} {quantum} {limit}");
+                if n <= NATIVE_REFILLS {
+                    assert_eq!(y, x);
+                } else {
+                    assert!((y - x).abs() <= 1e-6 * x.abs().max(1.0), "{y} {x}");
+                }
+                if limit == u64::MAX {
+                    assert!(y > t);
+                }
+            }
+        }
+        assert_eq!(
+            refill_steps_above(-3.0, 0.0, 2.0, 9),
+            refill_steps(-3.0, 2.0, 9)
+        );
+        // uncountable: a denormal quantum against a normal gap
+        let (n, y) = refill_steps_above(1.0, 10.0, 5e-324, u64::MAX);
+        assert_eq!(n, u64::MAX);
+        assert!(y > 10.0 && y.is_finite());
     }
 
     #[test]

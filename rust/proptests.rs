@@ -424,6 +424,16 @@ proptest! {
 // ---------------------------------------------------------------- local schedulers
 
 fn policy(i: u8) -> Policy {
+    if i == 10 {
+        // DLPM with strict credit (fixed quantum)
+        return Policy::Dlpm {
+            quantum: 5.0,
+            w_e: 1.0,
+            w_q: 2.0,
+            quantum_scale: 0.0,
+            strict_credit: 1.0,
+        };
+    }
     match i % 5 {
         0 => Policy::Fcfs,
         1 | 4 => Policy::Lpm,
@@ -437,12 +447,14 @@ fn policy(i: u8) -> Policy {
             w_e: 1.0,
             w_q: 2.0,
             quantum_scale: if i >= 5 { 0.05 } else { 0.0 },
+            strict_credit: 0.0,
         },
     }
 }
 
 /// A scheduler of `policy(i)`; `i % 5 == 4`: LPM with Preble's queue;
-/// `i == 8`: DLPM with the automatic quantum.
+/// `i == 8`: DLPM with the automatic quantum; `i == 10`: DLPM with strict
+/// credit.
 fn scheduler(i: u8) -> LocalScheduler<u64> {
     let mut s = LocalScheduler::new(policy(i)).expect("valid");
     if i % 5 == 4 {
@@ -462,7 +474,7 @@ proptest! {
     /// admits something whenever a request waits; service only grows.
     #[test]
     fn local_schedulers_conserve_requests(
-        which in 0u8..10,
+        which in 0u8..11,
         ops in prop::collection::vec((0u8..5, 0u8..3, prompt(), 0u32..30), 0..150),
     ) {
         let ns = Namespace::Default;
@@ -560,7 +572,7 @@ proptest! {
     /// admitted exactly once. No waiting request blocks another forever.
     #[test]
     fn no_waiting_request_is_blocked_forever(
-        which in 0u8..10,
+        which in 0u8..11,
         budget in 1usize..12,
         ops in prop::collection::vec(live_op(), 0..120),
     ) {
@@ -741,7 +753,7 @@ proptest! {
     /// make no refill. FCFS, LPM, VTC: always the same as `schedule`.
     #[test]
     fn within_credit_equals_schedule_until_a_refill(
-        which in prop::sample::select(vec![0u8, 1, 2, 3, 8]),
+        which in prop::sample::select(vec![0u8, 1, 2, 3, 8, 10]),
         ops in prop::collection::vec(wc_op(), 0..80),
     ) {
         let mut history: Vec<WcOp> = Vec::new();

@@ -406,6 +406,11 @@ def make_pair(policy: str, tree: RadixTree, quantum: float) -> tuple[Sched, RefS
             DLPM(tree, quantum=quantum, quantum_scale=0.5),
             RefSched("dlpm", match, quantum=quantum, quantum_scale=0.5),
         )
+    if policy == "dlpm-strict":
+        return (
+            DLPM(tree, quantum=quantum, strict_credit=True),
+            RefSched("dlpm", match, quantum=quantum, strict_credit=True),
+        )
     return DLPM(tree, quantum=quantum), RefSched("dlpm", match, quantum=quantum)
 
 
@@ -499,7 +504,7 @@ def run_trace(policy: str, page: int, quantum: float, ops: list[tuple[Any, ...]]
 
 
 @pytest.mark.parametrize(
-    "policy", ["fcfs", "lpm", "lpm-sglang", "lpm-fcfs", "vtc", "dlpm", "dlpm-auto"]
+    "policy", ["fcfs", "lpm", "lpm-sglang", "lpm-fcfs", "vtc", "dlpm", "dlpm-auto", "dlpm-strict"]
 )
 @settings(max_examples=80)
 @given(

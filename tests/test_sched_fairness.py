@@ -162,6 +162,32 @@ def test_dlpm_theorem_4_1_with_the_automatic_quantum(
                 assert max_gap(hist, a.name, b.name) <= bound
 
 
+@settings(max_examples=15)
+@given(
+    specs=st.lists(SPEC, min_size=2, max_size=4),
+    quantum=st.sampled_from([50.0, 500.0, 5000.0, "auto"]),
+    seed=st.integers(0, 10_000),
+    budget=st.sampled_from([600, 2000]),
+)
+def test_dlpm_strict_credit_bound(
+    specs: list[ClientSpec], quantum: float | str, seed: int, budget: int
+) -> None:
+    """Strict credit (ALGORITHMS.md §6): a deficit may now reach ``E + Q*``
+    before it pays (``E = w_e * L_input``, the largest charge one admission
+    makes), so the bound is ``2 * (U + Q* + E)``."""
+    for i, s in enumerate(specs):
+        s.name = f"c{i}"
+    tree = RadixTree(capacity=20_000)
+    s = DLPM(tree, quantum=quantum, strict_credit=True)
+    assert s.strict_credit
+    hist, l_in, m = drive(s, tree, specs, steps=100, budget=budget, slots=16, seed=seed)
+    bound = 2 * (1.0 * l_in + 2.0 * m + s.largest_quantum + 1.0 * l_in)
+    for a in specs:
+        for b in specs:
+            if a.name < b.name:
+                assert max_gap(hist, a.name, b.name) <= bound
+
+
 def test_automatic_quantum_follows_the_request_cost() -> None:
     """Clients of 84-124-token prompts with 2-10 output tokens (an uncached
     cost of 88-144): the automatic quantum settles there, far from its

@@ -530,8 +530,12 @@ class DLPM(LocalScheduler):
         w_q: float = 2.0,
         *,
         quantum_scale: float | None = None,
+        strict_credit: bool | float = False,
         max_prompt_tokens: int | None = None,
     ) -> Self: ...
+    @property
+    def strict_credit(self) -> bool:
+        """Whether a request is admitted only when its charge is below its client's deficit."""
     def deficit(self, client: str) -> float:
         """The client's deficit counter ``q[c]``."""
     @property

@@ -90,10 +90,16 @@ def policy_options(name: str, options: Mapping[str, Any] | None = None) -> dict[
             del given["quantum"]
         else:
             given.setdefault("quantum_scale", 0.0)
+    flags = POLICY_INFO[key].flags
     for opt, value in given.items():
         if opt not in defaults:
             allowed = ", ".join(sorted(defaults)) or "none"
             raise ValueError(f"policy {key!r} has no option {opt!r} (options: {allowed})")
+        if opt in flags:  # a switch: true / false (or 1 / 0)
+            if value not in (True, False) or not isinstance(value, (bool, int, float)):
+                raise ValueError(f"option {opt!r} must be true or false, got {value!r}")
+            defaults[opt] = float(value)
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             auto = ' or "auto"' if opt == "quantum" and "quantum_scale" in defaults else ""
             raise TypeError(f"option {opt!r} must be a number{auto}, got {value!r}")

@@ -134,7 +134,9 @@ class PolicyInfo:
     ``schedule_within_credit``); ``stop_at_unfit``: its pass stops at the
     first request that does not fit (FCFS, VTC) instead of skipping it;
     ``state_fields``: the per-client numbers it keeps (:class:`StateField`);
-    ``class_name``: its class in ``fairq._core``.
+    ``class_name``: its class in ``fairq._core``; ``flags``: the options
+    that are switches (0 or 1, a bool in the engines' options: DLPM's
+    ``strict_credit``).
     """
 
     name: str
@@ -145,6 +147,7 @@ class PolicyInfo:
     stop_at_unfit: bool = False
     state_fields: tuple[StateField, ...] = field(default=())
     class_name: str = ""
+    flags: tuple[str, ...] = ()
 
 
 def _registry() -> dict[str, PolicyInfo]:
@@ -161,6 +164,7 @@ def _registry() -> dict[str, PolicyInfo]:
                 StateField(f["name"], f["metric"], f["help"]) for f in d["state_fields"]
             ),
             class_name=d["class_name"],
+            flags=tuple(d["flags"]),
         )
     return out
 

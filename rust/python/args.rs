@@ -184,6 +184,25 @@ pub fn quantum_scale(v: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
     }
 }
 
+/// DLPM's `strict_credit`: a bool, or 0 / 1 (the engines pass their options
+/// as numbers).
+pub fn strict_credit(v: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if is_bool(v) {
+        return v.is_truthy();
+    }
+    match v.extract::<f64>() {
+        Ok(x) if x == 0.0 || x == 1.0 => Ok(x == 1.0),
+        Ok(_) => Err(PyValueError::new_err(format!(
+            "strict_credit must be a bool (or 0 / 1), got {}",
+            shown(v)
+        ))),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "strict_credit must be a bool, got {}",
+            type_name(v)
+        ))),
+    }
+}
+
 /// `capacity`: `None` or an int (see [`int_arg`]).
 pub fn capacity(v: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
     if v.is_none() {

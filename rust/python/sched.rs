@@ -609,21 +609,32 @@ refill would use now, `largest_quantum` the largest one a refill used.
 Bound (Theorem 4.1): two continuously backlogged clients' service differs by
 at most 2 * (U + Q*), U = w_e * max input + w_q * max running tokens, Q* the
 largest quantum used (the fixed quantum). quantum, w_e, w_q: > 0 and finite,
-quantum_scale >= 0 and finite (ValueError naming the field). Shared
-contract: see help(fairq.FCFS)."]
+quantum_scale >= 0 and finite (ValueError naming the field).
+
+strict_credit=True admits a request only when its charge is below its
+client's deficit (Deficit Round Robin's rule; a request of a client with
+q > 0 it does not cover waits). When every waiting client with credit has
+only such requests, a refill gives quantum to each known client with q <= 0
+and to each of those clients, round by round, until some waiting client
+covers its cheapest request. A client no longer starts a request on the
+crumbs of its credit (under cache pressure: a new document it cannot
+finish). Bound: 2 * (U + Q* + E), E = w_e * max input / weight, the
+largest charge one admission can make. Shared contract: see
+help(fairq.FCFS)."]
 #[pyclass(name = "DLPM", module = "fairq._core", extends = PyLocalScheduler)]
 pub struct PyDlpm;
 
 #[pymethods]
 impl PyDlpm {
     #[new]
-    #[pyo3(signature = (tree, quantum, w_e = 1.0, w_q = 2.0, *, quantum_scale = None, max_prompt_tokens = None))]
+    #[pyo3(signature = (tree, quantum, w_e = 1.0, w_q = 2.0, *, quantum_scale = None, strict_credit = false, max_prompt_tokens = None))]
     fn new(
         tree: Py<PyRadixTree>,
         #[pyo3(from_py_with = args::quantum)] quantum: Option<f64>,
         #[pyo3(from_py_with = args::w_e)] w_e: f64,
         #[pyo3(from_py_with = args::w_q)] w_q: f64,
         #[pyo3(from_py_with = args::quantum_scale)] quantum_scale: Option<f64>,
+        #[pyo3(from_py_with = args::strict_credit)] strict_credit: bool,
         #[pyo3(from_py_with = args::max_prompt_tokens)] max_prompt_tokens: Option<i64>,
     ) -> PyResult<(Self, PyLocalScheduler)> {
         // "auto": the engine defaults (the initial quantum, the scale)
@@ -647,11 +658,22 @@ impl PyDlpm {
             w_e,
             w_q,
             quantum_scale,
+            strict_credit: if strict_credit { 1.0 } else { 0.0 },
         };
         Ok((
             Self,
             PyLocalScheduler::new(policy, Some(tree), max_prompt_tokens)?,
         ))
+    }
+
+    /// Whether strict credit is on (a request is admitted only when its
+    /// charge is below its client's deficit).
+    #[getter]
+    fn strict_credit(slf: PyRef<'_, Self>) -> bool {
+        matches!(
+            slf.as_super().core.policy(),
+            Policy::Dlpm { strict_credit, .. } if strict_credit != 0.0
+        )
     }
 
     /// The client's deficit counter q (0 for unknown clients).
@@ -685,7 +707,8 @@ impl PyDlpm {
 /// The registered local policies, one dict each, in registration order:
 /// `name`, `class_name` (its class in `fairq._core`), `options` (names in
 /// constructor order), `engine_defaults` (option -> the value an engine
-/// uses when the user gives none), `needs_tree`, `refills`,
+/// uses when the user gives none), `flags` (the options that are 0 / 1
+/// switches), `needs_tree`, `refills`,
 /// `stop_at_unfit`, `state_fields` (the per-client numbers `state_dict`
 /// reports, each a dict `name`, `metric`, `help`).
 #[pyfunction]
@@ -703,6 +726,13 @@ fn policies(py: Python<'_>) -> PyResult<Vec<PyObject>> {
                 defaults.set_item(o.name, o.engine_default)?;
             }
             d.set_item("engine_defaults", defaults)?;
+            let flags: Vec<&str> = spec
+                .options
+                .iter()
+                .filter(|o| o.flag)
+                .map(|o| o.name)
+                .collect();
+            d.set_item("flags", PyTuple::new(py, flags)?)?;
             d.set_item("needs_tree", spec.needs_tree)?;
             d.set_item("refills", spec.refills)?;
             d.set_item("stop_at_unfit", spec.stop_at_unfit)?;

@@ -47,7 +47,7 @@ use super::lpm::LpmRule;
 use super::policy::{AdmissionOrder, OptionSpec, PolicySpec, Registered, Room, StateField, Unfit};
 use super::prefix::{prefix_accessors, LpmKey, PrefixIndex};
 use super::state::SavedClient;
-use crate::deficit::{add_saturating, refill, rounds_until_positive};
+use crate::deficit::{add_saturating, refill, refill_steps_above, rounds_until_positive, Rounds};
 use crate::quantum::Quantum;
 use crate::radix::RadixTree;
 
@@ -67,12 +67,16 @@ pub(super) struct Dlpm {
     credit_clients_waiting: usize,
     /// Virtual refills so far (diagnostics).
     refills: u64,
+    /// Strict credit (option `strict_credit`, see the module docs): a
+    /// request is admitted only when its charge is below its client's
+    /// deficit.
+    strict: bool,
     /// The current pass.
     walk: Walk,
 }
 
 impl Dlpm {
-    pub fn new(quantum: f64, w_e: f64, w_q: f64, quantum_scale: f64) -> Self {
+    pub fn new(quantum: f64, w_e: f64, w_q: f64, quantum_scale: f64, strict: bool) -> Self {
         Dlpm {
             quantum: Quantum::new(quantum, quantum_scale),
             largest_quantum: 0.0,
@@ -82,6 +86,7 @@ impl Dlpm {
             deficits: Vec::new(),
             credit_clients_waiting: 0,
             refills: 0,
+            strict,
             walk: Walk::default(),
         }
     }
@@ -137,6 +142,109 @@ impl Dlpm {
     }
 }
 
+impl Dlpm {
+    /// What admitting waiting request `r` would take from its client's
+    /// deficit now: `w_e * extend / w` (nothing for a preempted request
+    /// coming back, see `charge_admission`).
+    fn charge<T>(&self, book: &Book<T>, r: u32) -> f64 {
+        let q = book.req(r);
+        if q.resumed {
+            return 0.0;
+        }
+        let extend = q.input_len - self.index.match_len(r);
+        self.w_e * extend as f64 / book.clients[q.client as usize].weight
+    }
+
+    /// Whether client `c` may be admitted request `r`: `q > 0`, and under
+    /// strict credit the charge below `q` (or infinite: a charge no credit
+    /// can cover, from a weight near 0, needs only `q > 0`, else it would
+    /// wait forever).
+    fn affordable<T>(&self, book: &Book<T>, c: u32, r: u32) -> bool {
+        if !self.has_credit(c) {
+            return false;
+        }
+        let charge = if self.strict {
+            self.charge(book, r)
+        } else {
+            0.0
+        };
+        charge < self.deficits[c as usize] || charge.is_infinite()
+    }
+
+    /// Strict credit's refill, at the end of a walk that admitted nothing:
+    /// every waiting client with credit has only requests it cannot afford
+    /// (each seen in this pass and set aside). Unless a client with credit
+    /// set aside a request it can afford (one that did not fit the budget:
+    /// it blocks refills as a client with credit always does), apply the `k`
+    /// rounds after which some waiting client can afford its cheapest
+    /// request: each round gives `Q_u` to every known client with `q <= 0`
+    /// (until positive) and to every waiting client with credit (until `q`
+    /// exceeds its cheapest charge); `k` is the fewest any waiting client
+    /// needs, so every waiting client gets all `k`. Returns whether it
+    /// refilled.
+    fn poverty_refill<T>(&mut self, book: &Book<T>) -> bool {
+        if self.walk.poor.is_empty() {
+            return false;
+        }
+        let blocked = self
+            .walk
+            .hidden
+            .iter()
+            .any(|&(c, _, r)| self.affordable(book, c, r));
+        if blocked {
+            return false;
+        }
+        // each waiting client with credit: its cheapest charge (every one
+        // of its waiting requests is set aside by now)
+        let mut cheapest: Vec<(u32, f64)> = Vec::new();
+        let set_aside = self.walk.poor.iter().chain(&self.walk.hidden);
+        for &(c, _, r) in set_aside {
+            if !credit_waits(book, &self.deficits, c) {
+                continue;
+            }
+            let charge = self.charge(book, r);
+            match cheapest.iter_mut().find(|(d, _)| *d == c) {
+                Some((_, t)) => *t = t.min(charge),
+                None => cheapest.push((c, charge)),
+            }
+        }
+        debug_assert_eq!(cheapest.len(), self.credit_clients_waiting);
+        let quantum = self.quantum.value();
+        let in_debt = book
+            .clients
+            .iter()
+            .zip(&self.deficits)
+            .filter(|(cl, &q)| cl.waiting > 0 && q <= 0.0)
+            .map(|(_, &q)| q);
+        let to_positive = rounds_until_positive(in_debt, quantum);
+        let to_afford = cheapest
+            .iter()
+            .map(|&(c, t)| refill_steps_above(self.deficits[c as usize], t, quantum, u64::MAX).0)
+            .min();
+        let rounds = match (to_positive, to_afford) {
+            (Some(r), Some(k)) if r.count <= k => r,
+            (_, Some(k)) => Rounds::exactly(k),
+            (Some(r), None) => r,
+            (None, None) => return false,
+        };
+        self.largest_quantum = self.largest_quantum.max(quantum);
+        self.refills = self.refills.saturating_add(rounds.count);
+        refill(&mut self.deficits, quantum, rounds);
+        for (c, t) in cheapest {
+            let q = &mut self.deficits[c as usize];
+            *q = refill_steps_above(*q, t, quantum, rounds.count).1;
+        }
+        self.credit_clients_waiting = (0..book.clients.len() as u32)
+            .filter(|&c| self.waits_with_credit(book, c))
+            .count();
+        // what was set aside as unaffordable may be affordable now
+        for (c, k, r) in std::mem::take(&mut self.walk.poor) {
+            self.index.unhide_from_client(c, k, r);
+        }
+        true
+    }
+}
+
 /// Client `c` has waiting requests and credit (`q > 0`).
 fn credit_waits<T>(book: &Book<T>, deficits: &[f64], c: u32) -> bool {
     book.clients[c as usize].waiting > 0 && deficits[c as usize] > 0.0
@@ -159,6 +267,10 @@ struct Walk {
     /// leave their client's order (used by the merge) until the end of the
     /// pass. The global order keeps them: they still trigger refill checks.
     hidden: Vec<(u32, LpmKey, u32)>,
+    /// Strict credit: requests set aside because their client's credit
+    /// does not cover their charge, hidden the same way until a refill or
+    /// the end of the pass.
+    poor: Vec<(u32, LpmKey, u32)>,
     /// The current candidate's key.
     key: Option<LpmKey>,
 }
@@ -208,6 +320,8 @@ impl Registered for Dlpm {
             OptionSpec::new("w_q", 2.0),
             // engines: automatic (the quantum above is its initial value)
             OptionSpec::new("quantum_scale", crate::quantum::DEFAULT_SCALE).zero_is_off(),
+            // 0 or 1: admit only what the credit covers (module docs)
+            OptionSpec::new("strict_credit", 0.0).flag(),
         ],
         needs_tree: true,
         refills: true,
@@ -222,7 +336,13 @@ impl Registered for Dlpm {
         service_weights: Some((1, 2)),
     };
     fn build(options: &[f64], _rule: LpmRule) -> Self {
-        Dlpm::new(options[0], options[1], options[2], options[3])
+        Dlpm::new(
+            options[0],
+            options[1],
+            options[2],
+            options[3],
+            options[4] != 0.0,
+        )
     }
 }
 
@@ -291,7 +411,7 @@ impl AdmissionOrder for Dlpm {
             }
             let Some((k, r)) = self.step(book) else {
                 // End of a walk: repeat it if it admitted or refilled.
-                if !self.walk.progress {
+                if !(self.walk.progress || room.refill && self.poverty_refill(book)) {
                     return None;
                 }
                 self.walk.progress = false;
@@ -309,9 +429,13 @@ impl AdmissionOrder for Dlpm {
                 self.walk.progress = true;
                 self.walk.merge_valid = false;
             }
-            if self.has_credit(c) {
+            if self.affordable(book, c, r) {
                 self.walk.key = Some(k);
                 return Some((r, self.index.match_len(r)));
+            }
+            if self.has_credit(c) && self.index.hide_from_client(c, k) {
+                // strict credit: set aside until a refill or the pass ends
+                self.walk.poor.push((c, k, r));
             }
         }
     }
@@ -339,7 +463,11 @@ impl AdmissionOrder for Dlpm {
     }
 
     fn end_pass<T>(&mut self, _book: &Book<T>, _admitted: usize) {
-        for (c, k, r) in std::mem::take(&mut self.walk.hidden) {
+        let set_aside = std::mem::take(&mut self.walk.poor);
+        for (c, k, r) in std::mem::take(&mut self.walk.hidden)
+            .into_iter()
+            .chain(set_aside)
+        {
             self.index.unhide_from_client(c, k, r);
         }
     }

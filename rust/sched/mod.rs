@@ -107,7 +107,7 @@ policy::register! {
     Fcfs => fcfs::Fcfs,
     Lpm => lpm::Lpm,
     Vtc { w_in, w_out } => vtc::Vtc,
-    Dlpm { quantum, w_e, w_q, quantum_scale } => dlpm::Dlpm,
+    Dlpm { quantum, w_e, w_q, quantum_scale, strict_credit } => dlpm::Dlpm,
     Las { half_life_s, w_in, w_out } => las::Las,
 }
 

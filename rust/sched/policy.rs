@@ -224,6 +224,8 @@ pub struct OptionSpec {
     /// `quantum_scale`: a fixed quantum); a saved state without it reads 0
     /// (states written before the option existed).
     pub zero_is_off: bool,
+    /// A switch: 0 or 1 ([`Self::flag`]).
+    pub flag: bool,
 }
 
 impl OptionSpec {
@@ -232,6 +234,7 @@ impl OptionSpec {
             name,
             engine_default,
             zero_is_off: false,
+            flag: false,
         }
     }
     /// The same option, with 0 allowed (off).
@@ -241,9 +244,26 @@ impl OptionSpec {
             ..self
         }
     }
-    /// Check a value: finite and `> 0` (`>= 0` where 0 is off); the error
-    /// names the option.
+    /// The same option, a switch: 0 (off) or 1 (on), nothing else.
+    pub const fn flag(self) -> Self {
+        OptionSpec {
+            zero_is_off: true,
+            flag: true,
+            ..self
+        }
+    }
+    /// Check a value: finite and `> 0` (`>= 0` where 0 is off; 0 or 1 for
+    /// a flag); the error names the option.
     pub fn check(&self, v: f64) -> crate::error::Result<f64> {
+        if self.flag {
+            if v == 0.0 || v == 1.0 {
+                return Ok(v);
+            }
+            return Err(crate::error::Error::value(format!(
+                "{} must be 0 or 1 (off or on), got {v}",
+                self.name
+            )));
+        }
         if self.zero_is_off && (v == 0.0 || v.is_finite() && v > 0.0) {
             return Ok(v);
         }

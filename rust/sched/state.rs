@@ -112,7 +112,13 @@ fn read_options(kind: &Policy, v: &Value, path: Path) -> Result<Policy> {
             if o.zero_is_off && f.opt_f64(o.name)?.is_none() {
                 return Ok(0.0); // a state written before the option existed
             }
-            number(&f, o.name, Some((0.0, !o.zero_is_off)))
+            let x = number(&f, o.name, Some((0.0, !o.zero_is_off)))?;
+            if o.flag && x != 0.0 && x != 1.0 {
+                return Err(f
+                    .at(o.name)
+                    .err(format!("must be 0 or 1 (off or on), got {x}")));
+            }
+            Ok(x)
         })
         .collect::<Result<Vec<f64>>>()?;
     Ok(Policy::from_options(spec.name, &values).expect("registered policy"))

@@ -60,6 +60,7 @@ fn incremental_matches_follow_tree_changes() {
             w_e: 1.0,
             w_q: 2.0,
             quantum_scale: 0.0,
+            strict_credit: 0.0,
         })
         .unwrap();
         let mut id = 0;
@@ -125,6 +126,7 @@ fn vtc_lift_and_dlpm_refill() {
         w_e: 1.0,
         w_q: 2.0,
         quantum_scale: 0.0,
+        strict_credit: 0.0,
     })
     .unwrap();
     add(&mut d, Some(&mut t), 1, "a", vec![1; 4]);
@@ -145,6 +147,7 @@ fn dlpm_extreme_weights_saturate() {
         w_e: 1e308,
         w_q: 1e308,
         quantum_scale: 0.0,
+        strict_credit: 0.0,
     })
     .unwrap();
     let mut t = RadixTree::new(None, 1).unwrap();
@@ -187,6 +190,7 @@ fn dlpm(quantum: f64) -> LocalScheduler<()> {
         w_e: 1.0,
         w_q: 2.0,
         quantum_scale: 0.0,
+        strict_credit: 0.0,
     })
     .unwrap()
 }
@@ -223,6 +227,7 @@ fn dlpm_a_a_b(quantum: f64, b_len: usize) -> (RadixTree, LocalScheduler<()>) {
         w_e: 1.0,
         w_q: 2.0,
         quantum_scale: 0.0,
+        strict_credit: 0.0,
     };
     holding(
         dlpm,
@@ -240,6 +245,59 @@ fn holding(policy: Policy, requests: &[(&str, Vec<u32>)]) -> (RadixTree, LocalSc
         add(&mut s, Some(&mut t), i as i64, client, toks.clone());
     }
     (t, s)
+}
+
+#[test]
+fn dlpm_strict_credit_does_not_start_a_request_on_crumbs() {
+    // a0, a1 of a cost 8 each, b2 of b costs 8; quantum 10
+    let requests = [("a", vec![1; 8]), ("a", vec![2; 8]), ("b", vec![3; 8])];
+    let policy = |strict_credit| Policy::Dlpm {
+        quantum: 10.0,
+        w_e: 1.0,
+        w_q: 2.0,
+        quantum_scale: 0.0,
+        strict_credit,
+    };
+    // the paper's rule: a1 is admitted on a's 2 left after a0 (a: -6)
+    let (t, mut d) = holding(policy(0.0), &requests);
+    let adm = d.schedule(Some(&t), 100, None).unwrap();
+    assert_eq!(ids(&adm), vec![int(0), int(1), int(2)]);
+    assert_eq!(
+        (d.deficit("a"), d.deficit("b"), d.refills()),
+        (-6.0, 2.0, 1)
+    );
+    // strict credit: a's 2 do not cover a1 (8), so b2 goes first; then
+    // only a waits, with credit that covers nothing: one refill round
+    // (a: 2 + 10 = 12 > 8; b, idle with q > 0, gets nothing) and a1 (a: 4)
+    let (t, mut d) = holding(policy(1.0), &requests);
+    let adm = d.schedule(Some(&t), 100, None).unwrap();
+    assert_eq!(ids(&adm), vec![int(0), int(2), int(1)]);
+    assert_eq!((d.deficit("a"), d.deficit("b"), d.refills()), (4.0, 2.0, 2));
+    d.check_invariants(Some(&t));
+    // a request its client's credit covers but the budget does not blocks
+    // that refill, as under the paper's rule; the oversize rule admits it
+    let (t, mut d) = holding(
+        policy(1.0),
+        &[("a", vec![1; 3]), ("a", vec![2; 9]), ("b", vec![3; 8])],
+    );
+    // refill (+10 each); a0 (a: 7); a1 (9) not covered; b2 (8) covered, does not fit 7 left
+    let adm = d.schedule(Some(&t), 10, None).unwrap();
+    assert_eq!(ids(&adm), vec![int(0)]);
+    assert_eq!(d.refills(), 1);
+    let adm = d.schedule(Some(&t), 4, None).unwrap();
+    assert_eq!(ids(&adm), vec![int(2)]);
+    assert_eq!(d.refills(), 1);
+    // now only a (7) waits, a1 costs 9: one round (17), admitted (a: 8)
+    let adm = d.schedule(Some(&t), 10, None).unwrap();
+    assert_eq!(ids(&adm), vec![int(1)]);
+    assert_eq!((d.deficit("a"), d.refills()), (8.0, 2));
+    d.check_invariants(Some(&t));
+    // a bad value is refused naming the option
+    let e = LocalScheduler::<()>::new(policy(0.5)).unwrap_err();
+    assert!(
+        e.to_string().contains("strict_credit must be 0 or 1"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -297,6 +355,7 @@ fn four_policies(w_in: f64, quantum: f64) -> [Policy; 4] {
             w_e: w_in,
             w_q: 2.0,
             quantum_scale: 0.0,
+            strict_credit: 0.0,
         },
     ]
 }
@@ -536,6 +595,7 @@ fn state_round_trip_restores_counters_and_running_requests() {
         w_e: 1.0,
         w_q: 2.0,
         quantum_scale: 0.0,
+        strict_credit: 0.0,
     })
     .unwrap();
     s.set_weight("a", 2.0).unwrap();
@@ -550,6 +610,7 @@ fn state_round_trip_restores_counters_and_running_requests() {
         w_e: 1.0,
         w_q: 1.0,
         quantum_scale: 0.0,
+        strict_credit: 0.0,
     })
     .unwrap();
     r.load_state(&state).unwrap();

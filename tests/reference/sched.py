@@ -6,7 +6,13 @@ sections 5 and 6 literally (DLPM: Algorithm 1's repeated walk; a refill check
 that fires does single refills one at a time until a waiting client has
 ``q > 0``), plus the oversize rule as fairq.sched states it (a call that
 admits nothing is repeated once for one request with ``oversize_budget`` of
-room). ``match`` is any ``(tokens, namespace) -> int``. LPM's engine rule:
+room). DLPM's ``strict_credit``: a request of a client with credit is
+skipped unless its charge is below the deficit; a walk that admits nothing
+while something fits, with every waiting client with credit unable to pay
+for any of its requests, refills one round at a time (``Q_u`` to each
+client below its threshold: its cheapest charge if it waits with credit,
+else 0) until a waiting client is past its threshold. ``match`` is any
+``(tokens, namespace) -> int``. LPM's engine rule:
 ``stop_at_unfit`` ends the walk at the first request that does not fit;
 with more than ``fcfs_above`` waiting when a walk starts, it walks in arrival
 order.
@@ -90,8 +96,10 @@ class RefSched:
         w_q: float = 2.0,
         stop_at_unfit: bool = False,
         fcfs_above: int | None = None,
+        strict_credit: bool = False,
     ) -> None:
         self.policy = policy
+        self.strict = strict_credit
         self.stop_at_unfit = stop_at_unfit
         self.fcfs_above = fcfs_above
         self.match = match or (lambda t, ns: 0)
@@ -232,6 +240,9 @@ class RefSched:
                                         k.deficit += q
                         if c.deficit <= 0:
                             continue
+                        charge = self._charge(r, matched)
+                        if self.strict and math.isfinite(charge) and charge >= c.deficit:
+                            continue  # its credit does not cover it
                     ext = len(r.tokens) - matched[r.rid]
                     if ext > rem:
                         if self.stop_at_unfit:
@@ -243,9 +254,35 @@ class RefSched:
                         self.auto.admitted(self.wi * len(r.tokens) / c.weight)
                     out.append(self._admit(r, matched[r.rid]))
                     progress = True
+                if not progress and self.strict and refill and self._poverty_refill(matched, rem):
+                    continue
                 if not progress or self.policy != "dlpm":
                     break  # LPM: a second walk would admit nothing
         return out
+
+    def _charge(self, r: RReq, matched: dict[Any, int]) -> float:
+        return self.wi * (len(r.tokens) - matched[r.rid]) / self.clients[r.client].weight
+
+    def _poverty_refill(self, matched: dict[Any, int], rem: float) -> bool:
+        """Strict credit's refill at the end of a walk that admitted nothing."""
+        credit = {n: c for n, c in self.clients.items() if c.waiting and c.deficit > 0}
+        if not credit:
+            return False
+        if not any(len(r.tokens) - matched[r.rid] <= rem for r in self.waiting.values()):
+            return False
+        for c in credit.values():
+            if any(self._charge(r, matched) < c.deficit for r in c.waiting):
+                return False  # it can pay for a request that does not fit
+        cheapest = {n: min(self._charge(r, matched) for r in c.waiting) for n, c in credit.items()}
+        while not any(
+            c.deficit > cheapest.get(n, 0.0) for n, c in self.clients.items() if c.waiting
+        ):
+            self.refills += 1
+            q = self.auto.value()
+            for n, c in self.clients.items():
+                if c.deficit <= cheapest.get(n, 0.0):
+                    c.deficit += q
+        return True
 
     def schedule_within_credit(
         self, budget: int, max_requests: int | None = None, oversize_budget: int | None = None

@@ -78,11 +78,14 @@ def workload(args: argparse.Namespace) -> list[EngineRequest]:
 
 
 def dlpm_options(args: argparse.Namespace) -> dict[str, Any]:
-    """DLPM's options from ``--quantum`` and, when given, ``--quantum-scale``
-    (the automatic quantum's scale; absent: the core's default)."""
+    """DLPM's options from ``--quantum``, and when given ``--quantum-scale``
+    (the automatic quantum's scale; absent: the core's default) and
+    ``--strict-credit``."""
     options: dict[str, Any] = {"quantum": args.quantum}
     if getattr(args, "quantum_scale", None):
         options["quantum_scale"] = args.quantum_scale
+    if getattr(args, "strict_credit", False):
+        options["strict_credit"] = True
     return options
 
 

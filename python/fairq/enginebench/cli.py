@@ -179,6 +179,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "many mean uncached request costs; default: the core's, 1) (vllm, vllm-server, "
         "transformers)",
     )
+    parser.add_argument(
+        "--strict-credit",
+        action="store_true",
+        help="DLPM: admit a request only when its client's credit covers its charge "
+        "(strict_credit, ALGORITHMS.md section 6) (vllm, vllm-server, transformers)",
+    )
     parser.add_argument("--seed", type=count(0), default=0)
     parser.add_argument(
         "--seeds",

@@ -162,15 +162,17 @@ def _run_args(shape: Shape, num_blocks: int, quantum: float | str) -> argparse.N
 def point(
     shape: Shape, requests: list[EngineRequest], num_blocks: int, policy: str
 ) -> dict[str, Any]:
-    """One point: ``policy`` is ``fifo``, ``vtc``, ``lpm``, ``oracle`` or
+    """One point: ``policy`` is ``fifo``, ``vtc``, ``lpm``, ``oracle``,
     ``dlpm@Q`` (``Q`` a number, ``auto``, or ``xS``: automatic at
-    ``quantum_scale`` ``S``)."""
+    ``quantum_scale`` ``S``) or ``dlpm-strict@Q`` (the same with
+    ``strict_credit``)."""
     from fairq.enginebench.vllm import policy_run
 
     quantum: float | str = 0.0
     scale = 0.0
     name = policy
-    if policy.startswith("dlpm@"):
+    strict = policy.startswith("dlpm-strict@")
+    if policy.startswith("dlpm@") or strict:
         quantum, scale = _dlpm_quantum(policy)
         name = "dlpm"
     elif policy == "fifo":
@@ -179,6 +181,7 @@ def point(
         name, requests = "vllm-fcfs", oracle_order(requests, shape)
     args = _run_args(shape, num_blocks, quantum)
     args.quantum_scale = scale
+    args.strict_credit = strict
     row = policy_run(name, requests, args)
     return {
         "policy": policy,
@@ -295,10 +298,14 @@ def headline(summary: list[dict[str, Any]], default: str = "dlpm@auto") -> str:
         {p for v in by.values() for p in v if p.startswith("dlpm@x")},
         key=lambda p: _dlpm_quantum(p)[1],
     )
-    cols = ["oracle", "vtc", default, *scales]
+    strict = sorted(
+        {p for v in by.values() for p in v if p.startswith("dlpm-strict@")},
+        key=lambda p: _dlpm_quantum(p)[1],
+    )
+    cols = ["oracle", "vtc", default, *scales, *strict]
     lines = [
         "| workload | cache | LPM tok/s | "
-        + " | ".join(c.replace("dlpm@", "DLPM ") for c in cols)
+        + " | ".join(c.replace("dlpm-strict@", "strict ").replace("dlpm@", "DLPM ") for c in cols)
         + " | best fixed quantum at Jain >= 0.9 |",
         "|---|---|---:|" + "---|" * (len(cols) + 1),
     ]
@@ -353,6 +360,9 @@ def plot(summary: list[dict[str, Any]], path: str) -> None:
                 fmt = style.get(s["policy"], "cD" if q.startswith("x") else "mo")
                 if q == "auto":
                     fmt = "yD"
+                strict = s["policy"].startswith("dlpm-strict@")
+                if strict:
+                    fmt = "C1P"  # strict credit: orange plus signs, on top
                 big = s["policy"] in ("lpm", "oracle")
                 ax.errorbar(
                     x,
@@ -360,9 +370,9 @@ def plot(summary: list[dict[str, Any]], path: str) -> None:
                     xerr=xe,
                     yerr=ye,
                     fmt=fmt,
-                    ms=8 if big else 5,
+                    ms=8 if big or strict else 5,
                     capsize=2,
-                    zorder=3 if big else 2,
+                    zorder=4 if strict else 3 if big else 2,
                 )
                 if q and q != "auto":
                     ax.annotate(q, (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points")
@@ -389,9 +399,10 @@ def plot(summary: list[dict[str, Any]], path: str) -> None:
             ("y", "D", "DLPM auto (default)"),
             ("c", "D", "DLPM auto, scale xS"),
             ("m", "o", "DLPM, fixed quantum"),
+            ("C1", "P", "DLPM strict credit"),
         )
     ]
-    fig.legend(handles=handles, loc="lower center", ncol=7, fontsize=8)
+    fig.legend(handles=handles, loc="lower center", ncol=8, fontsize=8)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -422,6 +433,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workloads", default=",".join(WORKLOADS), help="of " + ", ".join(WORKLOADS))
     p.add_argument("--cache", default="0.25,0.333,0.5,1", help="fractions of the docs' blocks")
     p.add_argument("--quanta", default="auto,512,1024,2048,4096,8192", help="DLPM's quanta")
+    p.add_argument(
+        "--strict-quanta",
+        default="",
+        help="DLPM's quanta with strict credit (strict_credit, ALGORITHMS.md §6; default none)",
+    )
     p.add_argument("--policies", default="fifo,vtc,lpm,oracle", help="besides DLPM's")
     p.add_argument("--seeds", type=int, default=2)
     p.add_argument("--json", default=None)
@@ -450,6 +466,7 @@ def main(argv: list[str] | None = None) -> int:
                 p.error(f"--workloads: {n!r} is not one of {', '.join(WORKLOADS)}")
         policies = [x for x in a.policies.split(",") if x]
         policies += [f"dlpm@{q}" for q in a.quanta.split(",") if q]
+        policies += [f"dlpm-strict@{q}" for q in a.strict_quanta.split(",") if q]
         fracs = [float(x) for x in a.cache.split(",") if x]
         rows = sweep(names, fracs, policies, list(range(a.seeds)))
     summary = summarize(rows)
