@@ -331,12 +331,26 @@ json.dump({"configuration": sys.argv[1], "runs": runs}, open(f"ray_vllm_views_{s
           --max-batch-tokens 512 --max-requests-per-batch 16 --quantum "$q" --gap 0.02 \
           --waiting 0 --json "quantum_vllm_$q.json" | tee "quantum_vllm_$q.md"
       done
+      # the same three cases with DLPM's strict credit (frontier.md, "Strict credit")
+      fairq engine-bench --engine transformers --model tiny --policies dlpm --clients 4 \
+        --requests-per-client 8 --flood-factor 4 --prefix-len 512 --suffix-len 64 \
+        --max-new-tokens 32 --max-batch-tokens 1024 --max-requests-per-batch 8 \
+        --quantum auto --strict-credit --json quantum_flood_strict.json
+      fairq engine-bench --engine transformers --model tiny --policies dlpm --clients 4 \
+        --requests-per-client 8 --flood-factor 4 --prefix-len 512 --docs-per-client 4 \
+        --suffix-len 64 --max-new-tokens 32 --num-blocks 160 --max-batch-tokens 1024 \
+        --max-requests-per-batch 8 --quantum auto --strict-credit --json quantum_docs_strict.json
+      fairq engine-bench --engine vllm --policies dlpm --requests-per-client 24 \
+        --prefix-len 512 --suffix-len 32 --max-new-tokens 16 --num-blocks 80 \
+        --max-batch-tokens 512 --max-requests-per-batch 16 --quantum auto --strict-credit \
+        --gap 0.02 --waiting 0 --json quantum_vllm_strict.json
       ;;
     frontier)
       # docs/results/frontier.md: vLLM's scheduler in-process, 3 workloads x 4 cache sizes
       # x every policy and quantum, 2 seeds (~15 min on one core; needs vLLM 0.33)
       python -m fairq.enginebench.frontier \
         --quanta auto,512,768,1024,1280,1536,2048,4096,8192,x1.25,x1.5,x2,x3 \
+        --strict-quanta auto,x0.5,x0.75,x1.5 \
         --json frontier.json --plot frontier.png | tee frontier_table.md
       # the real-server spot check (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~5 min each)
       if [ -n "${FAIRQ_VLLM_SERVER_PYTHON:-}" ]; then
@@ -347,6 +361,11 @@ json.dump({"configuration": sys.argv[1], "runs": runs}, open(f"ray_vllm_views_{s
             --max-model-len 1024 --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 \
             --num-gpu-blocks-override 20" --json "frontier_server_q${s/./}.json"
         done
+        fairq engine-bench --engine vllm-server --model small --policies lpm,dlpm --runs 1 \
+          --requests-per-client 24 --flood-factor 4 --prefix-len 512 --suffix-len 16 \
+          --docs-per-client 4 --max-new-tokens 32 --quantum auto --strict-credit \
+          --max-model-len 1024 --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 \
+          --num-gpu-blocks-override 20" --json frontier_server_strict.json
       fi
       ;;
     splice) ;;
