@@ -94,7 +94,13 @@ def test_options_are_every_engines() -> None:
     )
     assert isinstance(o, tf_tenants.FairOptions) and o.policy == "dlpm"
     # a number for quantum is a fixed quantum (quantum_scale 0)
-    assert o.policy_options == {"quantum": 64.0, "w_e": 1.0, "w_q": 2.0, "quantum_scale": 0.0}
+    assert o.policy_options == {
+        "quantum": 64.0,
+        "w_e": 1.0,
+        "w_q": 2.0,
+        "quantum_scale": 0.0,
+        "strict_credit": 0.0,
+    }
     assert o.tenant_weights == {"gold": 2.0}
     assert (o.tenant("gold:1"), o.tenant("x"), o.tenant("a/1")) == ("gold", "vip", "default")
     assert (o.state_file, o.state_interval_s) == ("/tmp/fairq-state.json", 2.0)
@@ -155,6 +161,7 @@ def test_policy_options() -> None:
         "w_e": 1.0,
         "w_q": 2.0,
         "quantum_scale": 1.0,
+        "strict_credit": 0.0,
     }
     assert policy_options("dlpm", {"quantum": 64})["quantum"] == 64.0
     assert policy_options("vtc", {"w_out": 1}) == {"w_in": 1.0, "w_out": 1.0}

@@ -66,7 +66,13 @@ def test_options_from_one_mapping() -> None:
     )
     assert o.policy == "dlpm"
     # a number for quantum is a fixed quantum (quantum_scale 0)
-    assert o.policy_options == {"quantum": 256.0, "w_e": 1.0, "w_q": 3.0, "quantum_scale": 0.0}
+    assert o.policy_options == {
+        "quantum": 256.0,
+        "w_e": 1.0,
+        "w_q": 3.0,
+        "quantum_scale": 0.0,
+        "strict_credit": 0.0,
+    }
     assert o.tenant_weights == {"gold": 2.0}
     assert o.tenant(req(rid="gold:1")) == "gold"
     assert make_options("vtc").policy_options == {"w_in": 1.0, "w_out": 2.0}

@@ -618,8 +618,7 @@ only such requests, a refill gives quantum to each known client with q <= 0
 and to each of those clients, round by round, until some waiting client
 covers its cheapest request. A client no longer starts a request on the
 crumbs of its credit (under cache pressure: a new document it cannot
-finish). Bound: 2 * (U + Q* + E), E = w_e * max input / weight, the
-largest charge one admission can make. Shared contract: see
+finish). The bound above still holds. Shared contract: see
 help(fairq.FCFS)."]
 #[pyclass(name = "DLPM", module = "fairq._core", extends = PyLocalScheduler)]
 pub struct PyDlpm;
