@@ -232,3 +232,46 @@ def test_three_routers_in_one_run(cluster: int) -> None:
         assert set(summary["tenants"]) == {"greedy", "tenant0", "tenant1", "tenant2"}
         assert 0 < summary["jain_index_window"] <= 1
     assert "| d2lpm |" in bench.markdown([summary | {"router": "d2lpm"}])
+
+
+def test_view_hub_is_a_named_actor_and_comes_back(cluster: int) -> None:
+    """The routers' hub (fairq.ray.hub) on the real cluster: one actor by
+    name for every router of a deployment; killed, the routers count the
+    failure and, after the retry wait, create it again and go on."""
+    import asyncio
+
+    import ray
+
+    from fairq.ray.hub import HubLink, connect_ray
+
+    name = "fairq-view-test-hub"
+
+    def ev(rid: str) -> tuple[str, str, list[int], int, str]:
+        return (rid, "t", [1, 2, 3], 3, "r0")
+
+    async def go() -> None:
+        a = HubLink("a", connect_ray(name), 0.01)
+        b = HubLink("b", connect_ray(name), 0.01)
+        assert await b.sync() == []
+        a.note(ev("1"))
+        assert await a.sync() == []
+        assert [e[0] for e in await b.sync()] == ["1"]
+        ray.kill(ray.get_actor(name, namespace="fairq"))
+        a.note(ev("2"))
+        assert await a.sync() == []
+        assert a.counters["hub_errors"] == 1
+        deadline = time.monotonic() + 60
+        while True:  # the name is free once Ray has seen the actor die
+            a._next_at = b._next_at = 0.0  # no retry wait here
+            await a.sync()
+            await b.sync()
+            if a.counters["hub_posted"] == 2 and b._cursor is not None:
+                break
+            assert time.monotonic() < deadline, (a.counters, b.counters)
+            await asyncio.sleep(0.2)
+        a.note(ev("3"))
+        await a.sync()
+        assert [e[0] for e in await b.sync()] == ["3"]
+        ray.kill(ray.get_actor(name, namespace="fairq"))
+
+    asyncio.run(asyncio.wait_for(go(), timeout=TIMEOUT_S))

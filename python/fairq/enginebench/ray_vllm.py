@@ -431,6 +431,7 @@ def run_config(
             "worker_quantum": args.worker_quantum,
             "shared_view": not args.no_shared_view,
             "placement_slack": args.placement_slack,
+            "view_hub": args.view_hub,
         }
     app = fairq_vllm_app(
         model,
@@ -627,6 +628,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="D2LPM routers' agreed placement (fairq.ray.RouterOptions.placement_slack): a "
         "new document goes to the replica its hash ranks first among those loaded at most N "
         "requests above the least (default 0: the least loaded)",
+    )
+    g.add_argument(
+        "--view-hub",
+        action="store_true",
+        help="D2LPM routers also share their dispatches through one named actor "
+        "(fairq.ray.RouterOptions.view_hub), pulled every 0.05 s",
     )
     g.add_argument(
         "--no-shared-view",

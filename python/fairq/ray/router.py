@@ -41,6 +41,7 @@ the fairness bound and what the view gives back.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -63,6 +64,7 @@ from ray.serve.request_router import (
 import fairq
 from fairq.ledger.caps import AdmissionControl, Limits
 from fairq.ray.extract import EMPTY, default_tenant, default_tokens, estimate_tokens
+from fairq.ray.hub import HubLink, connect_ray, hub_name
 from fairq.ray.options import RouterOptions
 from fairq.ray.view import SharedView
 
@@ -78,6 +80,10 @@ ROUTER_STATS_DIR_ENV = "FAIRQ_RAY_ROUTER_STATS_DIR"
 
 #: Seconds between two writes of a router's stats file.
 ROUTER_STATS_INTERVAL_S = 1.0
+
+#: Prompt token ids a hub post carries (as a replica's start event,
+#: ``ReplicaFeedback.view_tokens``' default).
+HUB_TOKENS = 2048
 
 #: Ray releases this module was written and tested against.
 SUPPORTED_RAY = ">=2.60,<2.61"
@@ -138,6 +144,16 @@ class FairqD2LPMRouter(RequestRouter):
             max_age_s=options.view_max_age_s,
             remember=options.recent_requests,
         )
+        #: the faster channel to the other routers (fairq.ray.hub), or None
+        self.hub: HubLink | None = None
+        if options.view_hub:
+            dep = self._deployment_id
+            self.hub = HubLink(
+                f"{os.getpid()}-{id(self):x}",
+                connect_ray(hub_name(dep.app_name, dep.name)),
+                options.view_hub_period_s,
+            )
+        self._hub_task: asyncio.Task[None] | None = None
         #: Counters: requests dispatched, moved to another replica by Ray,
         #: withdrawn (cancelled before routing), finished; output charges and
         #: evictions applied; replicas removed; feedback events missed or
@@ -328,11 +344,46 @@ class FairqD2LPMRouter(RequestRouter):
             self.view.mine(rid)
             w = self._d.dispatch_among(rid, req.tenant, req.tokens, list(by_slot))
             self.counters["dispatched"] += 1
+            if self.hub is not None:
+                self._post(rid, req, by_slot[w])
         pick = by_slot[w]
         if not self.options.spill:
             return [[pick]]
         rest = [r for s, r in by_slot.items() if s != w] + unslotted
         return [[pick], rest] if rest else [[pick]]
+
+    # --- the hub (fairq.ray.hub) ---------------------------------------------
+
+    def _post(self, rid: str, req: _Request, replica: RunningReplica) -> None:
+        """Note this dispatch for the hub; the first one starts the loop that
+        posts and pulls every ``view_hub_period_s``."""
+        assert self.hub is not None
+        head = req.tokens[:HUB_TOKENS].tolist()
+        self.hub.note((rid, req.tenant, head, len(req.tokens), str(replica.replica_id.unique_id)))
+        if self._hub_task is None or self._hub_task.done():
+            self._hub_task = asyncio.get_running_loop().create_task(self._hub_loop())
+
+    async def _hub_loop(self) -> None:
+        """Sync with the hub for as long as the router lives."""
+        assert self.hub is not None
+        while True:
+            await self._sync_hub()
+            await asyncio.sleep(self.hub.wait_s())
+
+    async def _sync_hub(self) -> None:
+        """Post and pull (in the background of the router's loop); apply the
+        other routers' dispatches to the shared view."""
+        assert self.hub is not None
+        new = await self.hub.sync()
+        slots = {str(r.unique_id): s for r, s in self._slot.items()}
+        for rid, tenant, head, n, replica in new:
+            slot = slots.get(replica)
+            if slot is None:  # a replica this router has not seen (yet)
+                continue
+            try:
+                self.view.on_hub_start(slot, str(rid), tenant, head, int(n))
+            except Exception:
+                self.view.counters["view_errors"] += 1
 
     def on_request_routed(
         self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any
@@ -402,6 +453,7 @@ class FairqD2LPMRouter(RequestRouter):
             "shared_view": self.view.enabled,
             "counters": dict(self.counters),
             "view": dict(self.view.counters),
+            "hub": None if self.hub is None else dict(self.hub.counters),
             "view_age": self.view.ages(),
             "routed": {r: dict(t) for r, t in self._routed.items()},
         }

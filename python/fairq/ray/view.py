@@ -36,7 +36,13 @@ The shared view gives every router what the replicas saw:
   A router that dies takes only its own requests with it. Malformed view
   entries are counted (``view_errors``) and skipped.
 
-Counters (``FairqD2LPMRouter.view.counters``): ``view_dispatches`` and
+- **A faster channel** (``view_hub=True``, :mod:`fairq.ray.hub`): the
+  routers also post their dispatches to one named actor and pull the
+  others' every ``view_hub_period_s``; a dispatch is applied once, from
+  whichever channel brings it first.
+
+Counters (``FairqD2LPMRouter.view.counters``): ``view_dispatches`` (from
+the routing stats), ``hub_dispatches`` (from the hub) and
 ``view_finishes`` applied, ``view_snapshots`` (new ``inflight`` lists
 applied), ``view_expired`` (replicas whose view aged out), ``view_errors``.
 :meth:`SharedView.ages` summarizes how old the view was when the router
@@ -92,12 +98,21 @@ class SharedView:
         self._wall = wall
         self._ages: deque[float] = deque(maxlen=self.AGES_KEPT)
         self._mine: OrderedDict[str, None] = OrderedDict()
+        #: the other routers' requests applied (from the hub or the stats)
+        self._theirs: OrderedDict[str, None] = OrderedDict()
         #: slot -> local time the last view input from that replica came
         self._fresh: dict[int, float] = {}
         #: slot -> the stamp of the last ``inflight`` list applied
         self._stamp: dict[int, Any] = {}
         self.counters: dict[str, int] = dict.fromkeys(
-            ("view_dispatches", "view_finishes", "view_snapshots", "view_expired", "view_errors"),
+            (
+                "view_dispatches",
+                "hub_dispatches",
+                "view_finishes",
+                "view_snapshots",
+                "view_expired",
+                "view_errors",
+            ),
             0,
         )
 
@@ -124,14 +139,28 @@ class SharedView:
         """A ``["start", rid, tenant, tokens, input_len]`` event (after its number)."""
         if not self.enabled:
             return
-        rid, tenant, tokens, n = str(ev[2]), ev[3], ev[4], int(ev[5])
-        if self.is_mine(rid):
-            return
+        if self._apply_start(slot, str(ev[2]), ev[3], ev[4], int(ev[5])):
+            self.counters["view_dispatches"] += 1
+            self._fresh[slot] = self._clock()
+
+    def on_hub_start(self, slot: int, rid: str, tenant: Any, tokens: Any, n: int) -> None:
+        """Another router's dispatch to the replica in ``slot``, from the hub
+        (:mod:`fairq.ray.hub`): applied as its start event is, once."""
+        if self.enabled and self._apply_start(slot, rid, tenant, tokens, n):
+            self.counters["hub_dispatches"] += 1
+
+    def _apply_start(self, slot: int, rid: str, tenant: Any, tokens: Any, n: int) -> bool:
+        """Apply another router's request once (the hub and the replica's
+        stats may both bring it); False if it is ours or already applied."""
+        if self.is_mine(rid) or rid in self._theirs:
+            return False
         if not isinstance(tenant, str) or not tenant:
             raise ValueError(f"start event {rid!r}: tenant must be a non-empty str")
         self._d.observe_dispatch(tenant, slot, np.asarray(tokens, dtype=np.uint32), n)
-        self.counters["view_dispatches"] += 1
-        self._fresh[slot] = self._clock()
+        self._theirs[rid] = None
+        if len(self._theirs) > self._remember:
+            self._theirs.popitem(last=False)
+        return True
 
     def on_finish(self, slot: int, rid: str, output_tokens: int, tenant: Any) -> None:
         """A finish of a request this router may not have routed."""

@@ -1,0 +1,175 @@
+"""A faster channel for the D2LPM routers' shared view: one named Ray actor.
+
+The shared view (:mod:`fairq.ray.view`) rides on the replicas' routing stats,
+which reached the routers 0.4-1.7 s after the fact on a busy 2-core machine
+(docs/results/ray_vllm.md): a document asked for every 0.5 s was placed by
+two routers before either saw where the other had put it. With
+``view_hub=True`` (:class:`fairq.ray.RouterOptions`) every router also posts
+each dispatch to one actor per deployment (:class:`ViewHub`, named
+``fairq-view-<app>-<deployment>`` in namespace ``fairq``) and pulls the other
+routers' posts every ``view_hub_period_s``. A pulled dispatch is applied as
+the replica's start event is (:meth:`fairq.ray.view.SharedView.on_start`:
+its prefix into the router's tree on that replica, its tenant charged there);
+when the start event itself comes through the routing stats it is not
+applied again. Loads and finishes still come from the routing stats.
+
+Failure: nothing waits on the hub. A pull runs in the background of the
+router's event loop; a post is sent with the next pull. The actor is owned
+by the router that created it and dies with it; a router whose call fails
+counts it (``hub_errors``), drops its handle and, after
+``RETRY_S``, gets or creates the actor again. Meanwhile, and for whatever the
+hub lost, the routing stats carry the view as without the hub. Routers that
+start after some posts see only the posts made after their first pull.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from itertools import islice
+from typing import Any
+
+__all__ = ["HubLink", "ViewHub", "connect_ray", "hub_name"]
+
+#: A posted dispatch: (request id, tenant, prompt head, prompt length,
+#: the replica's Serve unique id).
+HubEvent = tuple[str, str, list[int], int, str]
+
+#: Seconds before a router that lost the hub tries to reach it again.
+RETRY_S = 2.0
+
+#: Posts a router keeps while the hub cannot be reached (the oldest go first).
+OUTBOX = 4096
+
+
+def hub_name(app: str, deployment: str) -> str:
+    """The actor name of a deployment's hub."""
+    return f"fairq-view-{app}-{deployment}"
+
+
+class ViewHub:
+    """The posts of a deployment's routers, the most recent ``keep``, each
+    numbered. Plain Python: :func:`connect_ray` runs it as a Ray actor, the
+    tests call it directly."""
+
+    def __init__(self, keep: int = 65536) -> None:
+        self._posts: deque[tuple[str, HubEvent]] = deque(maxlen=keep)
+        self._next = 0
+
+    def post(self, router: str, events: list[HubEvent]) -> int:
+        """Add ``router``'s dispatches; returns the number the next post gets."""
+        for ev in events:
+            self._posts.append((router, ev))
+        self._next += len(events)
+        return self._next
+
+    def since(self, cursor: int | None, router: str) -> tuple[int, list[HubEvent], int]:
+        """The posts of other routers numbered ``cursor`` or later (None: none,
+        only the cursor), the cursor to pass next, and how many wanted posts
+        were already dropped (more than ``keep`` since the last pull)."""
+        if cursor is None:
+            return self._next, [], 0
+        first = self._next - len(self._posts)
+        start = max(cursor, first)
+        new = [ev for r, ev in islice(self._posts, start - first, None) if r != router]
+        return self._next, new, start - cursor
+
+
+class HubLink:
+    """One router's connection to its deployment's hub.
+
+    Args:
+        me: this router's id (its own posts are not pulled back).
+        connect: ``async () -> hub``; the hub's ``post`` and ``since`` are
+            awaitable (:func:`connect_ray` for the Ray actor).
+        period_s: seconds between two pulls.
+        clock: monotonic seconds (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        me: str,
+        connect: Callable[[], Awaitable[Any]],
+        period_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.me = me
+        self._connect = connect
+        self.period_s = period_s
+        self._clock = clock
+        self._hub: Any = None
+        self._cursor: int | None = None
+        self._outbox: deque[HubEvent] = deque(maxlen=OUTBOX)
+        self._next_at = float("-inf")
+        self.counters: dict[str, int] = dict.fromkeys(
+            ("hub_posted", "hub_pulled", "hub_lost", "hub_errors", "hub_connects"), 0
+        )
+
+    def note(self, event: HubEvent) -> None:
+        """A dispatch of this router, posted with the next pull."""
+        self._outbox.append(event)
+
+    def wait_s(self) -> float:
+        """Seconds until the next sync is due (the period after a success,
+        :data:`RETRY_S` after a failure)."""
+        return max(0.0, self._next_at - self._clock())
+
+    async def sync(self) -> list[HubEvent]:
+        """Post what this router dispatched since the last sync, then pull
+        the others' new posts. Never raises: a failure is counted, the
+        posts are kept for the next try, and the hub is reached again after
+        :data:`RETRY_S`."""
+        try:
+            if self._hub is None:
+                self._hub = await self._connect()
+                self.counters["hub_connects"] += 1
+            out = list(self._outbox)
+            if out:
+                await self._hub.post(self.me, out)
+                for _ in out:
+                    self._outbox.popleft()
+                self.counters["hub_posted"] += len(out)
+            self._cursor, new, lost = await self._hub.since(self._cursor, self.me)
+            self.counters["hub_pulled"] += len(new)
+            self.counters["hub_lost"] += lost
+            self._next_at = self._clock() + self.period_s
+            return list(new)
+        except Exception:
+            self.counters["hub_errors"] += 1
+            self._hub = None
+            self._cursor = None
+            self._next_at = self._clock() + RETRY_S
+            return []
+
+
+class _RayHub:
+    """The Ray actor behind :class:`HubLink`'s awaitable calls."""
+
+    def __init__(self, handle: Any) -> None:
+        self._h = handle
+
+    async def post(self, router: str, events: list[HubEvent]) -> int:
+        return int(await self._h.post.remote(router, events))
+
+    async def since(self, cursor: int | None, router: str) -> tuple[int, list[HubEvent], int]:
+        cur, new, lost = await self._h.since.remote(cursor, router)
+        return int(cur), new, int(lost)
+
+
+def connect_ray(name: str) -> Callable[[], Awaitable[Any]]:
+    """``async () -> hub`` for :class:`HubLink`: gets the actor ``name`` in
+    namespace ``fairq``, or creates it (owned by this process: it dies with
+    it, and the next router to reach for it creates it again)."""
+
+    async def connect() -> Any:
+        def get_or_create() -> Any:
+            import ray
+
+            actor = ray.remote(num_cpus=0)(ViewHub)
+            return actor.options(name=name, namespace="fairq", get_if_exists=True).remote()
+
+        return _RayHub(await asyncio.to_thread(get_or_create))
+
+    return connect

@@ -1,0 +1,170 @@
+"""The shared view's faster channel (fairq.ray.hub), no cluster: the hub's
+posts and cursor, a router's link that never raises, and two routers of one
+deployment that learn each other's placements from the hub before any
+routing stats arrive (test_ray_serve.py runs the hub as a Ray actor)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("ray.serve", reason="needs fairq[ray] (pip install '.[ray]')")
+pytest.importorskip("httpx", reason="Ray's router test utilities import httpx")
+
+from test_ray_router import PREFIX, make_router, run  # noqa: E402
+from test_ray_view import Deployment, send  # noqa: E402
+
+from fairq.ray import RouterOptions  # noqa: E402
+from fairq.ray.hub import RETRY_S, HubLink, ViewHub  # noqa: E402
+
+
+class LocalHub:
+    """A :class:`ViewHub` behind the awaitable calls a router makes."""
+
+    def __init__(self, hub: ViewHub) -> None:
+        self.hub = hub
+        self.down = False
+
+    async def post(self, router: str, events: list[Any]) -> int:
+        if self.down:
+            raise ConnectionError("hub gone")
+        return self.hub.post(router, events)
+
+    async def since(self, cursor: int | None, router: str) -> tuple[int, list[Any], int]:
+        if self.down:
+            raise ConnectionError("hub gone")
+        return self.hub.since(cursor, router)
+
+
+def ev(rid: str) -> tuple[str, str, list[int], int, str]:
+    return (rid, "t", [1, 2], 2, "r0")
+
+
+def test_the_hub_numbers_posts_and_gives_each_router_the_others() -> None:
+    hub = ViewHub(keep=4)
+    assert hub.since(None, "a") == (0, [], 0)  # a first pull: from now on
+    hub.post("a", [ev("1"), ev("2")])
+    hub.post("b", [ev("3")])
+    assert hub.since(0, "a") == (3, [ev("3")], 0)
+    assert hub.since(0, "b") == (3, [ev("1"), ev("2")], 0)
+    assert hub.since(3, "b") == (3, [], 0)
+    hub.post("a", [ev(str(i)) for i in range(4, 8)])  # more than it keeps
+    cursor, new, lost = hub.since(3, "b")
+    assert (cursor, [e[0] for e in new], lost) == (7, ["4", "5", "6", "7"], 0)
+    cursor, new, lost = hub.since(1, "b")
+    assert (cursor, lost) == (7, 2)  # posts 1 and 2 were dropped
+
+
+def test_a_link_posts_pulls_and_survives_a_lost_hub() -> None:
+    async def go() -> None:
+        hub = ViewHub()
+        local = LocalHub(hub)
+        now = [0.0]
+        connects = []
+
+        async def connect() -> LocalHub:
+            connects.append(now[0])
+            return local
+
+        a = HubLink("a", connect, 0.05, clock=lambda: now[0])
+        b = HubLink("b", connect, 0.05, clock=lambda: now[0])
+        assert await b.sync() == []
+        a.note(ev("1"))
+        assert await a.sync() == []  # its own post is not pulled back
+        assert [e[0] for e in await b.sync()] == ["1"]
+        assert a.wait_s() == pytest.approx(0.05)
+        # the hub goes away: nothing raises, the post waits, a retry later
+        local.down = True
+        a.note(ev("2"))
+        assert await a.sync() == []
+        assert a.counters["hub_errors"] == 1
+        assert a.wait_s() == pytest.approx(RETRY_S)
+        local.down = False
+        now[0] += RETRY_S
+        assert await a.sync() == []
+        assert len(connects) == 3  # a reconnected
+        assert a.counters["hub_posted"] == 2
+        assert [e[0] for e in await b.sync()] == ["2"]
+
+    run(go())
+
+
+def routers(hub: ViewHub, **options: Any) -> tuple[Any, Any]:
+    """Two routers of one deployment sharing ``hub``."""
+    out = []
+    for _ in range(2):
+        r = make_router(view_hub=True, **options)
+
+        async def connect() -> LocalHub:
+            return LocalHub(hub)
+
+        r.hub._connect = connect
+        out.append(r)
+    return out[0], out[1]
+
+
+def test_a_router_learns_the_others_placement_from_the_hub() -> None:
+    async def go() -> None:
+        dep = Deployment()
+        a, b = routers(ViewHub(), worker_quantum=10_000)
+        dep.publish(a, b)  # the replicas, no requests yet
+        await b._sync_hub()  # b's first pull: its cursor
+        pr, i = await send(a, dep, "x", PREFIX)
+        await a._sync_hub()  # a posts
+        await b._sync_hub()  # b pulls: no routing stats have come yet
+        sb = b.slot_of(dep.reps[i].replica_id)
+        assert b.dispatcher.held_len(sb, PREFIX) == len(PREFIX)
+        assert b.dispatcher.deficit("x", sb) == -len(PREFIX)
+        assert b.view.counters["hub_dispatches"] == 1
+        # the document's next request, through b, goes where a put it,
+        # although b's own loads would have chosen either
+        _, j = await send(b, dep, "x", PREFIX)
+        assert j == i
+        # the replica's start event comes later through the stats: not again
+        before = b.dispatcher.deficit("x", sb)
+        dep.publish(a, b)
+        assert b.view.counters["view_dispatches"] == 0
+        assert b.dispatcher.deficit("x", sb) == before
+        assert b.stats()["hub"]["hub_pulled"] == 1
+        # a post naming a replica b does not know is skipped
+        a.hub.note(("other", "x", [1], 1, "not-a-replica"))
+        await a._sync_hub()
+        await b._sync_hub()
+        assert b.view.counters["hub_dispatches"] == 1
+
+    run(go())
+
+
+def test_the_router_syncs_in_the_background() -> None:
+    async def go() -> None:
+        import asyncio
+
+        dep = Deployment()
+        a, b = routers(ViewHub(), view_hub_period_s=0.01)
+        dep.publish(a, b)
+        await send(b, dep, "w", [5, 6, 7])  # starts b's loop
+        await asyncio.sleep(0.05)
+        _, i = await send(a, dep, "x", PREFIX)
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if b.view.counters["hub_dispatches"]:
+                break
+        assert b.view.counters["hub_dispatches"] == 1
+        assert b.dispatcher.held_len(b.slot_of(dep.reps[i].replica_id), PREFIX) == len(PREFIX)
+
+    run(go())
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"view_hub": 1}, TypeError, "view_hub must be a bool"),
+        ({"view_hub": True, "shared_view": False}, ValueError, "view_hub needs shared_view"),
+        ({"view_hub_period_s": 0}, ValueError, "view_hub_period_s must be a finite number > 0"),
+        ({"view_hub_period_s": float("nan")}, ValueError, "view_hub_period_s"),
+    ],
+)
+def test_bad_hub_options_name_the_field(options: dict[str, Any], error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        RouterOptions(**options)
