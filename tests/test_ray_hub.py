@@ -117,15 +117,26 @@ def test_a_router_learns_the_others_placement_from_the_hub() -> None:
         assert b.dispatcher.held_len(sb, PREFIX) == len(PREFIX)
         assert b.dispatcher.deficit("x", sb) == -len(PREFIX)
         assert b.view.counters["hub_dispatches"] == 1
+        assert b.dispatcher.external_load[sb] == 1  # in the replica's load at once
         # the document's next request, through b, goes where a put it,
         # although b's own loads would have chosen either
         _, j = await send(b, dep, "x", PREFIX)
         assert j == i
+        # a publication made before a's request reached the replica does not
+        # drop it from the load
+        b.view.on_snapshot(sb, {"inflight": [], "time": 1.0})
+        assert b.dispatcher.external_load[sb] == 1
         # the replica's start event comes later through the stats: not again
         before = b.dispatcher.deficit("x", sb)
         dep.publish(a, b)
         assert b.view.counters["view_dispatches"] == 0
         assert b.dispatcher.deficit("x", sb) == before
+        assert b.dispatcher.external_load[sb] == 1  # listed now, counted once
+        # it finishes: out of the load
+        a.on_request_completed(dep.reps[i].replica_id, pr.metadata.internal_request_id)
+        dep.finish(i, pr, 4)
+        dep.publish(a, b)
+        assert b.dispatcher.external_load[sb] == 0
         assert b.stats()["hub"]["hub_pulled"] == 1
         # a post naming a replica b does not know is skipped
         a.hub.note(("other", "x", [1], 1, "not-a-replica"))

@@ -103,6 +103,7 @@ class HubLink:
         self._cursor: int | None = None
         self._outbox: deque[HubEvent] = deque(maxlen=OUTBOX)
         self._next_at = float("-inf")
+        self._lock = asyncio.Lock()  # one sync at a time (a post must not go twice)
         self.counters: dict[str, int] = dict.fromkeys(
             ("hub_posted", "hub_pulled", "hub_lost", "hub_errors", "hub_connects"), 0
         )
@@ -121,6 +122,10 @@ class HubLink:
         the others' new posts. Never raises: a failure is counted, the
         posts are kept for the next try, and the hub is reached again after
         :data:`RETRY_S`."""
+        async with self._lock:
+            return await self._sync()
+
+    async def _sync(self) -> list[HubEvent]:
         try:
             if self._hub is None:
                 self._hub = await self._connect()

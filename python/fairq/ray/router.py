@@ -238,6 +238,7 @@ class FairqD2LPMRouter(RequestRouter):
             self._add_replica(r.replica_id)
         for r in replicas:
             self._apply_feedback(r)
+        self._start_hub()
         self._write_stats()
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
@@ -360,8 +361,18 @@ class FairqD2LPMRouter(RequestRouter):
         assert self.hub is not None
         head = req.tokens[:HUB_TOKENS].tolist()
         self.hub.note((rid, req.tenant, head, len(req.tokens), str(replica.replica_id.unique_id)))
-        if self._hub_task is None or self._hub_task.done():
-            self._hub_task = asyncio.get_running_loop().create_task(self._hub_loop())
+        self._start_hub()
+
+    def _start_hub(self) -> None:
+        """Start the hub loop on the running event loop, once (from the
+        first replica update or dispatch: a router pulls before it routes)."""
+        if self.hub is None or (self._hub_task is not None and not self._hub_task.done()):
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # called outside the router's loop: next time
+            return
+        self._hub_task = loop.create_task(self._hub_loop())
 
     async def _hub_loop(self) -> None:
         """Sync with the hub for as long as the router lives."""

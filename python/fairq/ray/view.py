@@ -100,6 +100,9 @@ class SharedView:
         self._mine: OrderedDict[str, None] = OrderedDict()
         #: the other routers' requests applied (from the hub or the stats)
         self._theirs: OrderedDict[str, None] = OrderedDict()
+        #: slot -> requests the hub brought that no snapshot listed yet
+        #: (id -> local time applied): they count in the replica's load
+        self._pending: dict[int, dict[str, float]] = {}
         #: slot -> local time the last view input from that replica came
         self._fresh: dict[int, float] = {}
         #: slot -> the stamp of the last ``inflight`` list applied
@@ -148,6 +151,7 @@ class SharedView:
         (:mod:`fairq.ray.hub`): applied as its start event is, once."""
         if self.enabled and self._apply_start(slot, rid, tenant, tokens, n):
             self.counters["hub_dispatches"] += 1
+            self._pending.setdefault(slot, {})[rid] = self._clock()
 
     def _apply_start(self, slot: int, rid: str, tenant: Any, tokens: Any, n: int) -> bool:
         """Apply another router's request once (the hub and the replica's
@@ -166,6 +170,7 @@ class SharedView:
         """A finish of a request this router may not have routed."""
         if not self.enabled or self.is_mine(rid) or not isinstance(tenant, str) or not tenant:
             return
+        self._pending.get(slot, {}).pop(rid, None)
         self._d.observe_finish(tenant, slot, output_tokens)
         self.counters["view_finishes"] += 1
         self._fresh[slot] = self._clock()
@@ -181,7 +186,15 @@ class SharedView:
         if not isinstance(inflight, Sequence) or isinstance(inflight, str):
             self.counters["view_errors"] += 1
             return
-        others = sum(1 for rid in inflight if not self.is_mine(str(rid)))
+        ids = {str(rid) for rid in inflight}
+        others = sum(1 for rid in ids if not self.is_mine(rid))
+        # the hub's requests this publication does not list yet still count
+        pending = self._pending.get(slot)
+        if pending:
+            old = self._clock() - self.max_age_s
+            for rid in [r for r, t in pending.items() if r in ids or t < old]:
+                del pending[rid]
+            others += len(pending)
         self._set_external(slot, others)
         self._stamp[slot] = stamp
         self._fresh[slot] = self._clock()
@@ -223,11 +236,13 @@ class SharedView:
             if now - t > self.max_age_s:
                 del self._fresh[slot]
                 self._stamp.pop(slot, None)
+                self._pending.pop(slot, None)
                 self._set_external(slot, 0)
                 self.counters["view_expired"] += 1
 
     def forget(self, slot: int) -> None:
         """The replica left its slot (the core already zeroed its load)."""
+        self._pending.pop(slot, None)
         self._fresh.pop(slot, None)
         self._stamp.pop(slot, None)
 
