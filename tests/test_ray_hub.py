@@ -37,8 +37,8 @@ class LocalHub:
         return self.hub.since(cursor, router)
 
 
-def ev(rid: str) -> tuple[str, str, list[int], int, str]:
-    return (rid, "t", [1, 2], 2, "r0")
+def ev(rid: str) -> tuple[str, str, list[int], int, str, float]:
+    return (rid, "t", [1, 2], 2, "r0", 0.0)
 
 
 def test_the_hub_numbers_posts_and_gives_each_router_the_others() -> None:
@@ -138,8 +138,10 @@ def test_a_router_learns_the_others_placement_from_the_hub() -> None:
         dep.publish(a, b)
         assert b.dispatcher.external_load[sb] == 0
         assert b.stats()["hub"]["hub_pulled"] == 1
+        age = b.stats()["hub_age"]
+        assert age["n"] == 1 and 0 <= age["p50_s"] < 5
         # a post naming a replica b does not know is skipped
-        a.hub.note(("other", "x", [1], 1, "not-a-replica"))
+        a.hub.note(("other", "x", [1], 1, "not-a-replica", 0.0))
         await a._sync_hub()
         await b._sync_hub()
         assert b.view.counters["hub_dispatches"] == 1

@@ -246,8 +246,8 @@ def test_view_hub_is_a_named_actor_and_comes_back(cluster: int) -> None:
 
     name = "fairq-view-test-hub"
 
-    def ev(rid: str) -> tuple[str, str, list[int], int, str]:
-        return (rid, "t", [1, 2, 3], 3, "r0")
+    def ev(rid: str) -> tuple[str, str, list[int], int, str, float]:
+        return (rid, "t", [1, 2, 3], 3, "r0", 0.0)
 
     async def go() -> None:
         a = HubLink("a", connect_ray(name), 0.01)

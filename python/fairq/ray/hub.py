@@ -34,8 +34,8 @@ from typing import Any
 __all__ = ["HubLink", "ViewHub", "connect_ray", "hub_name"]
 
 #: A posted dispatch: (request id, tenant, prompt head, prompt length,
-#: the replica's Serve unique id).
-HubEvent = tuple[str, str, list[int], int, str]
+#: the replica's Serve unique id, wall-clock time of the dispatch).
+HubEvent = tuple[str, str, list[int], int, str, float]
 
 #: Seconds before a router that lost the hub tries to reach it again.
 RETRY_S = 2.0

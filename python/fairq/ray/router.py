@@ -360,7 +360,8 @@ class FairqD2LPMRouter(RequestRouter):
         posts and pulls every ``view_hub_period_s``."""
         assert self.hub is not None
         head = req.tokens[:HUB_TOKENS].tolist()
-        self.hub.note((rid, req.tenant, head, len(req.tokens), str(replica.replica_id.unique_id)))
+        uid = str(replica.replica_id.unique_id)
+        self.hub.note((rid, req.tenant, head, len(req.tokens), uid, time.time()))
         self._start_hub()
 
     def _start_hub(self) -> None:
@@ -387,12 +388,12 @@ class FairqD2LPMRouter(RequestRouter):
         assert self.hub is not None
         new = await self.hub.sync()
         slots = {str(r.unique_id): s for r, s in self._slot.items()}
-        for rid, tenant, head, n, replica in new:
+        for rid, tenant, head, n, replica, sent in new:
             slot = slots.get(replica)
             if slot is None:  # a replica this router has not seen (yet)
                 continue
             try:
-                self.view.on_hub_start(slot, str(rid), tenant, head, int(n))
+                self.view.on_hub_start(slot, str(rid), tenant, head, int(n), float(sent))
             except Exception:
                 self.view.counters["view_errors"] += 1
 
@@ -466,6 +467,7 @@ class FairqD2LPMRouter(RequestRouter):
             "view": dict(self.view.counters),
             "hub": None if self.hub is None else dict(self.hub.counters),
             "view_age": self.view.ages(),
+            "hub_age": self.view.ages(hub=True),
             "routed": {r: dict(t) for r, t in self._routed.items()},
         }
 

@@ -97,6 +97,7 @@ class SharedView:
         self._clock = clock
         self._wall = wall
         self._ages: deque[float] = deque(maxlen=self.AGES_KEPT)
+        self._hub_ages: deque[float] = deque(maxlen=self.AGES_KEPT)
         self._mine: OrderedDict[str, None] = OrderedDict()
         #: the other routers' requests applied (from the hub or the stats)
         self._theirs: OrderedDict[str, None] = OrderedDict()
@@ -146,11 +147,16 @@ class SharedView:
             self.counters["view_dispatches"] += 1
             self._fresh[slot] = self._clock()
 
-    def on_hub_start(self, slot: int, rid: str, tenant: Any, tokens: Any, n: int) -> None:
+    def on_hub_start(
+        self, slot: int, rid: str, tenant: Any, tokens: Any, n: int, sent: float | None = None
+    ) -> None:
         """Another router's dispatch to the replica in ``slot``, from the hub
-        (:mod:`fairq.ray.hub`): applied as its start event is, once."""
+        (:mod:`fairq.ray.hub`), made at wall-clock time ``sent``: applied as
+        its start event is, once."""
         if self.enabled and self._apply_start(slot, rid, tenant, tokens, n):
             self.counters["hub_dispatches"] += 1
+            if sent is not None:
+                self._hub_ages.append(max(0.0, self._wall() - sent))
             self._pending.setdefault(slot, {})[rid] = self._clock()
 
     def _apply_start(self, slot: int, rid: str, tenant: Any, tokens: Any, n: int) -> bool:
@@ -212,13 +218,16 @@ class SharedView:
         if known:
             self._ages.append(max(0.0, self._wall() - min(known)))
 
-    def ages(self) -> dict[str, float | int | None]:
+    def ages(self, hub: bool = False) -> dict[str, float | int | None]:
         """The view's age at this router's recent dispatches (``AGES_KEPT``):
         ``n`` and the 50th, 90th percentile and largest, in seconds (None
-        when no dispatch saw a view)."""
-        if not self._ages:
+        when no dispatch saw a view). ``hub``: instead, the age of the other
+        routers' dispatches the hub brought when they were applied (from
+        their dispatch to their application here)."""
+        kept = self._hub_ages if hub else self._ages
+        if not kept:
             return {"n": 0, "p50_s": None, "p90_s": None, "max_s": None}
-        a = np.sort(np.fromiter(self._ages, dtype=float))
+        a = np.sort(np.fromiter(kept, dtype=float))
         return {
             "n": len(a),
             "p50_s": float(np.percentile(a, 50)),
