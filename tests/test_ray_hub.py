@@ -26,15 +26,22 @@ class LocalHub:
         self.hub = hub
         self.down = False
 
+    def send(self, router: str, events: list[Any]) -> None:
+        if self.down:
+            raise ConnectionError("hub gone")
+        self.hub.post(router, events)
+
     async def post(self, router: str, events: list[Any]) -> int:
         if self.down:
             raise ConnectionError("hub gone")
         return self.hub.post(router, events)
 
-    async def since(self, cursor: int | None, router: str) -> tuple[int, list[Any], int]:
+    async def wait(
+        self, cursor: int | None, router: str, wait_s: float
+    ) -> tuple[int, list[Any], int]:
         if self.down:
             raise ConnectionError("hub gone")
-        return self.hub.since(cursor, router)
+        return await self.hub.wait(cursor, router, wait_s)
 
 
 def ev(rid: str) -> tuple[str, str, list[int], int, str, float]:
@@ -67,24 +74,28 @@ def test_a_link_posts_pulls_and_survives_a_lost_hub() -> None:
             connects.append(now[0])
             return local
 
-        a = HubLink("a", connect, 0.05, clock=lambda: now[0])
-        b = HubLink("b", connect, 0.05, clock=lambda: now[0])
+        a = HubLink("a", connect, 0.01, clock=lambda: now[0])
+        b = HubLink("b", connect, 0.01, clock=lambda: now[0])
         assert await b.sync() == []
-        a.note(ev("1"))
+        a.note(ev("1"))  # before a reached the hub: kept for its first sync
         assert await a.sync() == []  # its own post is not pulled back
         assert [e[0] for e in await b.sync()] == ["1"]
-        assert a.wait_s() == pytest.approx(0.05)
+        assert a.pause_s() == 0.0
+        a.note(ev("1b"))  # connected: posted at once
+        assert a.counters["hub_posted"] == 2
+        assert [e[0] for e in await b.sync()] == ["1b"]
         # the hub goes away: nothing raises, the post waits, a retry later
         local.down = True
         a.note(ev("2"))
-        assert await a.sync() == []
         assert a.counters["hub_errors"] == 1
-        assert a.wait_s() == pytest.approx(RETRY_S)
+        assert await a.sync() == []
+        assert a.counters["hub_errors"] == 2
+        assert a.pause_s() == pytest.approx(RETRY_S)
         local.down = False
         now[0] += RETRY_S
         assert await a.sync() == []
         assert len(connects) == 3  # a reconnected
-        assert a.counters["hub_posted"] == 2
+        assert a.counters["hub_posted"] == 3
         assert [e[0] for e in await b.sync()] == ["2"]
 
     run(go())
@@ -102,6 +113,29 @@ def routers(hub: ViewHub, **options: Any) -> tuple[Any, Any]:
         r.hub._connect = connect
         out.append(r)
     return out[0], out[1]
+
+
+def test_a_pull_waits_at_the_hub_for_news() -> None:
+    async def go() -> None:
+        import asyncio
+        import time
+
+        hub = ViewHub()
+        cursor, _, _ = await hub.wait(None, "b", 5.0)  # a first pull: at once
+        t0 = time.monotonic()
+        waiting = asyncio.ensure_future(hub.wait(cursor, "b", 5.0))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        hub.post("b", [ev("own")])  # its own post does not answer it...
+        await asyncio.sleep(0.05)
+        hub.post("a", [ev("1")])  # ...another router's does, at once
+        _, new, _ = await waiting
+        assert [e[0] for e in new] == ["1"]
+        assert time.monotonic() - t0 < 2.0
+        # nothing new: it returns empty after wait_s
+        assert (await hub.wait(cursor + 2, "b", 0.05))[1] == []
+
+    run(go())
 
 
 def test_a_router_learns_the_others_placement_from_the_hub() -> None:
@@ -154,7 +188,7 @@ def test_the_router_syncs_in_the_background() -> None:
         import asyncio
 
         dep = Deployment()
-        a, b = routers(ViewHub(), view_hub_period_s=0.01)
+        a, b = routers(ViewHub(), view_hub_wait_s=0.05)
         dep.publish(a, b)
         await send(b, dep, "w", [5, 6, 7])  # starts b's loop
         await asyncio.sleep(0.05)
@@ -174,8 +208,8 @@ def test_the_router_syncs_in_the_background() -> None:
     [
         ({"view_hub": 1}, TypeError, "view_hub must be a bool"),
         ({"view_hub": True, "shared_view": False}, ValueError, "view_hub needs shared_view"),
-        ({"view_hub_period_s": 0}, ValueError, "view_hub_period_s must be a finite number > 0"),
-        ({"view_hub_period_s": float("nan")}, ValueError, "view_hub_period_s"),
+        ({"view_hub_wait_s": 0}, ValueError, "view_hub_wait_s must be a finite number > 0"),
+        ({"view_hub_wait_s": float("nan")}, ValueError, "view_hub_wait_s"),
     ],
 )
 def test_bad_hub_options_name_the_field(options: dict[str, Any], error: type, match: str) -> None:

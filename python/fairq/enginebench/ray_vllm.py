@@ -633,7 +633,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--view-hub",
         action="store_true",
         help="D2LPM routers also share their dispatches through one named actor "
-        "(fairq.ray.RouterOptions.view_hub), pulled every 0.05 s",
+        "(fairq.ray.RouterOptions.view_hub): posted when made, pulled as they come",
     )
     g.add_argument(
         "--no-shared-view",

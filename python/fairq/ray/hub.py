@@ -6,15 +6,18 @@ which reached the routers 0.4-1.7 s after the fact on a busy 2-core machine
 two routers before either saw where the other had put it. With
 ``view_hub=True`` (:class:`fairq.ray.RouterOptions`) every router also posts
 each dispatch to one actor per deployment (:class:`ViewHub`, named
-``fairq-view-<app>-<deployment>`` in namespace ``fairq``) and pulls the other
-routers' posts every ``view_hub_period_s``. A pulled dispatch is applied as
+``fairq-view-<app>-<deployment>`` in namespace ``fairq``) the moment it
+makes it (a call it does not wait for), and keeps one pull waiting at the
+hub, which answers as soon as another router posts (or after
+``view_hub_wait_s`` with nothing). A pulled dispatch is applied as
 the replica's start event is (:meth:`fairq.ray.view.SharedView.on_start`:
 its prefix into the router's tree on that replica, its tenant charged there);
 when the start event itself comes through the routing stats it is not
 applied again. Loads and finishes still come from the routing stats.
 
-Failure: nothing waits on the hub. A pull runs in the background of the
-router's event loop; a post is sent with the next pull. The actor is owned
+Failure: nothing waits on the hub. The pull runs in the background of the
+router's event loop; a post made while the hub is unreachable waits in the
+router and goes with the next successful pull. The actor is owned
 by the router that created it and dies with it; a router whose call fails
 counts it (``hub_errors``), drops its handle and, after
 ``RETRY_S``, gets or creates the actor again. Meanwhile, and for whatever the
@@ -57,13 +60,36 @@ class ViewHub:
     def __init__(self, keep: int = 65536) -> None:
         self._posts: deque[tuple[str, HubEvent]] = deque(maxlen=keep)
         self._next = 0
+        self._news: asyncio.Event | None = None  # set by the next post
 
     def post(self, router: str, events: list[HubEvent]) -> int:
         """Add ``router``'s dispatches; returns the number the next post gets."""
         for ev in events:
             self._posts.append((router, ev))
         self._next += len(events)
+        if self._news is not None:  # wake the pulls waiting for news
+            self._news.set()
+            self._news = None
         return self._next
+
+    async def wait(
+        self, cursor: int | None, router: str, wait_s: float
+    ) -> tuple[int, list[HubEvent], int]:
+        """:meth:`since`, but with nothing new for ``router`` it waits up to
+        ``wait_s`` seconds for the next post first."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + wait_s
+        while True:
+            got = self.since(cursor, router)
+            left = end - loop.time()
+            if got[1] or cursor is None or left <= 0:
+                return got
+            if self._news is None:
+                self._news = asyncio.Event()
+            try:  # a post wakes it (its own router's too: then it waits on)
+                await asyncio.wait_for(self._news.wait(), left)
+            except asyncio.TimeoutError:
+                pass
 
     def since(self, cursor: int | None, router: str) -> tuple[int, list[HubEvent], int]:
         """The posts of other routers numbered ``cursor`` or later (None: none,
@@ -82,9 +108,10 @@ class HubLink:
 
     Args:
         me: this router's id (its own posts are not pulled back).
-        connect: ``async () -> hub``; the hub's ``post`` and ``since`` are
-            awaitable (:func:`connect_ray` for the Ray actor).
-        period_s: seconds between two pulls.
+        connect: ``async () -> hub``: ``send(router, events)`` (a post not
+            waited for), awaitable ``post`` and ``wait`` (:func:`connect_ray`
+            for the Ray actor).
+        wait_s: the longest a pull waits at the hub for news.
         clock: monotonic seconds (tests pass their own).
     """
 
@@ -92,12 +119,12 @@ class HubLink:
         self,
         me: str,
         connect: Callable[[], Awaitable[Any]],
-        period_s: float,
+        wait_s: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.me = me
         self._connect = connect
-        self.period_s = period_s
+        self.wait_s = wait_s
         self._clock = clock
         self._hub: Any = None
         self._cursor: int | None = None
@@ -109,19 +136,27 @@ class HubLink:
         )
 
     def note(self, event: HubEvent) -> None:
-        """A dispatch of this router, posted with the next pull."""
+        """A dispatch of this router: posted now (not waited for) when the
+        hub is reached, else with the next successful sync."""
+        if self._hub is not None and not self._outbox:
+            try:
+                self._hub.send(self.me, [event])
+                self.counters["hub_posted"] += 1
+                return
+            except Exception:
+                self.counters["hub_errors"] += 1
         self._outbox.append(event)
 
-    def wait_s(self) -> float:
-        """Seconds until the next sync is due (the period after a success,
+    def pause_s(self) -> float:
+        """Seconds before the next sync (0 after a success, what is left of
         :data:`RETRY_S` after a failure)."""
         return max(0.0, self._next_at - self._clock())
 
     async def sync(self) -> list[HubEvent]:
-        """Post what this router dispatched since the last sync, then pull
-        the others' new posts. Never raises: a failure is counted, the
-        posts are kept for the next try, and the hub is reached again after
-        :data:`RETRY_S`."""
+        """Post what waits to be posted, then pull the others' new posts
+        (waiting up to ``wait_s`` at the hub for some). Never raises: a
+        failure is counted, the posts are kept for the next try, and the hub
+        is reached again after :data:`RETRY_S`."""
         async with self._lock:
             return await self._sync()
 
@@ -136,10 +171,10 @@ class HubLink:
                 for _ in out:
                     self._outbox.popleft()
                 self.counters["hub_posted"] += len(out)
-            self._cursor, new, lost = await self._hub.since(self._cursor, self.me)
+            self._cursor, new, lost = await self._hub.wait(self._cursor, self.me, self.wait_s)
             self.counters["hub_pulled"] += len(new)
             self.counters["hub_lost"] += lost
-            self._next_at = self._clock() + self.period_s
+            self._next_at = self._clock()
             return list(new)
         except Exception:
             self.counters["hub_errors"] += 1
@@ -155,11 +190,16 @@ class _RayHub:
     def __init__(self, handle: Any) -> None:
         self._h = handle
 
+    def send(self, router: str, events: list[HubEvent]) -> None:
+        self._h.post.remote(router, events)  # not waited for
+
     async def post(self, router: str, events: list[HubEvent]) -> int:
         return int(await self._h.post.remote(router, events))
 
-    async def since(self, cursor: int | None, router: str) -> tuple[int, list[HubEvent], int]:
-        cur, new, lost = await self._h.since.remote(cursor, router)
+    async def wait(
+        self, cursor: int | None, router: str, wait_s: float
+    ) -> tuple[int, list[HubEvent], int]:
+        cur, new, lost = await self._h.wait.remote(cursor, router, wait_s)
         return int(cur), new, int(lost)
 
 

@@ -151,7 +151,7 @@ class FairqD2LPMRouter(RequestRouter):
             self.hub = HubLink(
                 f"{os.getpid()}-{id(self):x}",
                 connect_ray(hub_name(dep.app_name, dep.name)),
-                options.view_hub_period_s,
+                options.view_hub_wait_s,
             )
         self._hub_task: asyncio.Task[None] | None = None
         #: Counters: requests dispatched, moved to another replica by Ray,
@@ -356,8 +356,8 @@ class FairqD2LPMRouter(RequestRouter):
     # --- the hub (fairq.ray.hub) ---------------------------------------------
 
     def _post(self, rid: str, req: _Request, replica: RunningReplica) -> None:
-        """Note this dispatch for the hub; the first one starts the loop that
-        posts and pulls every ``view_hub_period_s``."""
+        """Post this dispatch to the hub (not waited for); the first one
+        starts the pull loop if the first replica update did not."""
         assert self.hub is not None
         head = req.tokens[:HUB_TOKENS].tolist()
         uid = str(replica.replica_id.unique_id)
@@ -380,7 +380,7 @@ class FairqD2LPMRouter(RequestRouter):
         assert self.hub is not None
         while True:
             await self._sync_hub()
-            await asyncio.sleep(self.hub.wait_s())
+            await asyncio.sleep(self.hub.pause_s())
 
     async def _sync_hub(self) -> None:
         """Post and pull (in the background of the router's loop); apply the

@@ -15,6 +15,8 @@ The shared view gives every router what the replicas saw:
   key-value store because it adds no process and no single point of failure:
   it is the path the routers already read, each replica publishes only
   itself, and a router reads what has arrived without waiting on anything.
+  A named actor is available as a shortcut on top of it (the hub, below),
+  never in its place.
 - **What a replica publishes** (``ReplicaFeedback``): a ``start`` event per
   request it takes (request id, tenant, the prompt's first ``view_tokens``
   token ids and its length), the tenant in every ``finish`` event, the ids
@@ -37,8 +39,8 @@ The shared view gives every router what the replicas saw:
   entries are counted (``view_errors``) and skipped.
 
 - **A faster channel** (``view_hub=True``, :mod:`fairq.ray.hub`): the
-  routers also post their dispatches to one named actor and pull the
-  others' every ``view_hub_period_s``; a dispatch is applied once, from
+  routers also post their dispatches to one named actor and keep a pull
+  waiting there for the others'; a dispatch is applied once, from
   whichever channel brings it first.
 
 Counters (``FairqD2LPMRouter.view.counters``): ``view_dispatches`` (from
