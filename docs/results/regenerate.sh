@@ -199,6 +199,18 @@ json.dump({"configuration": "one round: 1 router, 2 and 4 routers with placement
            "runs": runs}, open("ray_vllm_views_slack_round.json", "w"))' \
         "$tmp/round_i1.json" "$tmp/round_i2_s0.json" "$tmp/round_i2_s3.json" \
         "$tmp/round_i4_s0.json" "$tmp/round_i4_s3.json"
+      # the hub (view_hub): three paired rounds of 1 router, 2 and 4 routers with the hub
+      for run in 1 2 3; do
+        ingress_run "$tmp/hub_i1_r$run.json"
+        ingress_run "$tmp/hub_i2_r$run.json" --ingress 2 --view-hub
+        ingress_run "$tmp/hub_i4_r$run.json" --ingress 4 --view-hub
+      done
+      for cfg in i1 i2 i4; do
+        python -c 'import json, sys
+runs = [json.load(open(f)) for f in sys.argv[2:]]
+json.dump({"configuration": sys.argv[1], "runs": runs}, open(f"ray_vllm_hub_{sys.argv[1]}.json", "w"))' \
+          "$cfg" "$tmp/hub_${cfg}"_r*.json
+      done
       for cfg in i1 i2 i2_noview i4 i4_noview i2_affinity i4_affinity i2_period01 \
         i2_slack3 i2_slack8; do
         python -c 'import json, sys
