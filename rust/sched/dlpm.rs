@@ -196,18 +196,20 @@ impl Dlpm {
         }
         // each waiting client with credit: its cheapest charge (every one
         // of its waiting requests is set aside by now)
-        let mut cheapest: Vec<(u32, f64)> = Vec::new();
+        // (a per-client column, so many clients and set-aside requests
+        // cost O(set aside + clients), not their product)
+        let mut least = vec![f64::INFINITY; book.clients.len()];
         let set_aside = self.walk.poor.iter().chain(&self.walk.hidden);
         for &(c, _, r) in set_aside {
-            if !credit_waits(book, &self.deficits, c) {
-                continue;
-            }
-            let charge = self.charge(book, r);
-            match cheapest.iter_mut().find(|(d, _)| *d == c) {
-                Some((_, t)) => *t = t.min(charge),
-                None => cheapest.push((c, charge)),
+            if credit_waits(book, &self.deficits, c) {
+                let t = &mut least[c as usize];
+                *t = t.min(self.charge(book, r));
             }
         }
+        let cheapest: Vec<(u32, f64)> = (0..book.clients.len() as u32)
+            .zip(least)
+            .filter(|(_, t)| *t < f64::INFINITY)
+            .collect();
         debug_assert_eq!(cheapest.len(), self.credit_clients_waiting);
         let quantum = self.quantum.value();
         let in_debt = book
