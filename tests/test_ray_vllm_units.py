@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fairq.enginebench.ray_vllm import fault_timeline
+from fairq.enginebench.ray_faults import fault_timeline
 from fairq.enginebench.traffic import HttpRequest, HttpResult
 
 
@@ -89,14 +89,14 @@ def test_complete_needs_every_token_asked_for() -> None:
 def test_failed_requests_are_counted_per_tenant_and_by_error() -> None:
     from dataclasses import replace
 
-    from fairq.enginebench.ray_vllm import _error_counts, _failed_by_tenant
+    from fairq.enginebench.ray_faults import error_counts, failed_by_tenant
 
     ok = _result("a", 0.0, [1.0, 2.0])
     gone = replace(_result("a", 0.5, [1.0]), status=500, error="Internal Server Error")
     cut = replace(_result("b", 0.5, [1.0]), error="RemoteProtocolError: peer closed")
     results = [ok, gone, cut, _result("b", 1.0, [2.0])]
-    assert _failed_by_tenant(results) == {"a": [1, 2], "b": [1, 2]}
-    assert _error_counts(results) == {
+    assert failed_by_tenant(results) == {"a": [1, 2], "b": [1, 2]}
+    assert error_counts(results) == {
         "500: Internal Server Error": 1,
         "200: RemoteProtocolError: peer closed": 1,
     }
@@ -105,17 +105,17 @@ def test_failed_requests_are_counted_per_tenant_and_by_error() -> None:
 def test_an_ingress_replacement_is_up_when_new_and_serve_counts_it_running(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from fairq.enginebench import ray_vllm
+    from fairq.enginebench import ray_faults
 
     live = ["b"]  # "a" was killed
     running = [1]
-    monkeypatch.setattr(ray_vllm, "_replica_actors", lambda dep: list(live))
-    monkeypatch.setattr(ray_vllm, "_running", lambda dep: running[0])
-    k = ray_vllm._Killer(1.0, "/nonexistent", "ingress")
+    monkeypatch.setattr(ray_faults, "_replica_actors", lambda dep: list(live))
+    monkeypatch.setattr(ray_faults, "_running", lambda dep: running[0])
+    k = ray_faults.Killer(1.0, "/nonexistent", "ingress")
     before = {"a", "b"}
     assert k._replacement(before, 2) is None  # no new actor yet
     live.append("c")
     assert k._replacement(before, 2) is None  # created, not RUNNING yet
     running[0] = 2
     assert k._replacement(before, 2) == "c"
-    assert ray_vllm.KILL_TARGETS["ingress"] == "OpenAiIngress"
+    assert ray_faults.KILL_TARGETS["ingress"] == "OpenAiIngress"
