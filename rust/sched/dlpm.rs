@@ -32,6 +32,17 @@
 //! (`oversize_budget <= token_budget`) it blocks them while its client has
 //! credit.
 //!
+//! Strict credit (option `strict_credit`, off by default; ALGORITHMS.md
+//! §6): a request is admitted only when its charge is below its client's
+//! deficit. A request of a client with credit that does not cover it is set
+//! aside for the pass (`Walk::poor`), like one that does not fit. A walk
+//! that admits nothing, while every waiting client with credit has only
+//! such requests, refills in rounds ([`Dlpm::poverty_refill`]) until some
+//! waiting client can pay for its cheapest request; a client with credit
+//! and a covered request that does not fit blocks it, as above. Theorem
+//! 4.1's bound is unchanged (the deficit's range moves up by one charge and
+//! no longer goes below `-w_q * M`).
+//!
 //! Cost: the repeated walks stay within LPM's bound. A request seen not to
 //! fit leaves its client's order for the rest of the call (the budget only
 //! shrinks), a walk is repeated only after a refill or admission, and a
@@ -132,13 +143,32 @@ impl Dlpm {
         let Some(rounds) = rounds_until_positive(waiting, quantum) else {
             return;
         };
+        self.apply_rounds(book, quantum, rounds, &[]);
+        debug_assert!(self.credit_clients_waiting > 0);
+    }
+
+    /// Apply `rounds` refill rounds of `quantum`: every known client with
+    /// `q <= 0` gets `quantum` per round until positive, and each
+    /// `(client, threshold)` of `poor` (strict credit) per round until `q`
+    /// exceeds its threshold; counted in `refills`, `largest_quantum` and
+    /// `credit_clients_waiting` kept in step.
+    fn apply_rounds<T>(
+        &mut self,
+        book: &Book<T>,
+        quantum: f64,
+        rounds: Rounds,
+        poor: &[(u32, f64)],
+    ) {
         self.largest_quantum = self.largest_quantum.max(quantum);
         self.refills = self.refills.saturating_add(rounds.count);
         refill(&mut self.deficits, quantum, rounds);
+        for &(c, t) in poor {
+            let q = &mut self.deficits[c as usize];
+            *q = refill_steps_above(*q, t, quantum, rounds.count).1;
+        }
         self.credit_clients_waiting = (0..book.clients.len() as u32)
             .filter(|&c| self.waits_with_credit(book, c))
             .count();
-        debug_assert!(self.credit_clients_waiting > 0);
     }
 }
 
@@ -229,16 +259,7 @@ impl Dlpm {
             (Some(r), None) => r,
             (None, None) => return false,
         };
-        self.largest_quantum = self.largest_quantum.max(quantum);
-        self.refills = self.refills.saturating_add(rounds.count);
-        refill(&mut self.deficits, quantum, rounds);
-        for (c, t) in cheapest {
-            let q = &mut self.deficits[c as usize];
-            *q = refill_steps_above(*q, t, quantum, rounds.count).1;
-        }
-        self.credit_clients_waiting = (0..book.clients.len() as u32)
-            .filter(|&c| self.waits_with_credit(book, c))
-            .count();
+        self.apply_rounds(book, quantum, rounds, &cheapest);
         // what was set aside as unaffordable may be affordable now
         for (c, k, r) in std::mem::take(&mut self.walk.poor) {
             self.index.unhide_from_client(c, k, r);
