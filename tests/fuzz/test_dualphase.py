@@ -34,10 +34,12 @@ def dp_snap(q: Any) -> Any:
 
 def _forget(ids: list[Any], h: Any) -> None:
     """Drop the first id equal to ``h`` (``list.remove`` compares with
-    ``==``, which numpy broadcasts against a tuple id: an array, no bool)."""
+    ``==``, which numpy broadcasts against a tuple id: an array, no bool).
+    The same object counts as equal, as in the queue's own lookup: a NaN id
+    is not ``==`` to itself."""
     for i, x in enumerate(ids):
         try:
-            same = bool(x == h)
+            same = x is h or bool(x == h)
         except ValueError:
             same = False
         if same:
