@@ -18,6 +18,7 @@
 #   docs/results/regenerate.sh step-fit   # vLLM's step times in-process, the step model fitted to them (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~2 min)
 #   docs/results/regenerate.sh wheel      # .ci/build-wheel: the auditwheel report, sizes (~3 min)
 #   docs/results/regenerate.sh gpu        # transformers' 1B model on one GPU: every policy, one trace (~6 min on an H100; writes $GPU_OUT, default gpu/latest; docs/results/gpu/README.md)
+#   docs/results/regenerate.sh gpu-strict # the same GPU: DLPM's strict credit against the default, docs and Mooncake (~5 min on an H100)
 #   docs/results/regenerate.sh quantum    # DLPM's automatic quantum against fixed ones (~8 min; quantum_auto.md)
 #   docs/results/regenerate.sh frontier   # throughput against Jain under cache pressure, vLLM 0.33 in-process (~15 min; frontier.md)
 #   docs/results/regenerate.sh splice     # only re-copy the tables into the docs
@@ -294,7 +295,7 @@ json.dump({"configuration": sys.argv[1], "runs": runs}, open(f"ray_vllm_views_{s
       } >wheel.md
       rm -rf "$tmp"
       ;;
-    gpu)
+    gpu | gpu-strict)
       # One GPU (H100/H200), fairq installed from its wheel with --no-deps next to
       # PyTorch and transformers: docs/results/gpu/README.md. Sized to end inside
       # 8 minutes; each table is written as soon as it is measured.
@@ -310,6 +311,23 @@ json.dump({"configuration": sys.argv[1], "runs": runs}, open(f"ray_vllm_views_{s
       docs=(--clients 4 --requests-per-client 8 --flood-factor 4 --prefix-len 512
         --docs-per-client 4 --suffix-len 64 --max-new-tokens 32 --num-blocks 160
         --max-batch-tokens 1024 --max-requests-per-batch 8)
+      if [ "$part" = gpu-strict ]; then
+        # DLPM's strict credit (ALGORITHMS.md section 6, docs/results/frontier.md) against
+        # the default on the same two workloads, the baselines in the same run
+        "${gb[@]}" --policies lpm,vtc,dlpm "${docs[@]}" --quantum auto \
+          --json "$out/transformers_1b_docs.json" | tee "$out/transformers_1b_docs.md"
+        "${gb[@]}" --policies dlpm "${docs[@]}" --quantum auto --strict-credit \
+          --json "$out/transformers_1b_docs_strict.json" | tee "$out/transformers_1b_docs_strict.md"
+        "${gb[@]}" --policies dlpm "${docs[@]}" --quantum auto --strict-credit --quantum-scale 0.75 \
+          --json "$out/transformers_1b_docs_strict_x075.json" | tee "$out/transformers_1b_docs_strict_x075.md"
+        moon=(--trace "${GPU_TRACE:-mooncake-small}" --quantum auto --max-new-tokens 32 --num-blocks 256
+          --max-batch-tokens 1024 --max-requests-per-batch 8)
+        "${gb[@]}" --policies lpm,dlpm "${moon[@]}" \
+          --json "$out/transformers_1b_mooncake.json" | tee "$out/transformers_1b_mooncake.md"
+        "${gb[@]}" --policies dlpm "${moon[@]}" --strict-credit \
+          --json "$out/transformers_1b_mooncake_strict.json" | tee "$out/transformers_1b_mooncake_strict.md"
+        continue
+      fi
       # every policy on the H200 run's "docs" workload, DLPM's quantum automatic
       "${gb[@]}" --policies fifo,fcfs,lpm,vtc,dlpm,las "${docs[@]}" --quantum auto \
         --json "$out/transformers_1b_docs.json" | tee "$out/transformers_1b_docs.md"
