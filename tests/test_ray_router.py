@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -298,6 +299,43 @@ def test_greedy_tenant_spreads_once_its_deficit_is_spent() -> None:
             sum(c.count(f"r{i}") for c in chosen.values()) for i in range(2)
         ]
         assert router.counters["dispatched"] == 24 and router.counters["moved"] == 0
+
+    run(go())
+
+
+def test_placements_count_where_dispatches_went_against_the_prefix(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With the stats directory set, the router counts each dispatch as
+    ``new`` (held nowhere or everywhere), ``held`` (to a holder of its longest match) or
+    ``off_credit`` (the holders had none of the tenant's credit): the greedy
+    tenant's one move off its replica is the one ``off_credit``."""
+    from fairq.ray.router import ROUTER_STATS_DIR_ENV
+
+    monkeypatch.setenv(ROUTER_STATS_DIR_ENV, str(tmp_path))
+
+    async def go() -> None:
+        router = make_router(worker_quantum=450)
+        reps = [StatsReplica(f"r{i}") for i in range(2)]
+        router.update_replicas(reps)
+        greedy: list[str] = []
+        for i in range(12):
+            for tenant, toks in (("greedy", PREFIX + [900 + i]), ("small", [7000 + i] * 10)):
+                pr = request(body(tenant, toks))
+                replica = await router._choose_replica_for_request(pr)
+                router.on_request_routed(pr, replica.replica_id, None)
+                if tenant == "greedy":
+                    greedy.append(replica.replica_id.unique_id)
+        moved = next(i for i, r in enumerate(greedy) if r != greedy[0])
+        # every small request, greedy's first, and greedy's after its move
+        # (both replicas then hold its prefix): placed by load and credit;
+        # the move itself: off_credit; greedy's before it: to the holder
+        assert moved >= 2
+        assert router.stats()["placements"] == {
+            "new": 12 + 1 + (11 - moved),
+            "held": moved - 1,
+            "off_credit": 1,
+        }
 
     run(go())
 

@@ -177,6 +177,9 @@ class FairqD2LPMRouter(RequestRouter):
         )
         #: with ROUTER_STATS_DIR_ENV: replica unique id -> tenant -> requests routed there
         self._routed: dict[str, dict[str, int]] = {}
+        #: with ROUTER_STATS_DIR_ENV: dispatches by where they went against
+        #: the longest held prefix (:meth:`_count_placement`)
+        self._placements: dict[str, int] = {}
         self._stats_dir = os.environ.get(ROUTER_STATS_DIR_ENV, "").strip() or None
         self._stats_at = float("-inf")
         self.admission: AdmissionControl | None = None
@@ -343,8 +346,12 @@ class FairqD2LPMRouter(RequestRouter):
             self.view.expire()
             self.view.note_dispatch(list(by_slot))
             self.view.mine(rid)
-            w = self._d.dispatch_among(rid, req.tenant, req.tokens, list(by_slot))
+            slots = list(by_slot)
+            probe = None if self._stats_dir is None else self._probe(req, slots)
+            w = self._d.dispatch_among(rid, req.tenant, req.tokens, slots)
             self.counters["dispatched"] += 1
+            if probe is not None:
+                self._count_placement(probe, w)
             if self.hub is not None:
                 self._post(rid, req, by_slot[w])
         pick = by_slot[w]
@@ -352,6 +359,32 @@ class FairqD2LPMRouter(RequestRouter):
             return [[pick]]
         rest = [r for s, r in by_slot.items() if s != w] + unslotted
         return [[pick], rest] if rest else [[pick]]
+
+    # --- where a dispatch went against the prefix (stats only) ---------------
+
+    def _probe(self, req: _Request, slots: list[int]) -> tuple[int, set[int], bool]:
+        """Before a dispatch: the longest prefix some replica holds, its
+        holders among ``slots``, and whether the tenant has credit on one."""
+        n, holders = self._d.longest_match(req.tokens)
+        g = set(holders).intersection(slots)
+        if g.issuperset(slots):
+            n = 0  # held everywhere (or nowhere): the prefix decides nothing
+        return n, g, any(self._d.deficit(req.tenant, w) > 0 for w in g)
+
+    def _count_placement(self, probe: tuple[int, set[int], bool], w: int) -> None:
+        """``placements``: ``new`` (every candidate replica, or none, held
+        the prompt's longest match: placed by load and credit alone),
+        ``held`` (it went to a replica holding its longest match), else
+        ``off_credit`` (the holders had none of the tenant's credit, D2LPM's
+        rule) or ``off_other`` (a holder was not a candidate)."""
+        n, g, credit = probe
+        if n == 0:
+            kind = "new"
+        elif w in g:
+            kind = "held"
+        else:
+            kind = "off_other" if credit or not g else "off_credit"
+        self._placements[kind] = self._placements.get(kind, 0) + 1
 
     # --- the hub (fairq.ray.hub) ---------------------------------------------
 
@@ -458,7 +491,9 @@ class FairqD2LPMRouter(RequestRouter):
     def stats(self) -> dict[str, Any]:
         """Counters, the shared view's counters and age at dispatch
         (:meth:`SharedView.ages`), and, with ``ROUTER_STATS_DIR_ENV`` set,
-        the requests routed per replica and tenant (``routed``)."""
+        the requests routed per replica and tenant (``routed``) and where
+        its dispatches went against the prompts' longest held prefixes
+        (``placements``, :meth:`_count_placement`)."""
         return {
             "pid": os.getpid(),
             "time": time.time(),
@@ -469,6 +504,7 @@ class FairqD2LPMRouter(RequestRouter):
             "view_age": self.view.ages(),
             "hub_age": self.view.ages(hub=True),
             "routed": {r: dict(t) for r, t in self._routed.items()},
+            "placements": dict(self._placements),
         }
 
     def _write_stats(self) -> None:
