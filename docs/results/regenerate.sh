@@ -212,6 +212,9 @@ runs = [json.load(open(f)) for f in sys.argv[2:]]
 json.dump({"configuration": sys.argv[1], "runs": runs}, open(f"ray_vllm_hub_{sys.argv[1]}.json", "w"))' \
           "$cfg" "$tmp/hub_${cfg}"_r*.json
       done
+      # where the dispatches went against the held prefixes (the routers' placements)
+      ingress_run ray_vllm_placements_i1.json
+      ingress_run ray_vllm_placements_i2.json --ingress 2 --view-hub
       for cfg in i1 i2 i2_noview i4 i4_noview i2_affinity i4_affinity i2_period01 \
         i2_slack3 i2_slack8; do
         python -c 'import json, sys
