@@ -20,6 +20,8 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -224,16 +226,11 @@ def test_hostile_traffic_keeps_serving(server: VllmServer, model: str) -> None:
 # ---- contention: fairness and locality measured over HTTP --------------------
 
 
-WELL_ARRIVAL_S = 1.5
-
-
 def _contention_workload() -> list[HttpRequest]:
     """A tenant floods 64 requests on one 512-token prefix (4 KV blocks) at
-    t=0; three tenants send 6 each on their own prefixes at t=1.5 s, when
-    the flood is queued. 32 output tokens, streamed. With 16 KV blocks, two
-    prefixes fit beside the running requests, not four. (At 0.5 s, one CI
-    run's stock vLLM ended only 0.28 of the flood before the well-behaved
-    tenants' last request: the flood had not all reached the engine yet.)"""
+    t=0; three tenants send 6 each on their own prefixes once the flood is
+    queued (:func:`_send_contended`). 32 output tokens, streamed. With 16 KV
+    blocks, two prefixes fit beside the running requests, not four."""
     reqs = []
     flood_prefix = _prompt(1000, 512)
     for i in range(64):
@@ -251,7 +248,6 @@ def _contention_workload() -> list[HttpRequest]:
                     f"well{t}",
                     _prompt(4000 + 10 * t + i, 528, prefix),
                     32,
-                    WELL_ARRIVAL_S,
                     stream=True,
                 )
             )
@@ -264,7 +260,7 @@ def _contention_run(model: str, policy: str | None, tmp: Path) -> dict[str, Any]
     args = ["--num-gpu-blocks-override", "16"]
     with _server(model, policy, tmp / f"{policy}.log", args=args, max_model_len=1024) as s:
         before = scrape(s.url)
-        results = send_all(s.url, model, _contention_workload())
+        results = _send_contended(s.url, model, _contention_workload())
         after = scrape(s.url)
     assert s.proc is not None
     with pytest.raises(ProcessLookupError):  # the whole process group is gone
@@ -280,6 +276,30 @@ def _contention_run(model: str, policy: str | None, tmp: Path) -> dict[str, Any]
     row["well_behaved"] = {k: row["well_behaved"][k] for k in ("latency_p50_s", "ttft_p50_s")}
     row["flood"] = None
     return row
+
+
+def _send_contended(url: str, model: str, reqs: list[HttpRequest]) -> list[HttpResult]:
+    """Send the flood at once and the other tenants as soon as half the flood
+    waits in vLLM's scheduler (``vllm:num_requests_waiting``), on one clock.
+    A fixed delay raced the machine's speed both ways: at 0.5 s one CI run's
+    flood had not all reached the engine (stock vLLM ended only 0.28 of it
+    before the well-behaved tenants' last request); at 1.5 s a quiet run's
+    stock vLLM had served most of it already, and the well-behaved tenants
+    got 0.55 of the output while all were backlogged, leaving the fair
+    policies nothing to improve on."""
+    flood = [r for r in reqs if r.tenant == "flood"]
+    well = [r for r in reqs if r.tenant != "flood"]
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(1) as pool:
+        sent = pool.submit(send_all, url, model, flood, t0=t0)
+        deadline = time.monotonic() + 120
+        while metric_sum(scrape(url), "vllm:num_requests_waiting") < len(flood) // 2:
+            assert not sent.done(), "the flood was served before half of it queued"
+            assert time.monotonic() < deadline, "the flood never queued in the server"
+            time.sleep(0.05)
+        now = time.perf_counter() - t0
+        late = send_all(url, model, [replace(r, arrival=now) for r in well], t0=t0)
+        return sent.result() + late
 
 
 def _well_share(row: dict[str, Any]) -> float:

@@ -159,13 +159,9 @@ def send_with_flood(
 
     async def both() -> Any:
         t0 = time.perf_counter() + 1.0  # both clients started and connected
-        light_task = asyncio.ensure_future(_send_all_at(base, model, light, t0))
+        light_task = asyncio.ensure_future(_send_all(base, model, light, 900.0, 256, t0))
         f = await _flood(base, model, flood, t0, conns)
         return f, await light_task
-
-    async def _send_all_at(base: str, model: str, reqs: Any, t0: float) -> Any:
-        await asyncio.sleep(max(t0 - time.perf_counter(), 0))
-        return await _send_all(base, model, reqs, 900.0, 256)
 
     return asyncio.run(both())
 

@@ -243,7 +243,12 @@ async def _one(client: Any, base: str, model: str, r: HttpRequest, t0: float) ->
 
 
 async def _send_all(
-    base: str, model: str, requests: Sequence[HttpRequest], timeout: float, limit: int
+    base: str,
+    model: str,
+    requests: Sequence[HttpRequest],
+    timeout: float,
+    limit: int,
+    t0: float | None,
 ) -> list[HttpResult]:
     import httpx
 
@@ -253,8 +258,8 @@ async def _send_all(
         # first connection cost a busy 2-core machine up to seconds, which
         # would otherwise delay every arrival due in that time
         await client.get(base + "/health")
-        t0 = time.perf_counter()
-        return list(await asyncio.gather(*(_one(client, base, model, r, t0) for r in requests)))
+        start = time.perf_counter() if t0 is None else t0
+        return list(await asyncio.gather(*(_one(client, base, model, r, start) for r in requests)))
 
 
 def send_all(
@@ -264,11 +269,15 @@ def send_all(
     *,
     timeout: float = 600.0,
     max_connections: int = 1024,
+    t0: float | None = None,
 ) -> list[HttpResult]:
     """Send ``requests`` (each at its ``arrival``, concurrently) to the
     server at ``base_url`` serving ``model``; results in the same order.
-    Never raises for a request that fails: its result says why."""
-    return asyncio.run(_send_all(base_url, model, requests, timeout, max_connections))
+    Never raises for a request that fails: its result says why. ``t0``: the
+    clock's zero, a ``time.perf_counter()`` value, for arrivals and the
+    results' times (to share one clock with another ``send_all`` running
+    beside it); default: when the first connection is made."""
+    return asyncio.run(_send_all(base_url, model, requests, timeout, max_connections, t0))
 
 
 #: A parsed ``/metrics`` page: ``{metric name: {sorted label pairs: value}}``.
