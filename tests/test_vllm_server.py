@@ -37,7 +37,7 @@ from fairq.enginebench.traffic import (
     settle_metrics,
 )
 
-from reference.vllm import require_serving_vllm
+from reference.vllm import require_serving_vllm, vllm_server, wait_until_waiting
 
 pytestmark = pytest.mark.vllm_server
 
@@ -76,7 +76,7 @@ def _server(model: str, policy: str | None, tmp: Path, **kw: Any) -> VllmServer:
     args = list(SMALL)
     if policy == "priority":
         args += ["--scheduling-policy", "priority"]
-    return VllmServer(model, policy, args=args + list(kw.pop("args", [])), log=tmp, **kw)
+    return vllm_server(model, policy, args=args + list(kw.pop("args", [])), log=tmp, **kw)
 
 
 @pytest.fixture(scope="module", params=POLICIES, ids=lambda p: p or "stock")
@@ -284,27 +284,19 @@ def _contention_run(model: str, policy: str | None, tmp: Path) -> dict[str, Any]
 
 def _send_contended(url: str, model: str, reqs: list[HttpRequest]) -> list[HttpResult]:
     """Send the flood at once and the other tenants as soon as half the flood
-    waits in vLLM's scheduler (``vllm:num_requests_waiting``), and at the
-    latest ``WELL_LATEST_S`` after it, on one clock. A fixed delay raced the
-    machine's speed both ways: at 0.5 s one CI run's flood had not all
-    reached the engine (stock vLLM ended only 0.28 of it before the
-    well-behaved tenants' last request); at 1.5 s a quiet run's stock vLLM
-    had served most of it already, and the well-behaved tenants got 0.55 of
-    the output while all were backlogged, leaving the fair policies nothing
-    to improve on. (Under a full test run here the gauge once never reached
-    half the flood: its client sent it slower than the server took it; then
-    the 1.5 s of before applies.)"""
+    waits in vLLM's scheduler (:func:`wait_until_waiting`), and at the latest
+    ``WELL_LATEST_S`` after it, on one clock. (At 0.5 s one CI run's flood had
+    not all reached the engine; at 1.5 s a quiet run's stock vLLM had served
+    most of it, leaving the fair policies nothing to improve on. Under a full
+    test run here the gauge once never reached half the flood: its client
+    sent it slower than the server took it; then the 1.5 s applies.)"""
     flood = [r for r in reqs if r.tenant == "flood"]
     well = [r for r in reqs if r.tenant != "flood"]
     t0 = time.perf_counter()
     with ThreadPoolExecutor(1) as pool:
         sent = pool.submit(send_all, url, model, flood, t0=t0)
-        while (
-            time.perf_counter() - t0 < WELL_LATEST_S
-            and not sent.done()
-            and metric_sum(scrape(url), "vllm:num_requests_waiting") < len(flood) // 2
-        ):
-            time.sleep(0.05)
+        until = time.monotonic() + WELL_LATEST_S
+        wait_until_waiting(url, len(flood) // 2, until, stop=sent.done)
         now = time.perf_counter() - t0
         late = send_all(url, model, [replace(r, arrival=now) for r in well], t0=t0)
         return sent.result() + late

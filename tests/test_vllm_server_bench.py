@@ -32,10 +32,9 @@ from typing import Any
 
 import pytest
 
-from fairq.enginebench.server import VllmServer, server_python, write_model
-from fairq.enginebench.traffic import metric_sum, scrape
+from fairq.enginebench.server import server_python, write_model
 
-from reference.vllm import require_serving_vllm
+from reference.vllm import require_serving_vllm, vllm_server, wait_until_waiting
 
 pytestmark = pytest.mark.vllm_server
 
@@ -123,7 +122,7 @@ def run(model: str, policy: str | None, tmp: Path) -> dict[str, Any]:
     args = ["--max-num-seqs", "4", "--max-num-batched-tokens", "512"]
     args += ["--num-gpu-blocks-override", "16"]
     name = policy or "stock"
-    with VllmServer(model, policy, args=args, log=tmp / f"{name}.log", max_model_len=1024) as s:
+    with vllm_server(model, policy, args=args, log=tmp / f"{name}.log", max_model_len=1024) as s:
         procs = {}
         for tenant in TENANTS:
             out = tmp / f"{name}-{tenant}.json"
@@ -141,7 +140,12 @@ def run(model: str, policy: str | None, tmp: Path) -> dict[str, Any]:
         queued = False
         for tenant, (_, _, delay, _) in sorted(TENANTS.items(), key=lambda kv: kv[1][2]):
             if delay > 0 and not queued:  # once, before the first well-behaved tenant
-                _wait_flood_queued(s.url, deadline)
+                # most of the flood waits in vLLM: its client samples and
+                # tokenizes its prompts after its signal, so a fixed delay
+                # alone raced it (in one quiet run stock vLLM served the
+                # well-behaved tenants at once, no contention to measure)
+                want = TENANTS["flood"][0] // 2
+                assert wait_until_waiting(s.url, want, deadline), "the flood never queued"
                 queued = True
             while time.monotonic() - t0 < delay:
                 time.sleep(0.01)
@@ -153,18 +157,6 @@ def run(model: str, policy: str | None, tmp: Path) -> dict[str, Any]:
         wall = time.monotonic() - t0
     results = {t: json.loads(out.read_text()) for t, (_, out, _) in procs.items()}
     return {"wall_s": wall, "tenants": results}
-
-
-def _wait_flood_queued(url: str, deadline: float) -> None:
-    """Wait until most of the flood waits in vLLM's scheduler. The flood's
-    client samples and tokenizes its 96 prompts after its signal, so a fixed
-    delay alone raced it: in one quiet run the well-behaved tenants' requests
-    reached the server first and stock vLLM served them at once (median
-    0.85 s, no contention to measure)."""
-    want = TENANTS["flood"][0] // 2
-    while metric_sum(scrape(url), "vllm:num_requests_waiting") < want:
-        assert time.monotonic() < deadline, "the flood never queued in the server"
-        time.sleep(0.05)
 
 
 def _log(tmp: Path, name: str, tenant: str) -> str:

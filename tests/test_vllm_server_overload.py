@@ -28,10 +28,10 @@ from fairq.enginebench.overload import (
     send_with_flood,
     summarize,
 )
-from fairq.enginebench.server import ServerError, VllmServer, write_model
+from fairq.enginebench.server import ServerError, write_model
 from fairq.enginebench.traffic import HttpRequest, metric_sum, scrape, send_all, settle_metrics
 
-from reference.vllm import require_serving_vllm
+from reference.vllm import require_serving_vllm, vllm_server
 
 pytestmark = pytest.mark.vllm_server
 
@@ -61,7 +61,7 @@ def _post(url: str, body: dict, headers: dict[str, str]) -> tuple[int, dict[str,
 def test_flood_gets_429s_well_behaved_none_memory_bounded(model: str, tmp_path: Path) -> None:
     options = {"limits": {"max_requests": LIMIT}}
     args = ["--max-num-seqs", "4", "--middleware", MIDDLEWARE]
-    with VllmServer(model, "vtc", options=options, args=args, log=tmp_path / "s.log") as s:
+    with vllm_server(model, "vtc", options=options, args=args, log=tmp_path / "s.log") as s:
         assert s.proc is not None
         send_all(s.url, model, [HttpRequest("warm", "warm", [5] * 8, 2)])  # warm up
         rss0 = group_rss(s.proc.pid)
@@ -102,7 +102,7 @@ def test_refusals_as_a_client_sees_them_and_bad_limits_stop_the_server(
 ) -> None:
     options = {"limits": {"tenant_max_requests": 1, "tenant_max_tokens": 400}}
     args = ["--max-num-seqs", "4", "--middleware", MIDDLEWARE]
-    with VllmServer(model, "vtc", options=options, args=args, log=tmp_path / "s.log") as s:
+    with vllm_server(model, "vtc", options=options, args=args, log=tmp_path / "s.log") as s:
         long = {"model": model, "prompt": [5] * 8, "max_tokens": 300, "ignore_eos": True}
         with ThreadPoolExecutor(1) as pool:
             first = pool.submit(_post, s.url, long, {"x-request-id": "busy:1"})
@@ -118,7 +118,7 @@ def test_refusals_as_a_client_sees_them_and_bad_limits_stop_the_server(
         assert code == 413 and "retry-after" not in {k.lower() for k in headers}
         assert err["error"]["fairq"] == {"reason": "too_large", "tenant": "big"}
     t = time.monotonic()
-    bad = VllmServer(
+    bad = vllm_server(
         model,
         "vtc",
         options={"limits": {"max_requests": 0}},

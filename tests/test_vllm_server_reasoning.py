@@ -28,7 +28,7 @@ import pytest
 from fairq.enginebench.server import VllmServer, think_token_ids, write_model
 from fairq.enginebench.traffic import HttpRequest, HttpResult, metric_sum, scrape, send_all
 
-from reference.vllm import require_serving_vllm
+from reference.vllm import require_serving_vllm, vllm_server
 
 pytestmark = pytest.mark.vllm_server
 
@@ -85,7 +85,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[VllmServe
     log = tmp_path_factory.mktemp("log") / "server.log"
     # the context manager stops the server's whole process group, also when
     # a test fails or start-up does not finish within its timeout
-    with VllmServer(model, "dlpm", options=OPTIONS, args=ARGS, log=log, startup_timeout=300) as s:
+    with vllm_server(model, "dlpm", options=OPTIONS, args=ARGS, log=log, startup_timeout=300) as s:
         yield s, model
 
 

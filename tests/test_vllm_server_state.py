@@ -41,7 +41,7 @@ import pytest
 from fairq.enginebench.server import VllmServer, write_model
 from fairq.enginebench.traffic import HttpRequest, HttpResult, metric_sum, scrape, send_all
 
-from reference.vllm import require_serving_vllm
+from reference.vllm import require_serving_vllm, vllm_server
 
 pytestmark = pytest.mark.vllm_server
 
@@ -83,7 +83,7 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def _server(model: str, state: Path, log: Path) -> VllmServer:
     """A vtc server on ``state`` (a new instance: a new free port)."""
-    return VllmServer(
+    return vllm_server(
         model,
         "vtc",
         options={"state_file": str(state), "state_interval_s": 1},
@@ -365,11 +365,14 @@ def test_fairness_state_survives_sigterm_and_sigkill(model: str, tmp_path: Path)
         assert _doc(state)["state"] == {"tiers": {}}  # the fresh start's first save
 
         # control: with fresh state the greedy tenant, first to arrive, is
-        # served first (VTC: the others are lifted to its counter, ties go
-        # to the first seen) ...
+        # served in the first round (VTC: the others are lifted to its
+        # counter, ties go to the first seen), not last as after a restore.
+        # Completion order is read by the client: under load two consecutive
+        # completions can be read in either order (one run had a, g, b, ...),
+        # so g may be read second.
         doc, order = _round(s1, model, state, "c1")
         assert list(_clients(doc))[:2] == ["z", GREEDY], _clients(doc)  # g arrived first
-        assert order[0] == GREEDY, order
+        assert GREEDY in order[:2], order
 
         # -- 2. all three waiting, g ahead: SIGTERM to the API server -------------------
         # (the file shows the control's service once the engine steps again:
@@ -429,7 +432,7 @@ BURST_SERVICE = BURST * (1.0 * BURST_PROMPT + 2.0 * BURST_OUT)
 
 def _burst_server(model: str, state: Path, log: Path) -> VllmServer:
     """A vtc server on ``state`` saving every second, vLLM's defaults otherwise."""
-    return VllmServer(
+    return vllm_server(
         model,
         "vtc",
         options={"state_file": str(state), "state_interval_s": 1},

@@ -2,7 +2,7 @@
 
 ``tests/v1/core/test_scheduler.py`` from the vLLM release sdist (fetched by
 ``.ci/fetch-vllm-tests``; ``FAIRQ_VLLM_TESTS`` names the folder, ``HF_HOME``
-the offline model-config cache) runs twice in subprocesses: with vLLM's own
+the offline model-config cache) runs twice, in two subprocesses side by side: with vLLM's own
 ``Scheduler``/``AsyncScheduler``, and with ``fairq.vllm.scheduler``'s classes
 substituted for them (``tests/vllm_upstream/fairq_plugin.py``) in the ``fcfs``
 and ``priority`` modes the tests configure. fairq's run must pass every test
@@ -33,12 +33,15 @@ if not vllm.__version__.startswith("0.33."):
 PLUGIN_DIR = Path(__file__).parent / "vllm_upstream"
 
 
-def run_upstream(with_fairq: bool) -> tuple[set[str], set[str], str]:
+def start_upstream(with_fairq: bool, log: Path) -> subprocess.Popen[bytes]:
+    """vLLM's scheduler tests in a subprocess writing to ``log`` (one thread
+    for torch: the two runs go side by side on the machine's cores)."""
     env = dict(os.environ)
     env.pop("FAIRQ_VLLM_POLICY", None)
     env.pop("FAIRQ_VLLM_OPTIONS", None)
     env["VLLM_TARGET_DEVICE"] = "cpu"
     env["HF_HUB_OFFLINE"] = "1"
+    env["OMP_NUM_THREADS"] = "1"
     env["PYTHONPATH"] = os.pathsep.join([str(PLUGIN_DIR), env.get("PYTHONPATH", "")])
     cmd = [
         sys.executable,
@@ -52,17 +55,30 @@ def run_upstream(with_fairq: bool) -> tuple[set[str], set[str], str]:
     ]
     if with_fairq:
         cmd += ["-p", "fairq_plugin"]
-    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
-    out = p.stdout + p.stderr
+    with open(log, "wb") as f:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
+
+
+def outcome(p: subprocess.Popen[bytes], log: Path) -> tuple[set[str], set[str], str]:
+    """A run's passed and failed (or erroring) tests, and its output."""
+    p.wait(timeout=1500)
+    out = log.read_text(errors="replace")
     passed = set(re.findall(r"^PASSED (\S+)", out, re.M))
     failed = set(re.findall(r"^(?:FAILED|ERROR) (\S+)", out, re.M))
     return passed, failed, out
 
 
-def test_vllm_scheduler_tests_pass_with_fairq_classes() -> None:
-    base_passed, base_failed, _ = run_upstream(with_fairq=False)
+def test_vllm_scheduler_tests_pass_with_fairq_classes(tmp_path: Path) -> None:
+    logs = tmp_path / "vllm.log", tmp_path / "fairq.log"
+    base, ours = start_upstream(False, logs[0]), start_upstream(True, logs[1])
+    try:
+        base_passed, base_failed, _ = outcome(base, logs[0])
+        passed, failed, out = outcome(ours, logs[1])
+    finally:
+        for p in (base, ours):
+            p.kill()
+            p.wait()
     assert len(base_passed) > 150, "vLLM's own run should pass most of its scheduler tests"
-    passed, failed, out = run_upstream(with_fairq=True)
     m = re.search(r"^FAIRQ-SCHEDULERS (\d+) (.*)$", out, re.M)
     assert m, "the fairq plugin did not run"
     assert int(m.group(1)) > 100

@@ -15,13 +15,15 @@ from __future__ import annotations
 import heapq
 import math
 import operator
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from fairq.benchmarks.vllm import BaselineFCFSRequestQueue
+from fairq.enginebench.server import VllmServer
 
 
 class Req:
@@ -220,3 +222,36 @@ def require_serving_vllm() -> str:
             allow_module_level=True,
         )
     return version
+
+
+def wait_until_waiting(
+    url: str, want: int, until: float, stop: Callable[[], bool] = lambda: False
+) -> bool:
+    """Poll the vLLM server at ``url`` (its ``vllm:num_requests_waiting``,
+    every 0.05 s) until ``want`` requests wait in its scheduler: True; or
+    until ``time.monotonic()`` passes ``until``, or ``stop()``: False.
+
+    A test that sends a flood and then other tenants waits on this instead
+    of a fixed delay, which raced the machine's speed both ways: too short,
+    and the flood had not reached the engine; too long, and a quiet
+    machine's stock vLLM had served most of it already."""
+    from fairq.enginebench.traffic import metric_sum, scrape
+
+    while metric_sum(scrape(url), "vllm:num_requests_waiting") < want:
+        if time.monotonic() >= until or stop():
+            return False
+        time.sleep(0.05)
+    return True
+
+
+#: vLLM arguments every server the tests start gets: no torch.compile warm-up,
+#: 10-20 s less per start on 2 cores (about 25 starts in a full run). The
+#: tests check scheduling, which is the same either way; ``fairq engine-bench``
+#: and the README's commands keep vLLM's default.
+TEST_SERVER_ARGS = ("--enforce-eager",)
+
+
+def vllm_server(model: str, policy: str | None, **kw: Any) -> VllmServer:
+    """A :class:`fairq.enginebench.server.VllmServer` with
+    :data:`TEST_SERVER_ARGS` before the caller's ``args``."""
+    return VllmServer(model, policy, args=[*TEST_SERVER_ARGS, *kw.pop("args", ())], **kw)
