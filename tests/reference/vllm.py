@@ -24,6 +24,7 @@ import pytest
 
 from fairq.benchmarks.vllm import BaselineFCFSRequestQueue
 from fairq.enginebench.server import VllmServer
+from fairq.enginebench.traffic import metric_sum, scrape
 
 
 class Req:
@@ -235,8 +236,6 @@ def wait_until_waiting(
     of a fixed delay, which raced the machine's speed both ways: too short,
     and the flood had not reached the engine; too long, and a quiet
     machine's stock vLLM had served most of it already."""
-    from fairq.enginebench.traffic import metric_sum, scrape
-
     while metric_sum(scrape(url), "vllm:num_requests_waiting") < want:
         if time.monotonic() >= until or stop():
             return False
