@@ -247,6 +247,21 @@ def test_bad_config(kwargs: dict, field: str) -> None:
         fairq.D2LPM(**kwargs)
 
 
+@pytest.mark.parametrize("flag", [True, False, np.bool_(True)])
+def test_a_bool_is_not_a_count(flag: object) -> None:
+    # `placement_slack=True` was taken as 1: every int argument of the
+    # bindings refuses a bool, as every float argument does
+    with pytest.raises(TypeError, match="placement_slack must be an int, got bool"):
+        fairq.D2LPM(2, 1.0, placement_slack=flag)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="num_workers must be an int, got bool"):
+        fairq.D2LPM(flag, 1.0)  # type: ignore[arg-type]
+    d = fairq.D2LPM(2, 1.0)
+    d.dispatch("r", "a", [1, 2])
+    with pytest.raises(TypeError, match="output_tokens must be an int, got bool"):
+        d.on_finish("r", output_tokens=flag)  # type: ignore[arg-type]
+    assert "r" in d
+
+
 def test_affinity_bad_config_and_factory() -> None:
     with pytest.raises(ValueError, match="match_threshold"):
         fairq.PrefixAffinity(2, match_threshold=2.0)

@@ -83,6 +83,8 @@ def test_engine_options_default_to_auto_and_a_number_means_fixed() -> None:
         ({"quantum_scale": -1}, ValueError, "'quantum_scale' must be a finite number >= 0"),
         ({"quantum_scale": math.inf}, ValueError, "'quantum_scale'"),
         ({"quantum": 0}, ValueError, "'quantum' must be a finite number > 0"),
+        # scale 0 turns "auto" off: it was silently the fixed initial 512
+        ({"quantum": "auto", "quantum_scale": 0}, ValueError, "'quantum_scale' must be > 0 with"),
     ],
 )
 def test_engine_option_errors_name_the_field(options: Any, error: type, match: str) -> None:
@@ -98,6 +100,12 @@ def test_engine_option_errors_name_the_field(options: Any, error: type, match: s
         ((100.0,), {"quantum_scale": math.nan}, ValueError, "quantum_scale"),
         ((100.0,), {"quantum_scale": "x"}, TypeError, "quantum_scale must be a number"),
         ((math.inf,), {}, ValueError, "quantum must be a finite number > 0"),
+        (
+            ("auto",),
+            {"quantum_scale": 0.0},
+            ValueError,
+            'quantum_scale must be > 0 with quantum="auto"',
+        ),
     ],
 )
 def test_constructor_errors_name_the_field(

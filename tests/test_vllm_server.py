@@ -169,9 +169,10 @@ def test_hostile_traffic_keeps_serving(server: VllmServer, model: str) -> None:
         for i in range(4)
     ]
     # four long streams hold every running slot (--max-num-seqs 4), so the
-    # burst after them waits; its clients go away while it waits
+    # burst after them waits; its clients go away while it waits (by 0.8 s;
+    # 300 tokens a stream last about 4 s at 2 cores' ~70 tokens/s a stream)
     reqs += [
-        HttpRequest(f"hold{i}", "h", _prompt(30 + i, 30), 1900, stream=True, cancel_after=1500)
+        HttpRequest(f"hold{i}", "h", _prompt(30 + i, 30), 400, stream=True, cancel_after=300)
         for i in range(4)
     ]
     reqs += [

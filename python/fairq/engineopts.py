@@ -88,6 +88,12 @@ def policy_options(name: str, options: Mapping[str, Any] | None = None) -> dict[
         q = given["quantum"]
         if isinstance(q, str) and q.strip().lower() == "auto":
             del given["quantum"]
+            scale = given.get("quantum_scale")
+            if scale is not None and not isinstance(scale, bool) and scale == 0:
+                raise ValueError(
+                    'option \'quantum_scale\' must be > 0 with quantum "auto" (0 is a fixed '
+                    "quantum: give quantum a number), got 0"
+                )
         else:
             given.setdefault("quantum_scale", 0.0)
     flags = POLICY_INFO[key].flags

@@ -41,8 +41,15 @@ pub fn non_negative(field: &str, v: i64) -> PyResult<usize> {
         .map_err(|_| PyValueError::new_err(format!("{field} must be an int >= 0, got {v}")))
 }
 
-/// `v` as an `i64`; out of range: `ValueError`, not an int: `TypeError`.
+/// `v` as an `i64`; out of range: `ValueError`, not an int or a `bool`
+/// (Python's or numpy's: `placement_slack=True` is a mistake, not a count of
+/// 1; as [`float_arg`]): `TypeError`.
 pub fn int_arg(field: &str, v: &Bound<'_, PyAny>) -> PyResult<i64> {
+    if is_bool(v) {
+        return Err(PyTypeError::new_err(format!(
+            "{field} must be an int, got bool"
+        )));
+    }
     v.extract::<i64>().map_err(|e| {
         let py = v.py();
         if e.is_instance_of::<PyOverflowError>(py) {

@@ -5,7 +5,7 @@
 //! does with `extends=`); `fairq.Admission`; and `policies()`, the policy
 //! registry (`crate::sched::REGISTRY`) as Python data.
 
-use pyo3::exceptions::PyRuntimeError;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::python::args;
@@ -647,6 +647,14 @@ impl PyDlpm {
         };
         let (quantum, quantum_scale) = match (quantum, quantum_scale) {
             (Some(q), scale) => (q, scale.unwrap_or(0.0)),
+            // scale 0 turns the automatic quantum off: with "auto" that
+            // would silently be the fixed initial quantum
+            (None, Some(0.0)) => {
+                return Err(PyValueError::new_err(
+                    "quantum_scale must be > 0 with quantum=\"auto\" (0 is a fixed \
+                     quantum: give quantum a number), got 0",
+                ))
+            }
             (None, scale) => (
                 spec("quantum"),
                 scale.unwrap_or_else(|| spec("quantum_scale")),

@@ -65,10 +65,14 @@ def jain_index(values: Iterable[float]) -> float:
     for i, x in enumerate(xs):
         if not math.isfinite(x) or x < 0:
             raise ValueError(f"values[{i}] must be finite and >= 0, got {x!r}")
-    sq = sum(x * x for x in xs)
-    if not xs or sq == 0:
+    top = max(xs, default=0.0)
+    if top == 0:
         return 1.0
-    return sum(xs) ** 2 / (len(xs) * sq)
+    # the index is scale-free: dividing by the largest value keeps the
+    # squares out of subnormal and overflow range (1.5e-158 twice gave
+    # 1.0000000057 unscaled; 1e200 overflowed)
+    ys = [x / top for x in xs]
+    return sum(ys) ** 2 / (len(ys) * sum(y * y for y in ys))
 
 
 def max_min_shares(demand: Sequence[float], capacity: float) -> list[float]:
