@@ -91,7 +91,7 @@ def policy_options(name: str, options: Mapping[str, Any] | None = None) -> dict[
             scale = given.get("quantum_scale")
             if scale is not None and not isinstance(scale, bool) and scale == 0:
                 raise ValueError(
-                    'option \'quantum_scale\' must be > 0 with quantum "auto" (0 is a fixed '
+                    "option 'quantum_scale' must be > 0 with quantum \"auto\" (0 is a fixed "
                     "quantum: give quantum a number), got 0"
                 )
         else:
