@@ -247,6 +247,33 @@ def test_bad_config(kwargs: dict, field: str) -> None:
         fairq.D2LPM(**kwargs)
 
 
+def test_placement_kinds() -> None:
+    from fairq.dispatch import placement_kind, probe_placement
+
+    doc = list(range(1, 65))
+    d = fairq.D2LPM(2, 100.0)
+    nothing = probe_placement(d, "a", doc, [0, 1])
+    assert nothing.match_len == 0  # the root: every worker holds it
+    assert placement_kind(nothing, 0) == "new"
+    d.dispatch("r1", "a", doc)  # 64 tokens: more than a's credit of 100 - 64
+    w = d.worker_of("r1")
+    held = probe_placement(d, "a", doc, [0, 1])
+    assert held.match_len == 64 and held.holders == {w} and held.credit
+    assert placement_kind(held, w) == "held"
+    assert placement_kind(held, 1 - w) == "off_other"  # moved with credit on the holder
+    d.dispatch("r2", "a", doc)
+    broke = probe_placement(d, "a", doc, [0, 1])
+    assert not broke.credit and placement_kind(broke, 1 - w) == "off_credit"
+    # the holder not among the candidates (gone, say): a move, not D2LPM's
+    assert placement_kind(probe_placement(d, "a", doc, [1 - w]), 1 - w) == "off_other"
+    assert placement_kind(probe_placement(d, "a", doc, [w, 1 - w]), w) == "held"
+    # a dispatcher without credit: a move is never off_credit
+    rr = fairq.PrefixAffinity(2)
+    rr.dispatch("x", "a", doc)
+    p = probe_placement(rr, "a", doc, [0, 1])
+    assert p.credit is None and placement_kind(p, 1 - rr.worker_of("x")) == "off_other"
+
+
 @pytest.mark.parametrize("flag", [True, False, np.bool_(True)])
 def test_a_bool_is_not_a_count(flag: object) -> None:
     # `placement_slack=True` was taken as 1: every int argument of the

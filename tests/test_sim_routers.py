@@ -67,6 +67,10 @@ def test_many_routers_with_a_fresh_view_choose_as_one(assign: str) -> None:
     many = run(replace(BASE, routers=8, view_staleness=0.0, router_assign=assign))
     same_run(one, many)
     assert sum(many.dispatcher.dispatched) == len(many.requests)
+    # and each router's view of the held prefixes is one router's
+    assert many.placements == one.placements
+    assert sum(one.placements.values()) == len(one.requests)
+    assert one.placements["held"] > 0 and one.placements["new"] > 0
 
 
 @pytest.mark.parametrize(
@@ -96,6 +100,8 @@ def test_stale_views_lose_and_duplicate_nothing(
         assert len(d) == 0
     # the view at rest: every observed dispatch matched by its finish
     assert fleet.settle() == [[0] * workers] * routers
+    assert sim.placements is fleet.placements
+    assert sum(fleet.placements.values()) == len(sim.requests)
     m = summarize(sim)
     assert m["routers"] == routers and m["view_staleness"] == staleness
     if assign == "tenant":  # each client through one router

@@ -60,6 +60,11 @@ for part in "${parts[@]}"; do
         --view-staleness 0.5 --view-staleness 2 --view-staleness inf \
         --router-assign rr --router-assign tenant --no-progress \
         --json routers_w64.json --plot routers_w64.png | tee routers_w64.md
+      # where the locality goes: each run's placements against the held prefix (~15 s)
+      fairq simulate --workload qa-fleet --workers 16 --dispatch d2lpm --policy dlpm \
+        --routers 2 --routers 4 --routers 16 --view-staleness 0 --view-staleness 0.5 \
+        --view-staleness 2 --view-staleness inf --router-assign rr --router-assign tenant \
+        --no-progress --json routers_placements_w16.json
       # the agreed placement: D2LPM's placement_slack 0, 2, 4, 8 (~2 min)
       for k in 0 2 4 8; do
         fairq simulate --workload qa-fleet --workers 16 --dispatch d2lpm --policy dlpm \

@@ -38,6 +38,10 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
 from fairq._core import (
     D2LPM,
     ClientRoundRobin,
@@ -58,6 +62,10 @@ __all__ = [
     "DISPATCHERS",
     "LABELS",
     "NO_ESCAPE",
+    "PLACEMENTS",
+    "Probe",
+    "placement_kind",
+    "probe_placement",
 ]
 
 #: Names accepted by :func:`make_dispatcher` (and ``fairq simulate --dispatch``).
@@ -126,3 +134,50 @@ def make_dispatcher(
     if key == "d2lpm":
         return D2LPM(num_workers, worker_quantum, w_e=w_e, w_q=w_q, placement_slack=placement_slack)
     raise ValueError(f"dispatcher must be one of {', '.join(DISPATCHERS)}; got {name!r}")
+
+
+# ---- where a dispatch went against the prompt's held prefix (diagnostics) ----
+
+#: The kinds :func:`placement_kind` returns: ``new`` (every candidate worker,
+#: or none, held the prompt's longest match: placed by load and credit
+#: alone), ``held`` (to a worker holding its longest match), ``off_credit``
+#: (away from the holders, none of which had the client's credit: D2LPM's
+#: rule) and ``off_other`` (away from the holders for another reason: load,
+#: or a holder was not a candidate).
+PLACEMENTS: tuple[str, ...] = ("held", "off_credit", "off_other", "new")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What a dispatcher knew of a prompt just before it dispatched it:
+    the longest prefix some worker holds (0: it decides nothing), that
+    prefix's holders among the candidates, and whether the client had
+    credit on one of them (D2LPM's deficit; None for a dispatcher without
+    credit)."""
+
+    match_len: int
+    holders: frozenset[int]
+    credit: bool | None
+
+
+def probe_placement(d: Any, client: str, tokens: Any, workers: Iterable[int]) -> Probe:
+    """Call before ``d`` dispatches ``tokens`` among ``workers`` (its
+    :meth:`Dispatcher.longest_match`, and D2LPM's deficits); then
+    :func:`placement_kind` with the worker it chose."""
+    slots = set(workers)
+    n, holders = d.longest_match(tokens)
+    g = frozenset(holders).intersection(slots)
+    if g.issuperset(slots):
+        n = 0  # held everywhere (or nowhere): the prefix decides nothing
+    deficit = getattr(d, "deficit", None)
+    credit = None if deficit is None else any(deficit(client, w) > 0 for w in g)
+    return Probe(n, g, credit)
+
+
+def placement_kind(probe: Probe, worker: int) -> str:
+    """One of :data:`PLACEMENTS` for a dispatch to ``worker``."""
+    if probe.match_len == 0:
+        return "new"
+    if worker in probe.holders:
+        return "held"
+    return "off_credit" if probe.credit is False and probe.holders else "off_other"

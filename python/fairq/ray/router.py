@@ -62,6 +62,7 @@ from ray.serve.request_router import (
 )
 
 import fairq
+from fairq.dispatch import placement_kind, probe_placement
 from fairq.ledger.caps import AdmissionControl, Limits
 from fairq.ray.extract import EMPTY, default_tenant, default_tokens, estimate_tokens
 from fairq.ray.hub import HubLink, connect_ray, hub_name
@@ -178,7 +179,7 @@ class FairqD2LPMRouter(RequestRouter):
         #: with ROUTER_STATS_DIR_ENV: replica unique id -> tenant -> requests routed there
         self._routed: dict[str, dict[str, int]] = {}
         #: with ROUTER_STATS_DIR_ENV: dispatches by where they went against
-        #: the longest held prefix (:meth:`_count_placement`)
+        #: the longest held prefix (:func:`fairq.dispatch.placement_kind`)
         self._placements: dict[str, int] = {}
         self._stats_dir = os.environ.get(ROUTER_STATS_DIR_ENV, "").strip() or None
         self._stats_at = float("-inf")
@@ -347,11 +348,14 @@ class FairqD2LPMRouter(RequestRouter):
             self.view.note_dispatch(list(by_slot))
             self.view.mine(rid)
             slots = list(by_slot)
-            probe = None if self._stats_dir is None else self._probe(req, slots)
+            probe = None
+            if self._stats_dir is not None:
+                probe = probe_placement(self._d, req.tenant, req.tokens, slots)
             w = self._d.dispatch_among(rid, req.tenant, req.tokens, slots)
             self.counters["dispatched"] += 1
             if probe is not None:
-                self._count_placement(probe, w)
+                kind = placement_kind(probe, w)
+                self._placements[kind] = self._placements.get(kind, 0) + 1
             if self.hub is not None:
                 self._post(rid, req, by_slot[w])
         pick = by_slot[w]
@@ -359,32 +363,6 @@ class FairqD2LPMRouter(RequestRouter):
             return [[pick]]
         rest = [r for s, r in by_slot.items() if s != w] + unslotted
         return [[pick], rest] if rest else [[pick]]
-
-    # --- where a dispatch went against the prefix (stats only) ---------------
-
-    def _probe(self, req: _Request, slots: list[int]) -> tuple[int, set[int], bool]:
-        """Before a dispatch: the longest prefix some replica holds, its
-        holders among ``slots``, and whether the tenant has credit on one."""
-        n, holders = self._d.longest_match(req.tokens)
-        g = set(holders).intersection(slots)
-        if g.issuperset(slots):
-            n = 0  # held everywhere (or nowhere): the prefix decides nothing
-        return n, g, any(self._d.deficit(req.tenant, w) > 0 for w in g)
-
-    def _count_placement(self, probe: tuple[int, set[int], bool], w: int) -> None:
-        """``placements``: ``new`` (every candidate replica, or none, held
-        the prompt's longest match: placed by load and credit alone),
-        ``held`` (it went to a replica holding its longest match), else
-        ``off_credit`` (the holders had none of the tenant's credit, D2LPM's
-        rule) or ``off_other`` (a holder was not a candidate)."""
-        n, g, credit = probe
-        if n == 0:
-            kind = "new"
-        elif w in g:
-            kind = "held"
-        else:
-            kind = "off_other" if credit or not g else "off_credit"
-        self._placements[kind] = self._placements.get(kind, 0) + 1
 
     # --- the hub (fairq.ray.hub) ---------------------------------------------
 
@@ -493,7 +471,7 @@ class FairqD2LPMRouter(RequestRouter):
         (:meth:`SharedView.ages`), and, with ``ROUTER_STATS_DIR_ENV`` set,
         the requests routed per replica and tenant (``routed``) and where
         its dispatches went against the prompts' longest held prefixes
-        (``placements``, :meth:`_count_placement`)."""
+        (``placements``, :func:`fairq.dispatch.placement_kind`)."""
         return {
             "pid": os.getpid(),
             "time": time.time(),

@@ -77,6 +77,7 @@ from typing import Any
 
 import numpy as np
 
+from fairq.dispatch import PLACEMENTS, placement_kind, probe_placement
 from fairq.sched import POLICY_INFO, VARIANTS, admit, make_scheduler
 from fairq.sim.config import LOCAL_LABELS as LOCAL_LABELS
 from fairq.sim.config import LOCAL_POLICIES as LOCAL_POLICIES
@@ -642,6 +643,15 @@ class Simulator:
             "D2LPM",
             "PrefixAffinity",
         )
+        #: dispatches by where they went against the prompt's longest held
+        #: prefix (:func:`fairq.dispatch.placement_kind`; the prefix-aware
+        #: dispatchers only, a fleet counting each router's own view)
+        self.placements: dict[str, int] | None = None
+        if self.sync_evictions:
+            self.placements = getattr(self.dispatcher, "placements", None)
+            if self.placements is None:
+                self.placements = dict.fromkeys(PLACEMENTS, 0)
+                self._probe_workers = range(cfg.workers)
         self.workers = [Worker(i, self) for i in range(cfg.workers)]
         n = len(self.clients)
         self.service = [0.0] * n  # client view: input + 2 * output tokens
@@ -704,7 +714,15 @@ class Simulator:
         ci = self.cidx[req.client]
         self.in_system[ci] += 1
         self.waiting[ci] += 1
-        w = 0 if self.dispatcher is None else self.dispatcher.dispatch(rid, req.client, req.tokens)
+        d = self.dispatcher
+        if d is None:
+            w = 0
+        elif self.placements is None or hasattr(d, "placements"):
+            w = d.dispatch(rid, req.client, req.tokens)
+        else:
+            probe = probe_placement(d, req.client, req.tokens, self._probe_workers)
+            w = d.dispatch(rid, req.client, req.tokens)
+            self.placements[placement_kind(probe, w)] += 1
         self.worker_of[rid] = w
         worker = self.workers[w]
         worker.sched.set_time(now)

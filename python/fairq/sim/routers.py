@@ -32,6 +32,8 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from fairq.dispatch import PLACEMENTS, placement_kind, probe_placement
+
 __all__ = ["ASSIGN", "RouterFleet", "check_fleet", "routers_table"]
 
 #: How arriving requests are assigned to routers: ``rr``: the k-th request to
@@ -98,6 +100,11 @@ class RouterFleet:
         #: requests each router dispatched, and view events it applied
         self.dispatched = [0] * routers
         self.applied = [0] * routers
+        #: dispatches by where they went against the prompt's longest prefix
+        #: held in the choosing router's view (:func:`fairq.dispatch.placement_kind`;
+        #: prefix-aware dispatchers only)
+        self.placements = dict.fromkeys(PLACEMENTS, 0)
+        self._probe = self.policy in ("D2LPM", "PrefixAffinity")
 
     def router_for(self, client: str) -> int:
         """The router the next request of ``client`` goes to (advances the
@@ -147,8 +154,12 @@ class RouterFleet:
         rng = self._rng.getstate() if self.assign == "random" else None
         r = self.router_for(client)
         self.catch_up(r, now - self.staleness)
+        d = self.routers[r]
         try:
-            w: int = self.routers[r].dispatch(request_id, client, tokens)
+            probe = None
+            if self._probe:
+                probe = probe_placement(d, client, tokens, range(self.num_workers))
+            w: int = d.dispatch(request_id, client, tokens)
         except BaseException:
             self._next = cursor
             if rng is not None:
@@ -159,6 +170,8 @@ class RouterFleet:
         self._owner[request_id] = (r, client, w)
         self._log.append((now, r, _DISPATCH, client, w, tokens))
         self.dispatched[r] += 1
+        if probe is not None:
+            self.placements[placement_kind(probe, w)] += 1
         return w
 
     def on_finish(self, request_id: Any, output_tokens: int) -> int:

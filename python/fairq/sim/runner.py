@@ -244,6 +244,8 @@ def execute(
                 m["worker_quantum"] = run.cfg.worker_quantum
             if run.cfg.fleet:
                 m["router_requests"] = sim.dispatcher.dispatched
+            if sim.placements is not None:
+                m["placements"] = dict(sim.placements)
             tl = service_over_time(sim)
             if not timelines:
                 del tl["response"]  # per-request points are only for plots
