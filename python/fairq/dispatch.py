@@ -63,7 +63,6 @@ __all__ = [
     "LABELS",
     "NO_ESCAPE",
     "PLACEMENTS",
-    "Probe",
     "placement_kind",
     "probe_placement",
 ]
