@@ -209,6 +209,27 @@ def test_door_metrics_per_tenant() -> None:
     asyncio.run(run())
 
 
+def test_a_door_built_again_replaces_its_metrics() -> None:
+    prometheus_client = pytest.importorskip("prometheus_client")
+
+    def held() -> list[tuple[str, float]]:
+        return [
+            (s.labels["tenant"], s.value)
+            for fam in prometheus_client.REGISTRY.collect()
+            if fam.name == "fairq_admission_held_requests"
+            for s in fam.samples
+            if s.labels.get("name") == "vllm-door"
+        ]
+
+    first, _ = door({"tenant_max_requests": 1})
+    assert first.control.offer("a", 10) is None
+    assert held() == [("a", 1)]
+    second, _ = door({"tenant_max_requests": 1})  # the app built again
+    assert second.control.offer("b", 10) is None
+    # the latest door's series alone: the first door's are gone, not doubled
+    assert held() == [("b", 1)]
+
+
 def test_sglang_door_resolves_as_sglang_and_hands_headers_on_in_custom_labels() -> None:
     from fairq.sglang.door import FairAdmission as SGLangAdmission
     from fairq.sglang.tenants import FairOptions as SGLangOptions

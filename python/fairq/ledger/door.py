@@ -246,10 +246,17 @@ async def _refuse(send: Send, refusal: Refusal) -> None:
     await send({"type": "http.response.body", "body": payload, "more_body": False})
 
 
+#: The collector each door name has in the default registry (the latest door's).
+_REGISTERED: dict[str, Any] = {}
+
+
 def _register(control: AdmissionControl, name: str) -> Any:
     """The door's metrics (:class:`fairq.metrics.FairqCollector`) in
     ``prometheus_client``'s default registry, which the server's
-    ``/metrics`` serves (None without ``prometheus_client``)."""
+    ``/metrics`` serves (None without ``prometheus_client``). A door built
+    again under the same name (an app built twice, a test's many doors)
+    replaces the earlier one's collector: ``/metrics`` never shows a name's
+    series twice, and a replaced door is not kept alive by the registry."""
     try:
         import prometheus_client
     except ImportError:
@@ -257,5 +264,12 @@ def _register(control: AdmissionControl, name: str) -> Any:
     from fairq.metrics import FairqCollector
 
     collector = FairqCollector(control, name)
+    old = _REGISTERED.pop(name, None)
+    if old is not None:
+        try:
+            prometheus_client.REGISTRY.unregister(old)
+        except KeyError:  # unregistered by someone else already
+            pass
     prometheus_client.REGISTRY.register(collector)
+    _REGISTERED[name] = collector
     return collector
