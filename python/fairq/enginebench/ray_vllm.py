@@ -402,8 +402,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--ingress-affinity",
         action="store_true",
-        help="each tenant through one ingress router: Ray's ConsistentHashRouter on the "
-        "ingress deployment, the client sending its tenant as the x-session-id header",
+        help="each tenant through one ingress router, the tenants spread evenly "
+        "(fairq.ray.ingress.BalancedSessionRouter on the ingress deployment), the client "
+        "sending its tenant as the x-session-id header",
     )
     g.add_argument(
         "--kill-after-s",

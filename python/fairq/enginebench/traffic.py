@@ -63,7 +63,7 @@ class HttpRequest:
     client_timeout: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     #: sent as the ``x-session-id`` header (Ray Serve's session affinity:
-    #: its ``ConsistentHashRouter`` keys on it); None: no header
+    #: its session routers key on it); None: no header
     session_id: str | None = None
 
 

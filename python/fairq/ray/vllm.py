@@ -80,9 +80,10 @@ MAX_TENANTS = 1000
 #: fairq's scheduler class for vLLM's ``scheduler_cls``.
 SCHEDULER_CLS = "fairq.vllm.scheduler.FairqAsyncScheduler"
 
-#: Ray Serve's session-affinity router (Ray 2.60), for the ingress
-#: deployment when ``fairq_vllm_app(ingress_affinity=True)``.
-SESSION_ROUTER_CLS = "ray.serve.experimental.consistent_hash_router:ConsistentHashRouter"
+#: fairq's session router (each session to one replica, the sessions spread
+#: evenly; :mod:`fairq.ray.ingress`), for the ingress deployment when
+#: ``fairq_vllm_app(ingress_affinity=True)``.
+SESSION_ROUTER_CLS = "fairq.ray.ingress:BalancedSessionRouter"
 
 
 class FairqLLMServer(LLMServer):
@@ -297,9 +298,10 @@ def fairq_vllm_app(
     there and a replacement replica loads it (``FAIRQ_RAY_STATE_DIR``).
     ``ingress_replicas``: OpenAI ingress replicas, each with its own router
     (and its own D2LPM state). ``ingress_affinity``: Serve's HTTP proxy
-    sends each session to one ingress replica (Ray's
-    ``ConsistentHashRouter`` on the ingress deployment, keyed on the
-    ``x-session-id`` header; requests without it spread as before). Clients
+    sends each session to one ingress replica, the sessions spread evenly
+    over them (:class:`fairq.ray.ingress.BalancedSessionRouter` on the
+    ingress deployment, keyed on the ``x-session-id`` header; requests
+    without it spread as before). Clients
     that send their tenant as the session id then meet one D2LPM router per
     tenant, which holds that tenant's whole credit: the fairness bound of
     one router, whatever ``ingress_replicas`` is. ``deployment_options``:
