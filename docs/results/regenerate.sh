@@ -178,6 +178,9 @@ for part in "${parts[@]}"; do
           "$@" --json "$out"
       }
       tmp=$(mktemp -d)
+      # each row keeps the routers' stats (view ages, placements)
+      FAIRQ_RAY_ROUTER_STATS_DIR=$(mktemp -d)
+      export FAIRQ_RAY_ROUTER_STATS_DIR
       for run in 1 2 3; do
         ingress_run "$tmp/i1_r$run.json"
         ingress_run "$tmp/i2_r$run.json" --ingress 2
@@ -187,6 +190,8 @@ for part in "${parts[@]}"; do
       done
       # the follow-ups, one run each
       ingress_run "$tmp/i2_period01_r1.json" --ingress 2 --routing-stats-period-s 0.1
+      # (the committed affinity runs predate fairq's balanced session router:
+      # Ray's ConsistentHashRouter made them; --ingress-affinity now uses fairq's)
       ingress_run "$tmp/i2_affinity_r1.json" --ingress 2 --ingress-affinity
       ingress_run "$tmp/i4_affinity_r1.json" --ingress 4 --ingress-affinity
       ingress_run "$tmp/i2_slack3_r1.json" --ingress 2 --placement-slack 3
@@ -216,6 +221,19 @@ json.dump({"configuration": "one round: 1 router, 2 and 4 routers with placement
 runs = [json.load(open(f)) for f in sys.argv[2:]]
 json.dump({"configuration": sys.argv[1], "runs": runs}, open(f"ray_vllm_hub_{sys.argv[1]}.json", "w"))' \
           "$cfg" "$tmp/hub_${cfg}"_r*.json
+      done
+      # each tenant through one router, balanced (fairq.ray.ingress), with the hub:
+      # three paired rounds of 1 router, 2 and 4 routers
+      for run in 1 2 3; do
+        ingress_run "$tmp/bal_i1_r$run.json"
+        ingress_run "$tmp/bal_i2_r$run.json" --ingress 2 --ingress-affinity --view-hub
+        ingress_run "$tmp/bal_i4_r$run.json" --ingress 4 --ingress-affinity --view-hub
+      done
+      for cfg in i1 i2 i4; do
+        python -c 'import json, sys
+runs = [json.load(open(f)) for f in sys.argv[2:]]
+json.dump({"configuration": sys.argv[1], "runs": runs}, open(f"ray_vllm_balanced_{sys.argv[1]}.json", "w"))' \
+          "$cfg" "$tmp/bal_${cfg}"_r*.json
       done
       # where the dispatches went against the held prefixes (the routers' placements)
       ingress_run ray_vllm_placements_i1.json
