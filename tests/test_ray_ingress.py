@@ -17,31 +17,21 @@ pytest.importorskip("ray.serve", reason="needs fairq[ray] (pip install '.[ray]')
 pytest.importorskip("httpx", reason="Ray's router test utilities import httpx")
 pytest.importorskip("mmh3", reason="Ray's consistent-hash router needs mmh3")
 
-from ray.serve._private.common import DeploymentHandleSource, RequestMetadata  # noqa: E402
+from ray.serve._private.common import RequestMetadata  # noqa: E402
 from ray.serve._private.request_router import PendingRequest  # noqa: E402
-from ray.serve._private.test_utils import (  # noqa: E402
-    FAKE_REPLICA_DEPLOYMENT_ID,
-    FakeRunningReplica,
-)
+from ray.serve._private.test_utils import FakeRunningReplica  # noqa: E402
 
 from fairq.ray import ingress  # noqa: E402
 from fairq.ray.ingress import BalancedSessionRouter  # noqa: E402
+
+from reference.serve import new_router  # noqa: E402
 
 
 async def make(
     replicas: list[str],
 ) -> tuple[BalancedSessionRouter, dict[str, FakeRunningReplica]]:
     """The router, built in a running event loop as Serve builds it."""
-    router = BalancedSessionRouter(
-        deployment_id=FAKE_REPLICA_DEPLOYMENT_ID,
-        handle_source=DeploymentHandleSource.REPLICA,
-        self_actor_id="fake-actor-id",
-        self_actor_handle=None,
-        use_replica_queue_len_cache=False,
-        initial_backoff_s=0.001,
-        backoff_multiplier=1,
-        max_backoff_s=0.001,
-    )
+    router = new_router(BalancedSessionRouter)
     router.initialize_state()
     live = {r: FakeRunningReplica(r) for r in replicas}
     router.update_replicas(list(live.values()))

@@ -25,14 +25,12 @@ pytest.importorskip("ray.serve", reason="needs fairq[ray] (pip install '.[ray]')
 pytest.importorskip("httpx", reason="Ray's router test utilities import httpx")
 
 from ray.serve._private.common import (  # noqa: E402
-    DeploymentHandleSource,
     RequestMetadata,
     RunningReplicaInfo,
     StreamingHTTPRequest,
 )
 from ray.serve._private.request_router import PendingRequest  # noqa: E402
 from ray.serve._private.test_utils import (  # noqa: E402
-    FAKE_REPLICA_DEPLOYMENT_ID,
     FakeRunningReplica,
 )
 
@@ -46,6 +44,8 @@ from fairq.ray import (  # noqa: E402
     text_to_pseudo_tokens,
 )
 from fairq.ray.router import FairqD2LPMRouter  # noqa: E402
+
+from reference.serve import new_router  # noqa: E402
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -74,16 +74,7 @@ class StatsReplica(FakeRunningReplica):
 
 
 def make_router(strict: bool = True, **options: Any) -> FairqD2LPMRouter:
-    router = FairqD2LPMRouter(
-        deployment_id=FAKE_REPLICA_DEPLOYMENT_ID,
-        handle_source=DeploymentHandleSource.REPLICA,
-        self_actor_id="fake-actor-id",
-        self_actor_handle=None,
-        use_replica_queue_len_cache=strict,
-        initial_backoff_s=0.001,
-        backoff_multiplier=1,
-        max_backoff_s=0.001,
-    )
+    router = new_router(FairqD2LPMRouter, strict)
     router.initialize_state(**options)
     return router
 

@@ -210,31 +210,25 @@ json.dump({"configuration": "one round: 1 router, 2 and 4 routers with placement
            "runs": runs}, open("ray_vllm_views_slack_round.json", "w"))' \
         "$tmp/round_i1.json" "$tmp/round_i2_s0.json" "$tmp/round_i2_s3.json" \
         "$tmp/round_i4_s0.json" "$tmp/round_i4_s3.json"
-      # the hub (view_hub): three paired rounds of 1 router, 2 and 4 routers with the hub
-      for run in 1 2 3; do
-        ingress_run "$tmp/hub_i1_r$run.json"
-        ingress_run "$tmp/hub_i2_r$run.json" --ingress 2 --view-hub
-        ingress_run "$tmp/hub_i4_r$run.json" --ingress 4 --view-hub
-      done
-      for cfg in i1 i2 i4; do
-        python -c 'import json, sys
-runs = [json.load(open(f)) for f in sys.argv[2:]]
-json.dump({"configuration": sys.argv[1], "runs": runs}, open(f"ray_vllm_hub_{sys.argv[1]}.json", "w"))' \
-          "$cfg" "$tmp/hub_${cfg}"_r*.json
-      done
-      # each tenant through one router, balanced (fairq.ray.ingress), with the hub:
-      # three paired rounds of 1 router, 2 and 4 routers
-      for run in 1 2 3; do
-        ingress_run "$tmp/bal_i1_r$run.json"
-        ingress_run "$tmp/bal_i2_r$run.json" --ingress 2 --ingress-affinity --view-hub
-        ingress_run "$tmp/bal_i4_r$run.json" --ingress 4 --ingress-affinity --view-hub
-      done
-      for cfg in i1 i2 i4; do
-        python -c 'import json, sys
-runs = [json.load(open(f)) for f in sys.argv[2:]]
-json.dump({"configuration": sys.argv[1], "runs": runs}, open(f"ray_vllm_balanced_{sys.argv[1]}.json", "w"))' \
-          "$cfg" "$tmp/bal_${cfg}"_r*.json
-      done
+      paired_rounds() {  # NAME FLAGS...: three paired rounds of 1 router, and 2 and 4
+        # routers with FLAGS -> ray_vllm_NAME_i1.json, _i2.json, _i4.json
+        local name=$1; shift
+        for run in 1 2 3; do
+          ingress_run "$tmp/${name}_i1_r$run.json"
+          ingress_run "$tmp/${name}_i2_r$run.json" --ingress 2 "$@"
+          ingress_run "$tmp/${name}_i4_r$run.json" --ingress 4 "$@"
+        done
+        for cfg in i1 i2 i4; do
+          python -c 'import json, sys
+runs = [json.load(open(f)) for f in sys.argv[3:]]
+json.dump({"configuration": sys.argv[2], "runs": runs}, open(f"ray_vllm_{sys.argv[1]}_{sys.argv[2]}.json", "w"))' \
+            "$name" "$cfg" "$tmp/${name}_${cfg}"_r*.json
+        done
+      }
+      # the hub (view_hub)
+      paired_rounds hub --view-hub
+      # each tenant through one router, balanced (fairq.ray.ingress), with the hub
+      paired_rounds balanced --ingress-affinity --view-hub
       # where the dispatches went against the held prefixes (the routers' placements)
       ingress_run ray_vllm_placements_i1.json
       ingress_run ray_vllm_placements_i2.json --ingress 2 --view-hub
