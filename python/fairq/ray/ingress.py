@@ -42,9 +42,6 @@ class BalancedSessionRouter(ConsistentHashRouter):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._init_owners()
-
-    def _init_owners(self) -> None:
         #: session id -> its replica's id, least recently used first
         self._owner: OrderedDict[str, Any] = OrderedDict()
         #: replica id -> sessions it owns
