@@ -63,6 +63,7 @@ __all__ = [
     "LABELS",
     "NO_ESCAPE",
     "PLACEMENTS",
+    "PREFIX_AWARE",
     "placement_kind",
     "probe_placement",
 ]
@@ -144,6 +145,10 @@ def make_dispatcher(
 #: rule) and ``off_other`` (away from the holders for another reason: load,
 #: or a holder was not a candidate).
 PLACEMENTS: tuple[str, ...] = ("held", "off_credit", "off_other", "new")
+
+#: The dispatchers (by ``Dispatcher.policy``) that keep a prefix tree: they
+#: take workers' eviction reports, and their placements mean something.
+PREFIX_AWARE: tuple[str, ...] = ("D2LPM", "PrefixAffinity")
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ from typing import Any
 
 import numpy as np
 
-from fairq.dispatch import PLACEMENTS, placement_kind, probe_placement
+from fairq.dispatch import PLACEMENTS, PREFIX_AWARE, placement_kind, probe_placement
 from fairq.sched import POLICY_INFO, VARIANTS, admit, make_scheduler
 from fairq.sim.config import LOCAL_LABELS as LOCAL_LABELS
 from fairq.sim.config import LOCAL_POLICIES as LOCAL_POLICIES
@@ -639,10 +639,7 @@ class Simulator:
                 )
             else:
                 self.dispatcher = make()
-        self.sync_evictions = self.dispatcher is not None and self.dispatcher.policy in (
-            "D2LPM",
-            "PrefixAffinity",
-        )
+        self.sync_evictions = self.dispatcher is not None and self.dispatcher.policy in PREFIX_AWARE
         #: dispatches by where they went against the prompt's longest held
         #: prefix (:func:`fairq.dispatch.placement_kind`; the prefix-aware
         #: dispatchers only, a fleet counting each router's own view)

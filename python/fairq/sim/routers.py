@@ -32,7 +32,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fairq.dispatch import PLACEMENTS, placement_kind, probe_placement
+from fairq.dispatch import PLACEMENTS, PREFIX_AWARE, placement_kind, probe_placement
 
 __all__ = ["ASSIGN", "RouterFleet", "check_fleet", "routers_table"]
 
@@ -104,7 +104,7 @@ class RouterFleet:
         #: held in the choosing router's view (:func:`fairq.dispatch.placement_kind`;
         #: prefix-aware dispatchers only)
         self.placements = dict.fromkeys(PLACEMENTS, 0)
-        self._probe = self.policy in ("D2LPM", "PrefixAffinity")
+        self._probe = self.policy in PREFIX_AWARE
 
     def router_for(self, client: str) -> int:
         """The router the next request of ``client`` goes to (advances the
