@@ -267,6 +267,11 @@ def test_placement_kinds() -> None:
     # the holder not among the candidates (gone, say): a move, not D2LPM's
     assert placement_kind(probe_placement(d, "a", doc, [1 - w]), 1 - w) == "off_other"
     assert placement_kind(probe_placement(d, "a", doc, [w, 1 - w]), w) == "held"
+    # held by every candidate (a shared system prompt): new past it
+    d.dispatch_among("r3", "a", doc, [1 - w])
+    shared = probe_placement(d, "a", doc + [99, 98], [0, 1])
+    assert shared.match_len == 0 and shared.held_len == 64
+    assert placement_kind(shared, 0) == "new"
     # a dispatcher without credit: a move is never off_credit
     rr = fairq.PrefixAffinity(2)
     rr.dispatch("x", "a", doc)

@@ -25,6 +25,7 @@ class LocalHub:
     def __init__(self, hub: ViewHub) -> None:
         self.hub = hub
         self.down = False
+        self.gate: Any = None  # an asyncio.Event a placement waits on
 
     def send(self, router: str, events: list[Any]) -> None:
         if self.down:
@@ -42,6 +43,13 @@ class LocalHub:
         if self.down:
             raise ConnectionError("hub gone")
         return await self.hub.wait(cursor, router, wait_s)
+
+    async def place(self, key: str, replicas: list[str]) -> str:
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.down:
+            raise ConnectionError("hub gone")
+        return self.hub.place(key, replicas)
 
 
 def ev(rid: str) -> tuple[str, str, list[int], int, str, float]:
@@ -215,3 +223,123 @@ def test_the_router_syncs_in_the_background() -> None:
 def test_bad_hub_options_name_the_field(options: dict[str, Any], error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         RouterOptions(**options)
+
+
+# --- the agreed first placement (hub_placement) ------------------------------
+
+
+def test_the_hub_places_each_document_once_on_the_emptiest_replica() -> None:
+    hub = ViewHub(keep=3)
+    with pytest.raises(ValueError, match="at least one candidate"):
+        hub.place("d0", [])
+    assert hub.place("d1", ["r1", "r0"]) == "r0"  # a tie: the least name
+    assert hub.place("d2", ["r0", "r1"]) == "r1"  # the fewest documents
+    assert hub.place("d1", ["r0", "r1"]) == "r0"  # placed before: the same, every time
+    assert hub.placements() == {"r0": 1, "r1": 1}
+    # its replica not among the candidates (gone): placed again, counted once
+    assert hub.place("d1", ["r1", "r2"]) == "r2"
+    assert hub.placements() == {"r1": 1, "r2": 1}
+    # past `keep` documents the least recently placed is forgotten
+    assert hub.place("d3", ["r0", "r1", "r2"]) == "r0"
+    assert hub.place("d4", ["r0", "r1", "r2"]) == "r0"  # d2 (r1) forgotten first
+    assert hub.placements() == {"r0": 2, "r2": 1}
+    assert hub.place("d2", ["r1", "r2"]) == "r1"  # forgotten: placed as new
+
+
+DOC = [7000 + t for t in range(300)]  # past the shared prefix: a document
+
+
+def placing_routers(hub: ViewHub) -> tuple[Any, Any]:
+    return routers(hub, worker_quantum=10_000, hub_placement=True)
+
+
+def test_routers_place_a_new_document_where_the_hub_agrees() -> None:
+    async def go() -> None:
+        dep = Deployment()
+        a, b = placing_routers(ViewHub())
+        dep.publish(a, b)
+        await a._sync_hub()
+        await b._sync_hub()  # both connected; neither syncs again below
+        _, i = await send(a, dep, "x", DOC)
+        assert a.hub.counters["hub_placed"] == 1
+        # b has not seen a's dispatch, and its own loads point away from replica i
+        sb = b.slot_of(dep.reps[i].replica_id)
+        loads = b.dispatcher.external_load
+        loads[sb] = 5
+        b.dispatcher.external_load = loads
+        _, j = await send(b, dep, "y", DOC + [1, 2])  # the same document, another question
+        assert j == i and b.hub.counters["hub_placed"] == 1
+        # another document: to the replica with fewer documents, whatever the loads
+        other = [8000 + t for t in range(300)]
+        _, k = await send(b, dep, "y", other)
+        assert k != i
+        # b holds it now: its next request is D2LPM's to place, the hub is not asked
+        await send(b, dep, "y", other)
+        # nor for a prompt with fewer than PLACE_KEY_TOKENS new tokens
+        await send(b, dep, "y", [9000 + t for t in range(50)])
+        assert b.hub.counters["hub_placed"] == 2
+        assert b.hub.counters["hub_place_fallbacks"] == 0
+        # the hub gone: the router places the document itself, nothing lost
+        b.hub._hub.down = True
+        pr, _ = await send(b, dep, "y", [6000 + t for t in range(300)])
+        assert b.hub.counters["hub_place_fallbacks"] == 1
+        assert pr.metadata.internal_request_id in b.dispatcher
+
+    run(go())
+
+
+def test_a_slow_or_absent_hub_leaves_the_placement_to_the_router(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def go() -> None:
+        import asyncio
+
+        import fairq.ray.hub as hubmod
+
+        monkeypatch.setattr(hubmod, "PLACE_TIMEOUT_S", 0.05)
+        dep = Deployment()
+        a, _ = placing_routers(ViewHub())
+        dep.publish(a)
+        # not connected yet: at once, by its own view
+        pr, _ = await send(a, dep, "x", DOC)
+        assert a.hub.counters["hub_place_fallbacks"] == 1
+        assert pr.metadata.internal_request_id in a.dispatcher
+        await a._sync_hub()
+        # a hub that does not answer in time
+        a.hub._hub.gate = asyncio.Event()
+        pr, _ = await send(a, dep, "x", [6000 + t for t in range(300)])
+        assert a.hub.counters["hub_place_fallbacks"] == 2
+        assert pr.metadata.internal_request_id in a.dispatcher
+
+    run(go())
+
+
+def test_a_request_cancelled_while_the_hub_places_it_is_not_dispatched() -> None:
+    async def go() -> None:
+        import asyncio
+
+        from test_ray_router import body, names, request
+
+        dep = Deployment()
+        a, _ = placing_routers(ViewHub())
+        dep.publish(a)
+        await a._sync_hub()
+        a.hub._hub.gate = gate = asyncio.Event()
+        pr = request(body("x", DOC))
+        choosing = asyncio.ensure_future(a.choose_replicas(dep.reps, pr))
+        await asyncio.sleep(0.01)
+        pr.future.cancel()
+        gate.set()
+        ranks = await choosing
+        assert sorted(names(ranks)[0]) == ["r0", "r1"]  # Ray's to drop
+        assert pr.metadata.internal_request_id not in a.dispatcher
+        assert a.counters["dispatched"] == 0
+
+    run(go())
+
+
+def test_hub_placement_needs_the_hub() -> None:
+    with pytest.raises(ValueError, match="hub_placement needs view_hub"):
+        RouterOptions(hub_placement=True)
+    with pytest.raises(TypeError, match="hub_placement must be a bool"):
+        RouterOptions(view_hub=True, hub_placement=1)

@@ -157,11 +157,14 @@ class Probe:
     the longest prefix some worker holds (0: it decides nothing), that
     prefix's holders among the candidates, and whether the client had
     credit on one of them (D2LPM's deficit; None for a dispatcher without
-    credit)."""
+    credit). ``held_len`` is that prefix's length even when it decides
+    nothing (every candidate holds it, as a shared system prompt): the
+    prompt past it is what is new."""
 
     match_len: int
     holders: frozenset[int]
     credit: bool | None
+    held_len: int = 0
 
 
 def probe_placement(d: Any, client: str, tokens: Any, workers: Iterable[int]) -> Probe:
@@ -169,13 +172,13 @@ def probe_placement(d: Any, client: str, tokens: Any, workers: Iterable[int]) ->
     :meth:`Dispatcher.longest_match`, and D2LPM's deficits); then
     :func:`placement_kind` with the worker it chose."""
     slots = set(workers)
-    n, holders = d.longest_match(tokens)
+    held, holders = d.longest_match(tokens)
     g = frozenset(holders).intersection(slots)
-    if g.issuperset(slots):
-        n = 0  # held everywhere (or nowhere): the prefix decides nothing
+    # held everywhere (or nowhere): the prefix decides nothing
+    n = 0 if g.issuperset(slots) else held
     deficit = getattr(d, "deficit", None)
     credit = None if deficit is None else any(deficit(client, w) > 0 for w in g)
-    return Probe(n, g, credit)
+    return Probe(n, g, credit, held)
 
 
 def placement_kind(probe: Probe, worker: int) -> str:

@@ -171,7 +171,8 @@ def run_config(
             "worker_quantum": args.worker_quantum,
             "shared_view": not args.no_shared_view,
             "placement_slack": args.placement_slack,
-            "view_hub": args.view_hub,
+            "view_hub": args.view_hub or args.hub_placement,
+            "hub_placement": args.hub_placement,
         }
     app = fairq_vllm_app(
         model,
@@ -378,6 +379,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="D2LPM routers also share their dispatches through one named actor "
         "(fairq.ray.RouterOptions.view_hub): posted when made, pulled as they come",
+    )
+    g.add_argument(
+        "--hub-placement",
+        action="store_true",
+        help="D2LPM routers place each new document where the hub agrees "
+        "(fairq.ray.RouterOptions.hub_placement; implies --view-hub): the replica it went "
+        "to before, else the one holding the fewest documents",
     )
     g.add_argument(
         "--no-shared-view",

@@ -23,13 +23,24 @@ counts it (``hub_errors``), drops its handle and, after
 ``RETRY_S``, gets or creates the actor again. Meanwhile, and for whatever the
 hub lost, the routing stats carry the view as without the hub. Routers that
 start after some posts see only the posts made after their first pull.
+
+Agreed first placement (``hub_placement=True``): a request whose prompt
+no replica holds past what every replica holds (a new document, by the
+router's view) is placed where the hub says. The hub answers from one table
+for all the routers: a document it placed before goes where it went (while
+that replica is among the candidates), else to the candidate it has placed
+the fewest documents on. So routers place a document alike however stale
+their views, and the documents spread evenly over the caches. This is the one
+call a router waits for, up to :data:`PLACE_TIMEOUT_S`; past that, or with
+the hub unreachable, the router places the document by its own view
+(``hub_place_fallbacks``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from itertools import islice
 from typing import Any
@@ -46,6 +57,10 @@ RETRY_S = 2.0
 #: Posts a router keeps while the hub cannot be reached (the oldest go first).
 OUTBOX = 4096
 
+#: Seconds a router waits for the hub's placement of a new document before
+#: it places the document by its own view.
+PLACE_TIMEOUT_S = 0.25
+
 
 def hub_name(app: str, deployment: str) -> str:
     """The actor name of a deployment's hub."""
@@ -61,6 +76,39 @@ class ViewHub:
         self._posts: deque[tuple[str, HubEvent]] = deque(maxlen=keep)
         self._next = 0
         self._news: asyncio.Event | None = None  # set by the next post
+        self._keep = keep
+        #: document key -> the replica it was placed on (least recent first)
+        self._placed: OrderedDict[str, str] = OrderedDict()
+        #: replica -> documents in ``_placed`` on it
+        self._claims: dict[str, int] = {}
+
+    def place(self, key: str, replicas: list[str]) -> str:
+        """The replica among ``replicas`` (non-empty) a new document named
+        ``key`` goes to, the same for every router: where it was placed
+        before while that replica is a candidate, else the candidate with
+        the fewest documents placed on it (ties: the least name). The
+        ``keep`` most recently placed documents are remembered."""
+        if not replicas:
+            raise ValueError("place needs at least one candidate replica")
+        placed, claims = self._placed, self._claims
+        owner = placed.get(key)
+        if owner is not None and owner in replicas:
+            placed.move_to_end(key)
+            return owner
+        if owner is not None:  # its replica is gone or not offered: placed again
+            claims[owner] -= 1
+        best = min(replicas, key=lambda r: (claims.get(r, 0), r))
+        placed[key] = best
+        placed.move_to_end(key)
+        claims[best] = claims.get(best, 0) + 1
+        if len(placed) > self._keep:
+            _, r = placed.popitem(last=False)
+            claims[r] -= 1
+        return best
+
+    def placements(self) -> dict[str, int]:
+        """Documents remembered per replica."""
+        return {r: n for r, n in self._claims.items() if n}
 
     def post(self, router: str, events: list[HubEvent]) -> int:
         """Add ``router``'s dispatches; returns the number the next post gets."""
@@ -109,7 +157,7 @@ class HubLink:
     Args:
         me: this router's id (its own posts are not pulled back).
         connect: ``async () -> hub``: ``send(router, events)`` (a post not
-            waited for), awaitable ``post`` and ``wait`` (:func:`connect_ray`
+            waited for), awaitable ``post``, ``wait`` and ``place`` (:func:`connect_ray`
             for the Ray actor).
         wait_s: the longest a pull waits at the hub for news.
         clock: monotonic seconds (tests pass their own).
@@ -132,7 +180,16 @@ class HubLink:
         self._next_at = float("-inf")
         self._lock = asyncio.Lock()  # one sync at a time (a post must not go twice)
         self.counters: dict[str, int] = dict.fromkeys(
-            ("hub_posted", "hub_pulled", "hub_lost", "hub_errors", "hub_connects"), 0
+            (
+                "hub_posted",
+                "hub_pulled",
+                "hub_lost",
+                "hub_errors",
+                "hub_connects",
+                "hub_placed",
+                "hub_place_fallbacks",
+            ),
+            0,
         )
 
     def note(self, event: HubEvent) -> None:
@@ -146,6 +203,24 @@ class HubLink:
             except Exception:
                 self.counters["hub_errors"] += 1
         self._outbox.append(event)
+
+    async def place(self, key: str, replicas: list[str]) -> str | None:
+        """The hub's replica for a new document (:meth:`ViewHub.place`), or
+        None when the hub is not connected, fails, takes longer than
+        :data:`PLACE_TIMEOUT_S` or names no candidate: the router then
+        places it by its own view. Never raises."""
+        if self._hub is None:  # the sync loop connects (or retries)
+            self.counters["hub_place_fallbacks"] += 1
+            return None
+        try:
+            got = await asyncio.wait_for(self._hub.place(key, replicas), PLACE_TIMEOUT_S)
+        except Exception:  # the sync that follows finds out whether the hub is gone
+            got = None
+        if got not in replicas:
+            self.counters["hub_place_fallbacks"] += 1
+            return None
+        self.counters["hub_placed"] += 1
+        return str(got)
 
     def pause_s(self) -> float:
         """Seconds before the next sync (0 after a success, what is left of
@@ -201,6 +276,9 @@ class _RayHub:
     ) -> tuple[int, list[HubEvent], int]:
         cur, new, lost = await self._h.wait.remote(cursor, router, wait_s)
         return int(cur), new, int(lost)
+
+    async def place(self, key: str, replicas: list[str]) -> str:
+        return str(await self._h.place.remote(key, replicas))
 
 
 def connect_ray(name: str) -> Callable[[], Awaitable[Any]]:

@@ -62,6 +62,14 @@ class RouterOptions:
             them (0.4-1.7 s measured). Needs ``shared_view``. Default False.
         view_hub_wait_s: the longest a pull waits at the hub for news before
             the router pulls again (> 0, finite).
+        hub_placement: a new document (no candidate holds the prompt past
+            what every candidate holds) goes where the hub says, the same
+            for every router: where the hub placed it before, else the
+            replica it has placed the fewest documents on
+            (:meth:`fairq.ray.hub.ViewHub.place`). One round trip per new
+            document, waited for up to ``fairq.ray.hub.PLACE_TIMEOUT_S``;
+            past that the router places it by its own view. Needs
+            ``view_hub``. Default False.
         default_tenant: tenant of a request the extractor finds none for.
         tenant_header: HTTP header read for the tenant of proxy requests.
         tenant_extractor: ``(args, kwargs) -> str``, or ``"module:attr"``;
@@ -90,6 +98,7 @@ class RouterOptions:
     view_max_age_s: float = 30.0
     view_hub: bool = False
     view_hub_wait_s: float = 1.0
+    hub_placement: bool = False
     default_tenant: str = "default"
     tenant_header: str = "x-fairq-tenant"
     tenant_extractor: TenantExtractor | str | None = None
@@ -101,17 +110,19 @@ class RouterOptions:
     tenant_weights: Mapping[str, float] | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.shared_view, bool):
-            raise TypeError(f"shared_view must be a bool, got {type(self.shared_view).__name__}")
+        for name in ("shared_view", "view_hub", "hub_placement", "spill"):
+            flag = getattr(self, name)
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
         for name in ("view_max_age_s", "view_hub_wait_s"):
             age = getattr(self, name)
             number = isinstance(age, (int, float)) and not isinstance(age, bool)
             if not number or not 0 < age < float("inf"):
                 raise ValueError(f"{name} must be a finite number > 0, got {age!r}")
-        if not isinstance(self.view_hub, bool):
-            raise TypeError(f"view_hub must be a bool, got {type(self.view_hub).__name__}")
         if self.view_hub and not self.shared_view:
             raise ValueError("view_hub needs shared_view (the hub feeds the shared view)")
+        if self.hub_placement and not self.view_hub:
+            raise ValueError("hub_placement needs view_hub (the hub places the documents)")
         for name in ("max_replicas", "recent_requests"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -122,8 +133,6 @@ class RouterOptions:
             v = getattr(self, name)
             if not isinstance(v, str) or not v:
                 raise ValueError(f"{name} must be a non-empty str, got {v!r}")
-        if not isinstance(self.spill, bool):
-            raise TypeError(f"spill must be a bool, got {type(self.spill).__name__}")
         object.__setattr__(
             self, "tenant_extractor", _load("tenant_extractor", self.tenant_extractor)
         )

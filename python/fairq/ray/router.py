@@ -42,6 +42,7 @@ the fairness bound and what the view gives back.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -85,6 +86,12 @@ ROUTER_STATS_INTERVAL_S = 1.0
 #: Prompt token ids a hub post carries (as a replica's start event,
 #: ``ReplicaFeedback.view_tokens``' default).
 HUB_TOKENS = 2048
+
+#: Prompt tokens past the prefix every candidate holds that name a new
+#: document for the hub's agreed placement (``hub_placement``); a prompt
+#: with fewer new tokens is placed by the router's own view (its cache is
+#: too small to be worth a round trip to the hub).
+PLACE_KEY_TOKENS = 256
 
 #: Ray releases this module was written and tested against.
 SUPPORTED_RAY = ">=2.60,<2.61"
@@ -344,27 +351,62 @@ class FairqD2LPMRouter(RequestRouter):
             if w not in by_slot:
                 self._d.withdraw(rid)
         if rid not in self._d:
-            self.view.expire()
-            self.view.note_dispatch(list(by_slot))
-            self.view.mine(rid)
-            slots = list(by_slot)
-            probe = None
-            if self._stats_dir is not None:
-                probe = probe_placement(self._d, req.tenant, req.tokens, slots)
-            w = self._d.dispatch_among(rid, req.tenant, req.tokens, slots)
-            self.counters["dispatched"] += 1
-            if probe is not None:
-                kind = placement_kind(probe, w)
-                self._placements[kind] = self._placements.get(kind, 0) + 1
-            if self.hub is not None:
-                self._post(rid, req, by_slot[w])
+            got = await self._dispatch(rid, req, by_slot)
+            if got is None:  # cancelled, or its candidates gone, meanwhile
+                return [list(candidate_replicas)]
+            w = got
         pick = by_slot[w]
         if not self.options.spill:
             return [[pick]]
         rest = [r for s, r in by_slot.items() if s != w] + unslotted
         return [[pick], rest] if rest else [[pick]]
 
+    async def _dispatch(
+        self, rid: str, req: _Request, by_slot: dict[int, RunningReplica]
+    ) -> int | None:
+        """Dispatch ``rid`` among ``by_slot``'s replicas: D2LPM's choice,
+        or, with ``hub_placement``, a new document's replica as the hub
+        agrees it. The hub's answer is awaited: if meanwhile the request was
+        cancelled, or every candidate left (``by_slot`` loses those that
+        did), nothing is dispatched and None returned."""
+        slots = list(by_slot)
+        probe = None
+        if self._stats_dir is not None or self.options.hub_placement:
+            probe = probe_placement(self._d, req.tenant, req.tokens, slots)
+        if (
+            probe is not None
+            and self.options.hub_placement
+            and probe.match_len == 0
+            and len(req.tokens) - probe.held_len >= PLACE_KEY_TOKENS
+            and len(slots) > 1
+        ):
+            uid = await self._hub_place(req.tokens[: probe.held_len + PLACE_KEY_TOKENS], by_slot)
+            for s in [s for s, r in by_slot.items() if self._slot.get(r.replica_id) != s]:
+                del by_slot[s]
+            if self._requests.get(rid) is not req or not by_slot:
+                return None
+            agreed = [s for s, r in by_slot.items() if str(r.replica_id.unique_id) == uid]
+            slots = agreed or list(by_slot)
+        self.view.expire()
+        self.view.note_dispatch(list(by_slot))
+        self.view.mine(rid)
+        w = self._d.dispatch_among(rid, req.tenant, req.tokens, slots)
+        self.counters["dispatched"] += 1
+        if probe is not None and self._stats_dir is not None:
+            kind = placement_kind(probe, w)
+            self._placements[kind] = self._placements.get(kind, 0) + 1
+        if self.hub is not None:
+            self._post(rid, req, by_slot[w])
+        return w
+
     # --- the hub (fairq.ray.hub) ---------------------------------------------
+
+    async def _hub_place(self, head: np.ndarray, by_slot: dict[int, RunningReplica]) -> str | None:
+        """The hub's replica (its Serve unique id) for the new document
+        whose prompt starts with ``head``, or None (placed by this router)."""
+        assert self.hub is not None
+        key = hashlib.blake2b(np.asarray(head, np.uint32).tobytes(), digest_size=16).hexdigest()
+        return await self.hub.place(key, [str(r.replica_id.unique_id) for r in by_slot.values()])
 
     def _post(self, rid: str, req: _Request, replica: RunningReplica) -> None:
         """Post this dispatch to the hub (not waited for); the first one
