@@ -422,3 +422,67 @@ def test_membership_bad_input_changes_nothing() -> None:
     ll.dispatch("x", "a", [1])
     assert ll.remove_worker(0) == ["x"] and ll.queue_sizes == [0, 0] and len(ll) == 0
     assert not hasattr(ll, "dispatch_among")
+
+
+# --- the agreed first placement of new documents (many routers) -------------
+
+
+def test_first_placement_follows_the_proposal_within_the_slack() -> None:
+    from fairq.dispatch import FirstPlacement
+
+    t = FirstPlacement(keep=3)
+    with pytest.raises(ValueError, match="at least one candidate"):
+        t.place("d0", [], None)
+    assert t.place("d1", [1, 0], None) == 0  # no proposal: the fewest, then the least id
+    assert t.place("d2", [0, 1], 0, slack=1) == 0  # within the slack: as proposed
+    assert t.place("d3", [0, 1], 0, slack=1) == 1  # 0 holds two more: the fewest
+    assert t.place("d1", [0, 1], 1) == 0  # placed before: the same, whatever is proposed
+    assert t.placements() == {0: 2, 1: 1}
+    # its worker not among the candidates (gone): placed again, counted once
+    assert t.place("d1", [1, 2], 1) == 2
+    assert t.placements() == {0: 1, 1: 1, 2: 1}
+    # past `keep` documents the least recently placed is forgotten
+    assert t.place("d4", [0, 1, 2], 0) == 0  # d2 (on 0) forgotten
+    assert t.placements() == {0: 1, 1: 1, 2: 1}
+    assert t.place("d2", [0, 1, 2], 1, slack=0) == 1  # forgotten: placed as new
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 12), st.integers(0, 3), st.booleans()),
+        max_size=60,
+    ),
+    st.integers(0, 3),
+)
+def test_first_placement_against_a_reference(asks: list[tuple[int, int, bool]], slack: int) -> None:
+    """Every answer: the earlier placement while it is a candidate, else the
+    proposal within ``slack`` of the fewest, else the fewest; the counts are
+    the table's, and on fixed candidates the documents stay within
+    ``slack + 1`` of each other."""
+    from fairq.dispatch import FirstPlacement
+
+    t = FirstPlacement()
+    where: dict[str, int] = {}
+    for doc, proposed, narrow in asks:
+        key = f"d{doc}"
+        workers = [0, 1] if narrow else [0, 1, 2, 3]
+        got = t.place(key, workers, proposed if proposed in workers else None, slack)
+        before = where.get(key)
+        if before in workers:
+            assert got == before
+        else:
+            if before is not None:
+                del where[key]
+            counts = {w: sum(1 for v in where.values() if v == w) for w in workers}
+            fewest = min(counts.values())
+            if proposed in workers and counts[proposed] <= fewest + slack:
+                assert got == proposed
+            else:
+                assert got == min(w for w in workers if counts[w] == fewest)
+        where[key] = got
+        ref = {w: n for w in range(4) if (n := sum(1 for v in where.values() if v == w))}
+        assert t.placements() == ref
+    if all(not narrow for _, _, narrow in asks) and where:
+        per = [sum(1 for v in where.values() if v == w) for w in range(4)]
+        assert max(per) - min(per) <= slack + 1

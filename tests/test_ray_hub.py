@@ -44,12 +44,12 @@ class LocalHub:
             raise ConnectionError("hub gone")
         return await self.hub.wait(cursor, router, wait_s)
 
-    async def place(self, key: str, replicas: list[str]) -> str:
+    async def place(self, key: str, replicas: list[str], proposed: str, slack: int) -> str:
         if self.gate is not None:
             await self.gate.wait()
         if self.down:
             raise ConnectionError("hub gone")
-        return self.hub.place(key, replicas)
+        return self.hub.place(key, replicas, proposed, slack)
 
 
 def ev(rid: str) -> tuple[str, str, list[int], int, str, float]:
@@ -228,22 +228,12 @@ def test_bad_hub_options_name_the_field(options: dict[str, Any], error: type, ma
 # --- the agreed first placement (hub_placement) ------------------------------
 
 
-def test_the_hub_places_each_document_once_on_the_emptiest_replica() -> None:
-    hub = ViewHub(keep=3)
-    with pytest.raises(ValueError, match="at least one candidate"):
-        hub.place("d0", [])
-    assert hub.place("d1", ["r1", "r0"]) == "r0"  # a tie: the least name
-    assert hub.place("d2", ["r0", "r1"]) == "r1"  # the fewest documents
-    assert hub.place("d1", ["r0", "r1"]) == "r0"  # placed before: the same, every time
-    assert hub.placements() == {"r0": 1, "r1": 1}
-    # its replica not among the candidates (gone): placed again, counted once
-    assert hub.place("d1", ["r1", "r2"]) == "r2"
-    assert hub.placements() == {"r1": 1, "r2": 1}
-    # past `keep` documents the least recently placed is forgotten
-    assert hub.place("d3", ["r0", "r1", "r2"]) == "r0"
-    assert hub.place("d4", ["r0", "r1", "r2"]) == "r0"  # d2 (r1) forgotten first
-    assert hub.placements() == {"r0": 2, "r2": 1}
-    assert hub.place("d2", ["r1", "r2"]) == "r1"  # forgotten: placed as new
+def test_the_hub_answers_every_router_from_one_table() -> None:
+    hub = ViewHub()
+    assert hub.place("d1", ["r0", "r1"], "r1", 0) == "r1"
+    assert hub.place("d2", ["r0", "r1"], "r1", 0) == "r0"  # r1 holds one more
+    assert hub.place("d1", ["r0", "r1"], "r0", 0) == "r1"  # placed before
+    assert hub.documents.placements() == {"r0": 1, "r1": 1}
 
 
 DOC = [7000 + t for t in range(300)]  # past the shared prefix: a document
@@ -267,15 +257,19 @@ def test_routers_place_a_new_document_where_the_hub_agrees() -> None:
         loads = b.dispatcher.external_load
         loads[sb] = 5
         b.dispatcher.external_load = loads
-        _, j = await send(b, dep, "y", DOC + [1, 2])  # the same document, another question
+        pr, j = await send(b, dep, "y", DOC + [1, 2])  # the same document, another question
         assert j == i and b.hub.counters["hub_placed"] == 1
+        # moved there once, charged there once
+        assert b.dispatcher.worker_of(pr.metadata.internal_request_id) == sb
+        assert b.dispatcher.queue_sizes[sb] == 1 and sum(b.dispatcher.queue_sizes) == 1
+        assert b.counters["dispatched"] == 1
         # another document: to the replica with fewer documents, whatever the loads
         other = [8000 + t for t in range(300)]
         _, k = await send(b, dep, "y", other)
         assert k != i
         # b holds it now: its next request is D2LPM's to place, the hub is not asked
         await send(b, dep, "y", other)
-        # nor for a prompt with fewer than PLACE_KEY_TOKENS new tokens
+        # nor for a prompt with fewer than DOCUMENT_KEY_TOKENS new tokens
         await send(b, dep, "y", [9000 + t for t in range(50)])
         assert b.hub.counters["hub_placed"] == 2
         assert b.hub.counters["hub_place_fallbacks"] == 0

@@ -256,6 +256,10 @@ def test_view_hub_is_a_named_actor_and_comes_back(cluster: int) -> None:
         a.note(ev("1"))
         assert await a.sync() == []
         assert [e[0] for e in await b.sync()] == ["1"]
+        # the agreed placement through the actor: one table for both links
+        assert await a.place("doc", ["r0", "r1"], "r1", 0) == "r1"
+        assert await b.place("doc", ["r0", "r1"], "r0", 0) == "r1"
+        assert a.counters["hub_placed"] == b.counters["hub_placed"] == 1
         ray.kill(ray.get_actor(name, namespace="fairq"))
         a.note(ev("2"))
         assert await a.sync() == []

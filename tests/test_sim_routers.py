@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -247,3 +248,45 @@ def test_each_router_sees_the_others_load_exactly_as_old_as_the_view(staleness: 
     )
     sim.run()
     assert sim.complete and sim.dispatcher.checks == len(sim.requests)
+
+
+def test_routers_without_a_view_agree_on_new_documents_with_the_hub() -> None:
+    # no shared view: each router places a document by its own dispatches;
+    # with the hub's table every router sends it where the first one did
+    doc = np.arange(1000, 1400, dtype=np.uint32)
+    now = [0.0]
+
+    def fleet(hub: bool, slack: int = 0) -> RouterFleet:
+        return RouterFleet(
+            lambda: fairq.D2LPM(4, 1e9),
+            4,
+            float("inf"),
+            "rr",
+            lambda: now[0],
+            hub_placement=hub,
+            hub_placement_slack=slack,
+        )
+
+    for hub in (False, True):
+        f = fleet(hub)
+        # five other documents first (routers 0, 1, 2, 3, 0): router 0's
+        # loads differ from the others'
+        for i in range(5):
+            f.dispatch(f"x{i}", "a", np.arange(300, dtype=np.uint32) + 5000 + 1000 * i)
+        got = {f.dispatch(f"d{i}", "b", np.concatenate([doc, [i]])) for i in range(4)}
+        assert (len(got) == 1) is hub, got
+        assert len(f) == 9 and sum(f.dispatched) == 9
+    # the documents spread evenly: four new ones on four workers
+    f = fleet(True)
+    placed = [
+        f.dispatch(f"n{i}", "a", np.arange(300, dtype=np.uint32) + 1000 * i) for i in range(8)
+    ]
+    assert sorted(placed) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert f.documents is not None and f.documents.placements() == {0: 2, 1: 2, 2: 2, 3: 2}
+    # a D2LPM dispatcher only: another policy's fleet has no table
+    assert (
+        RouterFleet(
+            lambda: fairq.LeastLoaded(4), 2, 0.0, "rr", lambda: 0.0, hub_placement=True
+        ).documents
+        is None
+    )

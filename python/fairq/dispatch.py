@@ -38,9 +38,13 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import hashlib
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from fairq._core import (
     D2LPM,
@@ -64,6 +68,9 @@ __all__ = [
     "NO_ESCAPE",
     "PLACEMENTS",
     "PREFIX_AWARE",
+    "DOCUMENT_KEY_TOKENS",
+    "FirstPlacement",
+    "document_key",
     "placement_kind",
     "probe_placement",
 ]
@@ -188,3 +195,75 @@ def placement_kind(probe: Probe, worker: int) -> str:
     if worker in probe.holders:
         return "held"
     return "off_credit" if probe.credit is False and probe.holders else "off_other"
+
+
+# ---- an agreed first placement of new documents (many routers) ----
+
+#: Prompt tokens past the prefix every candidate holds that name a new
+#: document (:func:`document_key`); a prompt with fewer new tokens is no
+#: document worth agreeing on.
+DOCUMENT_KEY_TOKENS = 256
+
+
+def document_key(tokens: Any, probe: Probe) -> str | None:
+    """The name of the new document a prompt starts, the same for every
+    router whose tree holds the same shared prefix: a digest of the prompt
+    up to :data:`DOCUMENT_KEY_TOKENS` past ``probe.held_len``. None when
+    the prompt is no new document (some candidates hold more of it than
+    others, or it has fewer new tokens than that)."""
+    if probe.match_len != 0 or len(tokens) - probe.held_len < DOCUMENT_KEY_TOKENS:
+        return None
+    head = np.asarray(tokens[: probe.held_len + DOCUMENT_KEY_TOKENS], dtype=np.uint32)
+    return hashlib.blake2b(head.tobytes(), digest_size=16).hexdigest()
+
+
+class FirstPlacement:
+    """Where new documents go, agreed by every router that asks this one
+    table (the Ray routers' hub, :mod:`fairq.ray.hub`; the simulator's
+    fleet): a document placed before goes where it went while that worker
+    is a candidate; a new one goes where the asking router proposes unless
+    that worker holds more than ``slack`` documents above the fewest, else
+    to the candidate with the fewest documents placed on it (ties: the
+    least id). The ``keep`` most recently placed documents are remembered.
+
+    >>> t = FirstPlacement()
+    >>> t.place("doc-a", [0, 1], 1), t.place("doc-b", [0, 1], 1), t.place("doc-a", [1, 0], 0)
+    (1, 0, 1)
+    """
+
+    def __init__(self, keep: int = 65536) -> None:
+        self._keep = keep
+        #: document key -> the worker it was placed on (least recent first)
+        self._placed: OrderedDict[str, Hashable] = OrderedDict()
+        #: worker -> documents in ``_placed`` on it
+        self._claims: dict[Any, int] = {}
+
+    def place(self, key: str, workers: Sequence[Any], proposed: Any = None, slack: int = 0) -> Any:
+        """The worker among ``workers`` (non-empty) that the document
+        ``key`` goes to (see the class doc). A new document goes to
+        ``proposed`` (the asking router's own choice) when that worker holds
+        at most ``slack`` documents more than the fewest any of ``workers``
+        holds; else to the one with the fewest."""
+        if not workers:
+            raise ValueError("place needs at least one candidate worker")
+        placed, claims = self._placed, self._claims
+        owner = placed.get(key)
+        if owner is not None and owner in workers:
+            placed.move_to_end(key)
+            return owner
+        if owner is not None:  # its worker is gone or not offered: placed again
+            claims[owner] -= 1
+        best = min(workers, key=lambda w: (claims.get(w, 0), w))
+        if proposed is not None and claims.get(proposed, 0) <= claims.get(best, 0) + slack:
+            best = proposed
+        placed[key] = best
+        placed.move_to_end(key)
+        claims[best] = claims.get(best, 0) + 1
+        if len(placed) > self._keep:
+            _, w = placed.popitem(last=False)
+            claims[w] -= 1
+        return best
+
+    def placements(self) -> dict[Any, int]:
+        """Documents remembered per worker."""
+        return {w: n for w, n in self._claims.items() if n}

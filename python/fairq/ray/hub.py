@@ -26,24 +26,28 @@ start after some posts see only the posts made after their first pull.
 
 Agreed first placement (``hub_placement=True``): a request whose prompt
 no replica holds past what every replica holds (a new document, by the
-router's view) is placed where the hub says. The hub answers from one table
-for all the routers: a document it placed before goes where it went (while
-that replica is among the candidates), else to the candidate it has placed
-the fewest documents on. So routers place a document alike however stale
-their views, and the documents spread evenly over the caches. This is the one
-call a router waits for, up to :data:`PLACE_TIMEOUT_S`; past that, or with
-the hub unreachable, the router places the document by its own view
-(``hub_place_fallbacks``).
+router's view, :func:`fairq.dispatch.document_key`) is dispatched by D2LPM,
+then moved to where the hub says. The hub answers from one table for all
+the routers (:class:`fairq.dispatch.FirstPlacement`): a document it placed
+before goes where it went (while that replica is among the candidates),
+else where the router proposed unless that replica holds more than
+``hub_placement_slack`` documents above the fewest, else to the one with the
+fewest. So routers place a document alike however stale their views, and
+the documents spread evenly over the caches. This is the one call a router
+waits for, up to :data:`PLACE_TIMEOUT_S`; past that, or with the hub
+unreachable, the router keeps D2LPM's choice (``hub_place_fallbacks``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Awaitable, Callable
 from itertools import islice
 from typing import Any
+
+from fairq.dispatch import FirstPlacement
 
 __all__ = ["HubLink", "ViewHub", "connect_ray", "hub_name"]
 
@@ -76,39 +80,13 @@ class ViewHub:
         self._posts: deque[tuple[str, HubEvent]] = deque(maxlen=keep)
         self._next = 0
         self._news: asyncio.Event | None = None  # set by the next post
-        self._keep = keep
-        #: document key -> the replica it was placed on (least recent first)
-        self._placed: OrderedDict[str, str] = OrderedDict()
-        #: replica -> documents in ``_placed`` on it
-        self._claims: dict[str, int] = {}
+        #: the documents placed (hub_placement)
+        self.documents = FirstPlacement(keep)
 
-    def place(self, key: str, replicas: list[str]) -> str:
-        """The replica among ``replicas`` (non-empty) a new document named
-        ``key`` goes to, the same for every router: where it was placed
-        before while that replica is a candidate, else the candidate with
-        the fewest documents placed on it (ties: the least name). The
-        ``keep`` most recently placed documents are remembered."""
-        if not replicas:
-            raise ValueError("place needs at least one candidate replica")
-        placed, claims = self._placed, self._claims
-        owner = placed.get(key)
-        if owner is not None and owner in replicas:
-            placed.move_to_end(key)
-            return owner
-        if owner is not None:  # its replica is gone or not offered: placed again
-            claims[owner] -= 1
-        best = min(replicas, key=lambda r: (claims.get(r, 0), r))
-        placed[key] = best
-        placed.move_to_end(key)
-        claims[best] = claims.get(best, 0) + 1
-        if len(placed) > self._keep:
-            _, r = placed.popitem(last=False)
-            claims[r] -= 1
-        return best
-
-    def placements(self) -> dict[str, int]:
-        """Documents remembered per replica."""
-        return {r: n for r, n in self._claims.items() if n}
+    def place(self, key: str, replicas: list[str], proposed: str, slack: int) -> str:
+        """The replica a new document named ``key`` goes to, the same for
+        every router (:meth:`fairq.dispatch.FirstPlacement.place`)."""
+        return str(self.documents.place(key, replicas, proposed, slack))
 
     def post(self, router: str, events: list[HubEvent]) -> int:
         """Add ``router``'s dispatches; returns the number the next post gets."""
@@ -204,16 +182,18 @@ class HubLink:
                 self.counters["hub_errors"] += 1
         self._outbox.append(event)
 
-    async def place(self, key: str, replicas: list[str]) -> str | None:
+    async def place(self, key: str, replicas: list[str], proposed: str, slack: int) -> str | None:
         """The hub's replica for a new document (:meth:`ViewHub.place`), or
         None when the hub is not connected, fails, takes longer than
         :data:`PLACE_TIMEOUT_S` or names no candidate: the router then
-        places it by its own view. Never raises."""
+        keeps its own choice. Never raises."""
         if self._hub is None:  # the sync loop connects (or retries)
             self.counters["hub_place_fallbacks"] += 1
             return None
         try:
-            got = await asyncio.wait_for(self._hub.place(key, replicas), PLACE_TIMEOUT_S)
+            got = await asyncio.wait_for(
+                self._hub.place(key, replicas, proposed, slack), PLACE_TIMEOUT_S
+            )
         except Exception:  # the sync that follows finds out whether the hub is gone
             got = None
         if got not in replicas:
@@ -277,8 +257,8 @@ class _RayHub:
         cur, new, lost = await self._h.wait.remote(cursor, router, wait_s)
         return int(cur), new, int(lost)
 
-    async def place(self, key: str, replicas: list[str]) -> str:
-        return str(await self._h.place.remote(key, replicas))
+    async def place(self, key: str, replicas: list[str], proposed: str, slack: int) -> str:
+        return str(await self._h.place.remote(key, replicas, proposed, slack))
 
 
 def connect_ray(name: str) -> Callable[[], Awaitable[Any]]:

@@ -64,12 +64,16 @@ class RouterOptions:
             the router pulls again (> 0, finite).
         hub_placement: a new document (no candidate holds the prompt past
             what every candidate holds) goes where the hub says, the same
-            for every router: where the hub placed it before, else the
-            replica it has placed the fewest documents on
-            (:meth:`fairq.ray.hub.ViewHub.place`). One round trip per new
-            document, waited for up to ``fairq.ray.hub.PLACE_TIMEOUT_S``;
-            past that the router places it by its own view. Needs
-            ``view_hub``. Default False.
+            for every router: where the hub placed it before, else D2LPM's
+            choice unless that replica holds more than
+            ``hub_placement_slack`` documents above the fewest, else the
+            one with the fewest (:class:`fairq.dispatch.FirstPlacement`).
+            One round trip per new document, waited for up to
+            ``fairq.ray.hub.PLACE_TIMEOUT_S``; past that the router keeps
+            D2LPM's choice. Needs ``view_hub``. Default False.
+        hub_placement_slack: documents a replica may hold above the fewest
+            and still take a new one D2LPM chose for it (an int ``>= 0``; 0:
+            the documents spread evenly, D2LPM's choice breaking ties).
         default_tenant: tenant of a request the extractor finds none for.
         tenant_header: HTTP header read for the tenant of proxy requests.
         tenant_extractor: ``(args, kwargs) -> str``, or ``"module:attr"``;
@@ -99,6 +103,7 @@ class RouterOptions:
     view_hub: bool = False
     view_hub_wait_s: float = 1.0
     hub_placement: bool = False
+    hub_placement_slack: int = 0
     default_tenant: str = "default"
     tenant_header: str = "x-fairq-tenant"
     tenant_extractor: TenantExtractor | str | None = None
@@ -123,10 +128,14 @@ class RouterOptions:
             raise ValueError("view_hub needs shared_view (the hub feeds the shared view)")
         if self.hub_placement and not self.view_hub:
             raise ValueError("hub_placement needs view_hub (the hub places the documents)")
-        for name in ("max_replicas", "recent_requests"):
+        for name, least in (
+            ("max_replicas", 1),
+            ("recent_requests", 1),
+            ("hub_placement_slack", 0),
+        ):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int) or v < least:
+                raise ValueError(f"{name} must be an int >= {least}, got {v!r}")
         if self.max_replicas > 4096:
             raise ValueError(f"max_replicas must be <= 4096, got {self.max_replicas}")
         for name in ("default_tenant", "tenant_header", "feedback_key"):

@@ -42,7 +42,6 @@ the fairness bound and what the view gives back.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import os
@@ -63,7 +62,7 @@ from ray.serve.request_router import (
 )
 
 import fairq
-from fairq.dispatch import placement_kind, probe_placement
+from fairq.dispatch import document_key, placement_kind, probe_placement
 from fairq.ledger.caps import AdmissionControl, Limits
 from fairq.ray.extract import EMPTY, default_tenant, default_tokens, estimate_tokens
 from fairq.ray.hub import HubLink, connect_ray, hub_name
@@ -86,12 +85,6 @@ ROUTER_STATS_INTERVAL_S = 1.0
 #: Prompt token ids a hub post carries (as a replica's start event,
 #: ``ReplicaFeedback.view_tokens``' default).
 HUB_TOKENS = 2048
-
-#: Prompt tokens past the prefix every candidate holds that name a new
-#: document for the hub's agreed placement (``hub_placement``); a prompt
-#: with fewer new tokens is placed by the router's own view (its cache is
-#: too small to be worth a round trip to the hub).
-PLACE_KEY_TOKENS = 256
 
 #: Ray releases this module was written and tested against.
 SUPPORTED_RAY = ">=2.60,<2.61"
@@ -365,32 +358,24 @@ class FairqD2LPMRouter(RequestRouter):
         self, rid: str, req: _Request, by_slot: dict[int, RunningReplica]
     ) -> int | None:
         """Dispatch ``rid`` among ``by_slot``'s replicas: D2LPM's choice,
-        or, with ``hub_placement``, a new document's replica as the hub
-        agrees it. The hub's answer is awaited: if meanwhile the request was
-        cancelled, or every candidate left (``by_slot`` loses those that
-        did), nothing is dispatched and None returned."""
+        and with ``hub_placement`` a new document then moves to the replica
+        the hub agrees on (:meth:`_agree`). None: cancelled, or every
+        candidate gone, while the hub answered (nothing dispatched)."""
         slots = list(by_slot)
         probe = None
         if self._stats_dir is not None or self.options.hub_placement:
             probe = probe_placement(self._d, req.tenant, req.tokens, slots)
-        if (
-            probe is not None
-            and self.options.hub_placement
-            and probe.match_len == 0
-            and len(req.tokens) - probe.held_len >= PLACE_KEY_TOKENS
-            and len(slots) > 1
-        ):
-            uid = await self._hub_place(req.tokens[: probe.held_len + PLACE_KEY_TOKENS], by_slot)
-            for s in [s for s, r in by_slot.items() if self._slot.get(r.replica_id) != s]:
-                del by_slot[s]
-            if self._requests.get(rid) is not req or not by_slot:
-                return None
-            agreed = [s for s, r in by_slot.items() if str(r.replica_id.unique_id) == uid]
-            slots = agreed or list(by_slot)
         self.view.expire()
-        self.view.note_dispatch(list(by_slot))
+        self.view.note_dispatch(slots)
         self.view.mine(rid)
         w = self._d.dispatch_among(rid, req.tenant, req.tokens, slots)
+        if probe is not None and self.options.hub_placement and len(slots) > 1:
+            key = document_key(req.tokens, probe)
+            if key is not None:
+                got = await self._agree(rid, req, key, w, by_slot)
+                if got is None:
+                    return None
+                w = got
         self.counters["dispatched"] += 1
         if probe is not None and self._stats_dir is not None:
             kind = placement_kind(probe, w)
@@ -399,14 +384,34 @@ class FairqD2LPMRouter(RequestRouter):
             self._post(rid, req, by_slot[w])
         return w
 
-    # --- the hub (fairq.ray.hub) ---------------------------------------------
-
-    async def _hub_place(self, head: np.ndarray, by_slot: dict[int, RunningReplica]) -> str | None:
-        """The hub's replica (its Serve unique id) for the new document
-        whose prompt starts with ``head``, or None (placed by this router)."""
+    async def _agree(
+        self, rid: str, req: _Request, key: str, w: int, by_slot: dict[int, RunningReplica]
+    ) -> int | None:
+        """Ask the hub where the new document ``key``, dispatched to slot
+        ``w``, goes (:meth:`fairq.ray.hub.ViewHub.place`, ``w`` proposed)
+        and move the dispatch there. Meanwhile the request may have been
+        cancelled (None: its withdrawal is done) or replicas may have gone
+        (``by_slot`` loses them; None when none is left); with no answer
+        it stays where D2LPM put it."""
         assert self.hub is not None
-        key = hashlib.blake2b(np.asarray(head, np.uint32).tobytes(), digest_size=16).hexdigest()
-        return await self.hub.place(key, [str(r.replica_id.unique_id) for r in by_slot.values()])
+        uid = {s: str(r.replica_id.unique_id) for s, r in by_slot.items()}
+        got = await self.hub.place(
+            key, list(uid.values()), uid[w], self.options.hub_placement_slack
+        )
+        if self._requests.get(rid) is not req:
+            return None
+        for s in [s for s, r in by_slot.items() if self._slot.get(r.replica_id) != s]:
+            del by_slot[s]
+        if not by_slot:
+            return None
+        agreed = [s for s in by_slot if uid[s] == got]
+        if rid in self._d:
+            if not agreed or agreed[0] == self._d.worker_of(rid):
+                return self._d.worker_of(rid)
+            self._d.withdraw(rid)
+        return self._d.dispatch_among(rid, req.tenant, req.tokens, agreed or list(by_slot))
+
+    # --- the hub (fairq.ray.hub) ---------------------------------------------
 
     def _post(self, rid: str, req: _Request, replica: RunningReplica) -> None:
         """Post this dispatch to the hub (not waited for); the first one

@@ -193,6 +193,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "ranks first among those loaded at most N requests above the least, so routers with "
         "stale views agree (default 0: the least loaded, the paper's rule)",
     )
+    p.add_argument(
+        "--hub-placement",
+        action="store_true",
+        help="several D2LPM routers agree where each new document goes (one table, as the "
+        "Ray routers' hub: where it went before, else the router's choice unless that worker "
+        "holds more than --hub-placement-slack documents above the fewest)",
+    )
+    p.add_argument(
+        "--hub-placement-slack",
+        type=count(0),
+        default=0,
+        metavar="N",
+        help="with --hub-placement: documents a worker may hold above the fewest and still "
+        "take a new one its router chose (default 0: spread evenly)",
+    )
     p.add_argument("--trace", metavar="FILE", help="replay a JSONL trace instead of the suite")
     p.add_argument("--seed", type=count(0), default=0, help="workload seed, >= 0 (default 0)")
     p.add_argument(
@@ -335,6 +350,10 @@ def _plan(args: argparse.Namespace) -> tuple[Any, list[Run], dict[str, Any]]:
         raise UsageError(str(e).removeprefix("--model "), arg="--model") from None
     if args.placement_slack:
         base = replace(base, placement_slack=args.placement_slack)
+    if args.hub_placement_slack and not args.hub_placement:
+        raise UsageError("--hub-placement-slack needs --hub-placement", arg="--hub-placement-slack")
+    if args.hub_placement:
+        base = replace(base, hub_placement=True, hub_placement_slack=args.hub_placement_slack)
     overrides: dict[str, Any] = {}
     if args.scale is not None:
         overrides["scale"] = args.scale
@@ -452,6 +471,8 @@ def run_paper(args: argparse.Namespace) -> int:
         "--view-staleness": args.view_staleness,
         "--router-assign": args.router_assign,
         "--placement-slack": args.placement_slack or None,
+        "--hub-placement": args.hub_placement or None,
+        "--hub-placement-slack": args.hub_placement_slack or None,
         "--metrics-port": args.metrics_port,
     }
     for flag, value in shaping.items():

@@ -81,6 +81,13 @@ class SimConfig:
     #: prefixes hashed among the workers loaded at most this much above the
     #: least; 0: least loaded (the paper's rule)
     placement_slack: int = 0
+    #: several D2LPM routers agree where each new document goes
+    #: (:class:`fairq.dispatch.FirstPlacement`: one table, asked at no
+    #: delay, as the Ray routers' hub with ``hub_placement``)
+    hub_placement: bool = False
+    #: documents a worker may hold above the fewest and still take a new
+    #: one its router chose (``hub_placement``)
+    hub_placement_slack: int = 0
 
     def __post_init__(self) -> None:
         if self.memory not in MEMORY_MODELS:
@@ -109,4 +116,6 @@ class SimConfig:
             label += f" x{self.routers} {self.router_assign} {view}"
         if self.placement_slack and self.dispatcher == "d2lpm":
             label += f" slack={self.placement_slack}"
+        if self.hub_placement and self.fleet and self.dispatcher == "d2lpm":
+            label += f" agreed/{self.hub_placement_slack}"
         return label

@@ -635,7 +635,13 @@ class Simulator:
                 from fairq.sim.routers import RouterFleet
 
                 self.dispatcher = RouterFleet(
-                    make, cfg.routers, cfg.view_staleness, cfg.router_assign, lambda: self.now
+                    make,
+                    cfg.routers,
+                    cfg.view_staleness,
+                    cfg.router_assign,
+                    lambda: self.now,
+                    hub_placement=cfg.hub_placement,
+                    hub_placement_slack=cfg.hub_placement_slack,
                 )
             else:
                 self.dispatcher = make()

@@ -24,6 +24,13 @@ the fleet dispatches exactly as one router does, for any number of routers
 (``tests/test_sim_routers.py``). A constant lag ``T`` stands for any
 publication scheme whose view is at most ``T`` old (a periodic publish every
 ``P`` seconds is at most ``P`` old): it is the worst case of that bound.
+
+With ``hub_placement`` (D2LPM routers), a prompt that starts a new document
+in the choosing router's view (:func:`fairq.dispatch.document_key`) is
+dispatched by the router, then moved where one table shared by the routers
+says (:class:`fairq.dispatch.FirstPlacement`), asked at no delay: the Ray
+routers' hub (``fairq.ray.RouterOptions.hub_placement``) with its round
+trip taken as free.
 """
 
 from __future__ import annotations
@@ -32,7 +39,14 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fairq.dispatch import PLACEMENTS, PREFIX_AWARE, placement_kind, probe_placement
+from fairq.dispatch import (
+    PLACEMENTS,
+    PREFIX_AWARE,
+    FirstPlacement,
+    document_key,
+    placement_kind,
+    probe_placement,
+)
 
 __all__ = ["ASSIGN", "RouterFleet", "check_fleet", "routers_table"]
 
@@ -70,6 +84,10 @@ class RouterFleet:
         assign: one of :data:`ASSIGN`.
         clock: the simulated time now.
         seed: seeds ``assign="random"``.
+        hub_placement: D2LPM routers place new documents by one shared
+            :class:`fairq.dispatch.FirstPlacement` (other policies: ignored).
+        hub_placement_slack: its ``slack`` (documents a worker may hold
+            above the fewest and still take a new one its router chose).
     """
 
     def __init__(
@@ -80,6 +98,8 @@ class RouterFleet:
         assign: str,
         clock: Callable[[], float],
         seed: int = 0,
+        hub_placement: bool = False,
+        hub_placement_slack: int = 0,
     ) -> None:
         check_fleet(routers, staleness, assign)
         self.routers = [make() for _ in range(routers)]
@@ -105,6 +125,9 @@ class RouterFleet:
         #: prefix-aware dispatchers only)
         self.placements = dict.fromkeys(PLACEMENTS, 0)
         self._probe = self.policy in PREFIX_AWARE
+        #: the routers' agreed placement of new documents (hub_placement)
+        self.documents = FirstPlacement() if hub_placement and self.policy == "D2LPM" else None
+        self.hub_placement_slack = hub_placement_slack
 
     def router_for(self, client: str) -> int:
         """The router the next request of ``client`` goes to (advances the
@@ -160,6 +183,13 @@ class RouterFleet:
             if self._probe:
                 probe = probe_placement(d, client, tokens, range(self.num_workers))
             w: int = d.dispatch(request_id, client, tokens)
+            docs = self.documents
+            key = None if docs is None or probe is None else document_key(tokens, probe)
+            if docs is not None and key is not None:  # the agreed worker for a new document
+                agreed = docs.place(key, range(self.num_workers), w, self.hub_placement_slack)
+                if agreed != w:
+                    d.withdraw(request_id)
+                    w = d.dispatch_among(request_id, client, tokens, [agreed])
         except BaseException:
             self._next = cursor
             if rng is not None:
