@@ -486,3 +486,21 @@ def test_first_placement_against_a_reference(asks: list[tuple[int, int, bool]], 
     if all(not narrow for _, _, narrow in asks) and where:
         per = [sum(1 for v in where.values() if v == w) for w in range(4)]
         assert max(per) - min(per) <= slack + 1
+
+
+def test_move_dispatch_leaves_no_belief_behind() -> None:
+    from fairq.dispatch import move_dispatch
+
+    d = fairq.D2LPM(2, 1e6)
+    system = list(range(1, 33))
+    d.dispatch_among("s0", "a", system, [0])
+    d.dispatch_among("s1", "a", system, [1])  # both hold the shared prefix
+    doc = system + list(range(100, 400))
+    w = d.dispatch_among("r", "b", doc, [0])
+    assert d.held_len(0, doc) == len(doc)
+    before = d.deficit("b", 0)
+    assert move_dispatch(d, "r", "b", doc, len(system), 1) == 1
+    assert d.worker_of("r") == 1 and d.queue_sizes == [1, 2]
+    assert d.held_len(1, doc) == len(doc)
+    assert d.held_len(w, doc) == len(system)  # what it held before, no more
+    assert d.deficit("b", 0) == before + len(doc)  # refunded there

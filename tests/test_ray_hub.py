@@ -263,6 +263,9 @@ def test_routers_place_a_new_document_where_the_hub_agrees() -> None:
         assert b.dispatcher.worker_of(pr.metadata.internal_request_id) == sb
         assert b.dispatcher.queue_sizes[sb] == 1 and sum(b.dispatcher.queue_sizes) == 1
         assert b.counters["dispatched"] == 1
+        # and the replica D2LPM first chose is not believed to hold it
+        other_slot = b.slot_of(dep.reps[1 - i].replica_id)
+        assert b.dispatcher.held_len(other_slot, DOC) == 0
         # another document: to the replica with fewer documents, whatever the loads
         other = [8000 + t for t in range(300)]
         _, k = await send(b, dep, "y", other)

@@ -71,6 +71,7 @@ __all__ = [
     "DOCUMENT_KEY_TOKENS",
     "FirstPlacement",
     "document_key",
+    "move_dispatch",
     "placement_kind",
     "probe_placement",
 ]
@@ -215,6 +216,18 @@ def document_key(tokens: Any, probe: Probe) -> str | None:
         return None
     head = np.asarray(tokens[: probe.held_len + DOCUMENT_KEY_TOKENS], dtype=np.uint32)
     return hashlib.blake2b(head.tobytes(), digest_size=16).hexdigest()
+
+
+def move_dispatch(d: Any, request_id: Any, client: str, tokens: Any, kept: int, worker: int) -> int:
+    """Move an in-flight dispatch its worker never served to ``worker``:
+    withdrawn (D2LPM refunds the charge), the prompt past its first
+    ``kept`` tokens (what the old worker held before) forgotten there, so
+    the tree does not believe the old worker holds a prompt it never got,
+    then dispatched to ``worker``. Returns ``worker``."""
+    old = d.withdraw(request_id)
+    if len(tokens) > kept:
+        d.on_evict(old, tokens, kept)
+    return int(d.dispatch_among(request_id, client, tokens, [worker]))
 
 
 class FirstPlacement:

@@ -62,7 +62,7 @@ from ray.serve.request_router import (
 )
 
 import fairq
-from fairq.dispatch import document_key, placement_kind, probe_placement
+from fairq.dispatch import document_key, move_dispatch, placement_kind, probe_placement
 from fairq.ledger.caps import AdmissionControl, Limits
 from fairq.ray.extract import EMPTY, default_tenant, default_tokens, estimate_tokens
 from fairq.ray.hub import HubLink, connect_ray, hub_name
@@ -372,7 +372,7 @@ class FairqD2LPMRouter(RequestRouter):
         if probe is not None and self.options.hub_placement and len(slots) > 1:
             key = document_key(req.tokens, probe)
             if key is not None:
-                got = await self._agree(rid, req, key, w, by_slot)
+                got = await self._agree(rid, req, key, w, probe.held_len, by_slot)
                 if got is None:
                     return None
                 w = got
@@ -385,11 +385,18 @@ class FairqD2LPMRouter(RequestRouter):
         return w
 
     async def _agree(
-        self, rid: str, req: _Request, key: str, w: int, by_slot: dict[int, RunningReplica]
+        self,
+        rid: str,
+        req: _Request,
+        key: str,
+        w: int,
+        kept: int,
+        by_slot: dict[int, RunningReplica],
     ) -> int | None:
         """Ask the hub where the new document ``key``, dispatched to slot
         ``w``, goes (:meth:`fairq.ray.hub.ViewHub.place`, ``w`` proposed)
-        and move the dispatch there. Meanwhile the request may have been
+        and move the dispatch there (:func:`fairq.dispatch.move_dispatch`:
+        ``w`` held the prompt's first ``kept`` tokens before). Meanwhile the request may have been
         cancelled (None: its withdrawal is done) or replicas may have gone
         (``by_slot`` loses them; None when none is left); with no answer
         it stays where D2LPM put it."""
@@ -405,11 +412,11 @@ class FairqD2LPMRouter(RequestRouter):
         if not by_slot:
             return None
         agreed = [s for s in by_slot if uid[s] == got]
-        if rid in self._d:
-            if not agreed or agreed[0] == self._d.worker_of(rid):
-                return self._d.worker_of(rid)
-            self._d.withdraw(rid)
-        return self._d.dispatch_among(rid, req.tenant, req.tokens, agreed or list(by_slot))
+        if rid not in self._d:  # its replica went meanwhile
+            return self._d.dispatch_among(rid, req.tenant, req.tokens, agreed or list(by_slot))
+        if agreed and agreed[0] != w:
+            return move_dispatch(self._d, rid, req.tenant, req.tokens, kept, agreed[0])
+        return w
 
     # --- the hub (fairq.ray.hub) ---------------------------------------------
 

@@ -44,6 +44,7 @@ from fairq.dispatch import (
     PREFIX_AWARE,
     FirstPlacement,
     document_key,
+    move_dispatch,
     placement_kind,
     probe_placement,
 )
@@ -188,8 +189,7 @@ class RouterFleet:
             if docs is not None and key is not None:  # the agreed worker for a new document
                 agreed = docs.place(key, range(self.num_workers), w, self.hub_placement_slack)
                 if agreed != w:
-                    d.withdraw(request_id)
-                    w = d.dispatch_among(request_id, client, tokens, [agreed])
+                    w = move_dispatch(d, request_id, client, tokens, probe.held_len, agreed)
         except BaseException:
             self._next = cursor
             if rng is not None:
