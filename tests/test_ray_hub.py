@@ -295,18 +295,44 @@ def test_a_slow_or_absent_hub_leaves_the_placement_to_the_router(
 
         monkeypatch.setattr(hubmod, "PLACE_TIMEOUT_S", 0.05)
         dep = Deployment()
-        a, _ = placing_routers(ViewHub())
-        dep.publish(a)
-        # not connected yet: at once, by its own view
-        pr, _ = await send(a, dep, "x", DOC)
+        hub = ViewHub()
+        a, _ = placing_routers(hub)
+        started = asyncio.Event()
+        calls = []
+
+        async def slow_connect() -> LocalHub:  # the actor's process still starting
+            calls.append("slow")
+            await started.wait()
+            return LocalHub(hub)
+
+        a.hub._connect = slow_connect
+        dep.publish(a)  # the router's hub loop starts connecting
+        pr, _ = await send(a, dep, "x", DOC)  # waits for the connection: too long
         assert a.hub.counters["hub_place_fallbacks"] == 1
-        assert pr.metadata.internal_request_id in a.dispatcher
-        await a._sync_hub()
+        assert pr.metadata.internal_request_id in a.dispatcher  # D2LPM's choice stands
+        started.set()  # the same attempt, not cancelled, connects
+        await send(a, dep, "x", [5000 + t for t in range(300)])
+        assert a.hub.counters["hub_placed"] == 1 and calls == ["slow"]
         # a hub that does not answer in time
         a.hub._hub.gate = asyncio.Event()
         pr, _ = await send(a, dep, "x", [6000 + t for t in range(300)])
         assert a.hub.counters["hub_place_fallbacks"] == 2
         assert pr.metadata.internal_request_id in a.dispatcher
+        # a hub that cannot be reached: one try, then none for RETRY_S
+        a.hub._hub.gate.set()
+
+        async def refused() -> LocalHub:
+            calls.append("refused")
+            raise ConnectionError("no hub")
+
+        a.hub._connect = refused
+        a.hub._hub = a.hub._connecting = None  # as after a failed sync
+        await send(a, dep, "y", [9000 + t for t in range(300)])
+        await a._sync_hub()  # the failure counted: a pause before the next try
+        await send(a, dep, "y", [11000 + t for t in range(300)])
+        assert a.hub.counters["hub_place_fallbacks"] == 4
+        assert calls.count("refused") == 2 and a.hub.pause_s() > 0
+        assert a.hub.counters["hub_errors"] >= 1
 
     run(go())
 

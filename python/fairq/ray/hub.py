@@ -63,7 +63,7 @@ OUTBOX = 4096
 
 #: Seconds a router waits for the hub's placement of a new document before
 #: it places the document by its own view.
-PLACE_TIMEOUT_S = 0.25
+PLACE_TIMEOUT_S = 1.0
 
 
 def hub_name(app: str, deployment: str) -> str:
@@ -153,10 +153,13 @@ class HubLink:
         self.wait_s = wait_s
         self._clock = clock
         self._hub: Any = None
+        self._connecting: asyncio.Future[Any] | None = None
         self._cursor: int | None = None
         self._outbox: deque[HubEvent] = deque(maxlen=OUTBOX)
         self._next_at = float("-inf")
         self._lock = asyncio.Lock()  # one sync at a time (a post must not go twice)
+        #: seconds each of the last 8,192 placements took to answer (or fail)
+        self.place_s: deque[float] = deque(maxlen=8192)
         self.counters: dict[str, int] = dict.fromkeys(
             (
                 "hub_posted",
@@ -183,24 +186,44 @@ class HubLink:
         self._outbox.append(event)
 
     async def place(self, key: str, replicas: list[str], proposed: str, slack: int) -> str | None:
-        """The hub's replica for a new document (:meth:`ViewHub.place`), or
-        None when the hub is not connected, fails, takes longer than
-        :data:`PLACE_TIMEOUT_S` or names no candidate: the router then
-        keeps its own choice. Never raises."""
-        if self._hub is None:  # the sync loop connects (or retries)
-            self.counters["hub_place_fallbacks"] += 1
-            return None
-        try:
-            got = await asyncio.wait_for(
-                self._hub.place(key, replicas, proposed, slack), PLACE_TIMEOUT_S
-            )
-        except Exception:  # the sync that follows finds out whether the hub is gone
-            got = None
+        """The hub's replica for a new document (:meth:`ViewHub.place`),
+        connecting first if needed; None when the hub cannot be reached
+        (or is within :data:`RETRY_S` of a failure), fails, takes longer
+        than :data:`PLACE_TIMEOUT_S` in all or names no candidate: the
+        router then keeps its own choice. Never raises."""
+        got = None
+        t0 = self._clock()
+        if self.pause_s() == 0:
+            try:
+                got = await asyncio.wait_for(
+                    self._place(key, replicas, proposed, slack), PLACE_TIMEOUT_S
+                )
+            except Exception:  # the sync that follows finds out whether the hub is gone
+                got = None
+            self.place_s.append(self._clock() - t0)
         if got not in replicas:
             self.counters["hub_place_fallbacks"] += 1
             return None
         self.counters["hub_placed"] += 1
         return str(got)
+
+    async def _place(self, key: str, replicas: list[str], proposed: str, slack: int) -> Any:
+        hub = await self._connected()
+        return await hub.place(key, replicas, proposed, slack)
+
+    async def _connected(self) -> Any:
+        """The hub, connected first if needed: one attempt at a time, which
+        a caller that stops waiting does not cancel, and whose hub serves
+        until a sync fails. Raises what the attempt raised."""
+        if self._hub is None:
+            fut = self._connecting
+            if fut is None or (fut.done() and (fut.cancelled() or fut.exception() is not None)):
+                fut = self._connecting = asyncio.ensure_future(self._connect())
+            hub = await asyncio.shield(fut)
+            if self._hub is None:
+                self._hub = hub
+                self.counters["hub_connects"] += 1
+        return self._hub
 
     def pause_s(self) -> float:
         """Seconds before the next sync (0 after a success, what is left of
@@ -217,23 +240,21 @@ class HubLink:
 
     async def _sync(self) -> list[HubEvent]:
         try:
-            if self._hub is None:
-                self._hub = await self._connect()
-                self.counters["hub_connects"] += 1
+            hub = await self._connected()
             out = list(self._outbox)
             if out:
-                await self._hub.post(self.me, out)
+                await hub.post(self.me, out)
                 for _ in out:
                     self._outbox.popleft()
                 self.counters["hub_posted"] += len(out)
-            self._cursor, new, lost = await self._hub.wait(self._cursor, self.me, self.wait_s)
+            self._cursor, new, lost = await hub.wait(self._cursor, self.me, self.wait_s)
             self.counters["hub_pulled"] += len(new)
             self.counters["hub_lost"] += lost
             self._next_at = self._clock()
             return list(new)
         except Exception:
             self.counters["hub_errors"] += 1
-            self._hub = None
+            self._hub = self._connecting = None
             self._cursor = None
             self._next_at = self._clock() + RETRY_S
             return []
@@ -273,6 +294,10 @@ def connect_ray(name: str) -> Callable[[], Awaitable[Any]]:
             actor = ray.remote(num_cpus=0)(ViewHub)
             return actor.options(name=name, namespace="fairq", get_if_exists=True).remote()
 
-        return _RayHub(await asyncio.to_thread(get_or_create))
+        hub = _RayHub(await asyncio.to_thread(get_or_create))
+        # connected once it answers: a new actor's process takes seconds to
+        # start on a busy machine, and a placement must not wait for that
+        await hub.wait(None, "", 0.0)
+        return hub
 
     return connect

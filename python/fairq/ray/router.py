@@ -67,7 +67,7 @@ from fairq.ledger.caps import AdmissionControl, Limits
 from fairq.ray.extract import EMPTY, default_tenant, default_tokens, estimate_tokens
 from fairq.ray.hub import HubLink, connect_ray, hub_name
 from fairq.ray.options import RouterOptions
-from fairq.ray.view import SharedView
+from fairq.ray.view import SharedView, seconds_summary
 
 logger = logging.getLogger("ray.serve")
 
@@ -522,7 +522,9 @@ class FairqD2LPMRouter(RequestRouter):
 
     def stats(self) -> dict[str, Any]:
         """Counters, the shared view's counters and age at dispatch
-        (:meth:`SharedView.ages`), and, with ``ROUTER_STATS_DIR_ENV`` set,
+        (:meth:`SharedView.ages`), how long the hub took to answer its
+        placements (``hub_place``, the same summary), and, with
+        ``ROUTER_STATS_DIR_ENV`` set,
         the requests routed per replica and tenant (``routed``) and where
         its dispatches went against the prompts' longest held prefixes
         (``placements``, :func:`fairq.dispatch.placement_kind`)."""
@@ -535,6 +537,7 @@ class FairqD2LPMRouter(RequestRouter):
             "hub": None if self.hub is None else dict(self.hub.counters),
             "view_age": self.view.ages(),
             "hub_age": self.view.ages(hub=True),
+            "hub_place": None if self.hub is None else seconds_summary(self.hub.place_s),
             "routed": {r: dict(t) for r, t in self._routed.items()},
             "placements": dict(self._placements),
         }

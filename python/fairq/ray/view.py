@@ -55,14 +55,28 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 import fairq
 
-__all__ = ["SharedView"]
+__all__ = ["SharedView", "seconds_summary"]
+
+
+def seconds_summary(kept: Iterable[float]) -> dict[str, float | int | None]:
+    """``n`` and the 50th, 90th percentile and largest of some durations in
+    seconds (None when there are none)."""
+    a = np.sort(np.fromiter(kept, dtype=float))
+    if not len(a):
+        return {"n": 0, "p50_s": None, "p90_s": None, "max_s": None}
+    return {
+        "n": len(a),
+        "p50_s": float(np.percentile(a, 50)),
+        "p90_s": float(np.percentile(a, 90)),
+        "max_s": float(a[-1]),
+    }
 
 
 class SharedView:
@@ -226,16 +240,7 @@ class SharedView:
         when no dispatch saw a view). ``hub``: instead, the age of the other
         routers' dispatches the hub brought when they were applied (from
         their dispatch to their application here)."""
-        kept = self._hub_ages if hub else self._ages
-        if not kept:
-            return {"n": 0, "p50_s": None, "p90_s": None, "max_s": None}
-        a = np.sort(np.fromiter(kept, dtype=float))
-        return {
-            "n": len(a),
-            "p50_s": float(np.percentile(a, 50)),
-            "p90_s": float(np.percentile(a, 90)),
-            "max_s": float(a[-1]),
-        }
+        return seconds_summary(self._hub_ages if hub else self._ages)
 
     def expire(self) -> None:
         """Drop the external load of every replica whose view is older than
