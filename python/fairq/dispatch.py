@@ -200,19 +200,20 @@ def placement_kind(probe: Probe, worker: int) -> str:
 
 # ---- an agreed first placement of new documents (many routers) ----
 
-#: Prompt tokens past the prefix every candidate holds that name a new
-#: document (:func:`document_key`); a prompt with fewer new tokens is no
-#: document worth agreeing on.
+#: Prompt tokens past the longest held prefix that name a new document
+#: (:func:`document_key`); a prompt with fewer tokens held nowhere is no
+#: new document.
 DOCUMENT_KEY_TOKENS = 256
 
 
 def document_key(tokens: Any, probe: Probe) -> str | None:
-    """The name of the new document a prompt starts, the same for every
-    router whose tree holds the same shared prefix: a digest of the prompt
-    up to :data:`DOCUMENT_KEY_TOKENS` past ``probe.held_len``. None when
-    the prompt is no new document (some candidates hold more of it than
-    others, or it has fewer new tokens than that)."""
-    if probe.match_len != 0 or len(tokens) - probe.held_len < DOCUMENT_KEY_TOKENS:
+    """The name of the new document a prompt starts: a digest of the
+    prompt up to :data:`DOCUMENT_KEY_TOKENS` past its longest held prefix
+    (``probe.held_len``), the same for every router whose tree holds that
+    prefix (a shared system prompt, held on one worker or on all). None
+    when fewer tokens than that are held nowhere: a document some worker
+    holds, asked about again, is no new document."""
+    if len(tokens) - probe.held_len < DOCUMENT_KEY_TOKENS:
         return None
     head = np.asarray(tokens[: probe.held_len + DOCUMENT_KEY_TOKENS], dtype=np.uint32)
     return hashlib.blake2b(head.tobytes(), digest_size=16).hexdigest()

@@ -63,7 +63,7 @@ OUTBOX = 4096
 
 #: Seconds a router waits for the hub's placement of a new document before
 #: it places the document by its own view.
-PLACE_TIMEOUT_S = 1.0
+PLACE_TIMEOUT_S = 5.0
 
 
 def hub_name(app: str, deployment: str) -> str:
