@@ -65,6 +65,14 @@ for part in "${parts[@]}"; do
         --routers 2 --routers 4 --routers 16 --view-staleness 0 --view-staleness 0.5 \
         --view-staleness 2 --view-staleness inf --router-assign rr --router-assign tenant \
         --no-progress --json routers_placements_w16.json
+      # the same with the agreed first placement (hub_placement, slack 0 and 4)
+      for k in 0 4; do
+        fairq simulate --workload qa-fleet --workers 16 --dispatch d2lpm --policy dlpm \
+          --routers 2 --routers 4 --routers 16 --view-staleness 0 --view-staleness 0.5 \
+          --view-staleness 2 --view-staleness inf --router-assign rr --router-assign tenant \
+          --hub-placement --hub-placement-slack "$k" --no-progress \
+          --json "routers_hub_placement_w16_s$k.json"
+      done
       # the agreed placement: D2LPM's placement_slack 0, 2, 4, 8 (~2 min)
       for k in 0 2 4 8; do
         fairq simulate --workload qa-fleet --workers 16 --dispatch d2lpm --policy dlpm \
@@ -210,6 +218,15 @@ json.dump({"configuration": "one round: 1 router, 2 and 4 routers with placement
            "runs": runs}, open("ray_vllm_views_slack_round.json", "w"))' \
         "$tmp/round_i1.json" "$tmp/round_i2_s0.json" "$tmp/round_i2_s3.json" \
         "$tmp/round_i4_s0.json" "$tmp/round_i4_s3.json"
+      collect() {  # NAME CFG...: each CFG's three runs -> ray_vllm_NAME_CFG.json
+        local name=$1; shift
+        for cfg in "$@"; do
+          python -c 'import json, sys
+runs = [json.load(open(f)) for f in sys.argv[3:]]
+json.dump({"configuration": sys.argv[2], "runs": runs}, open(f"ray_vllm_{sys.argv[1]}_{sys.argv[2]}.json", "w"))' \
+            "$name" "$cfg" "$tmp/${name}_${cfg}"_r*.json
+        done
+      }
       paired_rounds() {  # NAME FLAGS...: three paired rounds of 1 router, and 2 and 4
         # routers with FLAGS -> ray_vllm_NAME_i1.json, _i2.json, _i4.json
         local name=$1; shift
@@ -218,17 +235,22 @@ json.dump({"configuration": "one round: 1 router, 2 and 4 routers with placement
           ingress_run "$tmp/${name}_i2_r$run.json" --ingress 2 "$@"
           ingress_run "$tmp/${name}_i4_r$run.json" --ingress 4 "$@"
         done
-        for cfg in i1 i2 i4; do
-          python -c 'import json, sys
-runs = [json.load(open(f)) for f in sys.argv[3:]]
-json.dump({"configuration": sys.argv[2], "runs": runs}, open(f"ray_vllm_{sys.argv[1]}_{sys.argv[2]}.json", "w"))' \
-            "$name" "$cfg" "$tmp/${name}_${cfg}"_r*.json
-        done
+        collect "$name" i1 i2 i4
       }
       # the hub (view_hub)
       paired_rounds hub --view-hub
       # each tenant through one router, balanced (fairq.ray.ingress), with the hub
       paired_rounds balanced --ingress-affinity --view-hub
+      # ... and the agreed first placement (hub_placement), each round also
+      # running the balanced routers with the hub without it (~45 min)
+      for run in 1 2 3; do
+        ingress_run "$tmp/placed_i1_r$run.json"
+        ingress_run "$tmp/placed_i2p_r$run.json" --ingress 2 --ingress-affinity --hub-placement
+        ingress_run "$tmp/placed_i2b_r$run.json" --ingress 2 --ingress-affinity --view-hub
+        ingress_run "$tmp/placed_i4p_r$run.json" --ingress 4 --ingress-affinity --hub-placement
+        ingress_run "$tmp/placed_i4b_r$run.json" --ingress 4 --ingress-affinity --view-hub
+      done
+      collect placed i1 i2p i2b i4p i4b
       # where the dispatches went against the held prefixes (the routers' placements)
       ingress_run ray_vllm_placements_i1.json
       ingress_run ray_vllm_placements_i2.json --ingress 2 --view-hub

@@ -25,8 +25,8 @@ hub lost, the routing stats carry the view as without the hub. Routers that
 start after some posts see only the posts made after their first pull.
 
 Agreed first placement (``hub_placement=True``): a request whose prompt
-no replica holds past what every replica holds (a new document, by the
-router's view, :func:`fairq.dispatch.document_key`) is dispatched by D2LPM,
+has at least 256 tokens past its longest held prefix (a new document, by
+the router's view, :func:`fairq.dispatch.document_key`) is dispatched by D2LPM,
 then moved to where the hub says. The hub answers from one table for all
 the routers (:class:`fairq.dispatch.FirstPlacement`): a document it placed
 before goes where it went (while that replica is among the candidates),

@@ -62,8 +62,8 @@ class RouterOptions:
             them (0.4-1.7 s measured). Needs ``shared_view``. Default False.
         view_hub_wait_s: the longest a pull waits at the hub for news before
             the router pulls again (> 0, finite).
-        hub_placement: a new document (no candidate holds the prompt past
-            what every candidate holds) goes where the hub says, the same
+        hub_placement: a new document (a prompt with at least 256 tokens
+            past its longest held prefix) goes where the hub says, the same
             for every router: where the hub placed it before, else D2LPM's
             choice unless that replica holds more than
             ``hub_placement_slack`` documents above the fewest, else the
