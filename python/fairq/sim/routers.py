@@ -186,7 +186,8 @@ class RouterFleet:
             w: int = d.dispatch(request_id, client, tokens)
             docs = self.documents
             key = None if docs is None or probe is None else document_key(tokens, probe)
-            if docs is not None and key is not None:  # the agreed worker for a new document
+            if docs is not None and probe is not None and key is not None:
+                # a new document: to the worker the routers agree on
                 agreed = docs.place(key, range(self.num_workers), w, self.hub_placement_slack)
                 if agreed != w:
                     w = move_dispatch(d, request_id, client, tokens, probe.held_len, agreed)
