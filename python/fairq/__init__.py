@@ -47,6 +47,7 @@ _LAZY: dict[str, str] = {
     "LeastLoaded": "fairq.dispatch",
     "ClientRoundRobin": "fairq.dispatch",
     "PrefixAffinity": "fairq.dispatch",
+    "FirstPlacement": "fairq.dispatch",
 }
 
 # every registered local policy's class (``fairq.LAS`` ...), from the core's registry
@@ -64,6 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover - type checkers see the real names
     from fairq.dispatch import D2LPM as D2LPM
     from fairq.dispatch import ClientRoundRobin as ClientRoundRobin
     from fairq.dispatch import Dispatcher as Dispatcher
+    from fairq.dispatch import FirstPlacement as FirstPlacement
     from fairq.dispatch import LeastLoaded as LeastLoaded
     from fairq.dispatch import PrefixAffinity as PrefixAffinity
     from fairq.dispatch import RoundRobin as RoundRobin
