@@ -308,6 +308,14 @@ pub fn as_u64(v: &Value, path: &Path, min: u64) -> Result<u64> {
     }
 }
 
+/// `v` as a bool (an error naming `path` otherwise).
+pub fn as_bool(v: &Value, path: &Path) -> Result<bool> {
+    match v {
+        Value::Bool(b) => Ok(*b),
+        other => Err(path.err(format!("must be a bool, got {}", other.describe()))),
+    }
+}
+
 /// The envelope every saved state starts with: `format` (which structure
 /// wrote it) and `version`. `what` names the structure in the error (e.g.
 /// "a local scheduler"). Errors name the field.

@@ -76,6 +76,71 @@ def test_d2lpm_matches_reference(ops: list, n: int, quantum: float) -> None:
     ops=st.lists(op_st, max_size=60),
     n=st.integers(1, 4),
     quantum=st.sampled_from([1.0, 5.0, 12.0, 40.0]),
+    threshold=st.sampled_from([0.0, 0.25, 0.5, 0.9, 1.0]),
+    spread=st.booleans(),
+)
+def test_d2lpm_match_threshold_and_spread_match_reference(
+    ops: list, n: int, quantum: float, threshold: float, spread: bool
+) -> None:
+    """``match_threshold``: Algorithm 2 with ``G`` all workers whenever the
+    longest match covers less than that fraction of the prompt;
+    ``spread_by_credit``: a request placed from ``avail`` goes to the most
+    credit there (then the least loaded). Both survive a state round trip."""
+    d = fairq.D2LPM(n, quantum, match_threshold=threshold, spread_by_credit=spread)
+    ref = RefD2LPM(n, quantum, match_threshold=threshold, spread_by_credit=spread)
+    run_ops(d, ref, ops, n)
+    for c, row in ref.q.items():
+        for w in range(n):
+            assert d.deficit(c, w) == pytest.approx(row[w])
+    twin = fairq.D2LPM(n, quantum)
+    twin.load_state_dict(d.state_dict())
+    assert (twin.match_threshold, twin.spread_by_credit) == (threshold, spread)
+
+
+def test_d2lpm_match_threshold_ignores_a_shared_system_prompt() -> None:
+    """A system prompt held on worker 0 pulls every new document there under
+    the paper's rule; with ``match_threshold`` 0.5 the documents spread by
+    load, and a document's own prefix still counts."""
+    system = list(range(100, 228))  # 128 tokens, as a shared system prompt
+    docs = [system + [1000 * (k + 1) + i for i in range(400)] for k in range(4)]
+    paper, thresholded = fairq.D2LPM(2, 1e9), fairq.D2LPM(2, 1e9, match_threshold=0.5)
+    for d in (paper, thresholded):
+        d.dispatch("warm", "ready", system)
+    assert [paper.dispatch(k, "a", doc) for k, doc in enumerate(docs)] == [0, 0, 0, 0]
+    placed = [thresholded.dispatch(k, "a", doc) for k, doc in enumerate(docs)]
+    assert placed == [1, 0, 1, 0]
+    # the next request of each document goes where its document is
+    assert [thresholded.dispatch(10 + k, "a", doc) for k, doc in enumerate(docs)] == placed
+    with pytest.raises(ValueError, match="match_threshold"):
+        fairq.D2LPM(2, 1.0, match_threshold=1.5)
+    with pytest.raises(ValueError, match="match_threshold"):
+        fairq.D2LPM(2, 1.0, match_threshold=float("nan"))
+
+
+def test_d2lpm_spread_by_credit_puts_a_clients_documents_apart() -> None:
+    """A client's second document goes where the client has the most credit
+    left, not where the load is lowest (the paper's rule), so its two
+    documents share its credit on two workers."""
+    doc_a, doc_b, doc_x = list(range(400)), list(range(1000, 1400)), list(range(5000, 5400))
+    paper, spread = fairq.D2LPM(2, 4096.0), fairq.D2LPM(2, 4096.0, spread_by_credit=True)
+    for d in (paper, spread):
+        assert d.dispatch("a0", "a", doc_a) == 0
+        assert d.dispatch("x0", "x", doc_x) == 1
+        d.on_finish("a0", 10)
+        assert d.queue_sizes == [0, 1]
+    assert paper.dispatch("a1", "a", doc_b) == 0  # the least loaded
+    assert spread.dispatch("a1", "a", doc_b) == 1  # a's credit: 4096 - 420 on 0, 4096 on 1
+    # a held prefix still places its requests
+    assert spread.dispatch("a2", "a", doc_a) == 0
+    with pytest.raises(TypeError, match="spread_by_credit"):
+        fairq.D2LPM(2, 1.0, spread_by_credit="yes")  # type: ignore[arg-type]
+
+
+@settings(max_examples=150)
+@given(
+    ops=st.lists(op_st, max_size=60),
+    n=st.integers(1, 4),
+    quantum=st.sampled_from([1.0, 5.0, 12.0, 40.0]),
     slack=st.integers(1, 3),
     names=st.booleans(),
 )
@@ -143,13 +208,18 @@ def test_affinity_matches_reference(
     ),
     n=st.integers(2, 6),
     quantum=st.sampled_from([10.0, 100.0, 1000.0]),
+    threshold=st.sampled_from([0.0, 0.5]),
+    spread=st.booleans(),
 )
-def test_d2lpm_per_client_worker_balance_bound(reqs: list, n: int, quantum: float) -> None:
+def test_d2lpm_per_client_worker_balance_bound(
+    reqs: list, n: int, quantum: float, threshold: float, spread: bool
+) -> None:
     """Every worker gets the same refill rounds for a client, dispatch only
     goes where the deficit is positive, and a deficit never exceeds Q_w, so a
     client's input charge on any two workers differs by less than
-    Q_w + w_e * L_max (Q_w = inf has no such bound: pure affinity)."""
-    d = fairq.D2LPM(n, quantum)
+    Q_w + w_e * L_max (Q_w = inf has no such bound: pure affinity). The
+    extensions choose within ``avail`` and keep it."""
+    d = fairq.D2LPM(n, quantum, match_threshold=threshold, spread_by_credit=spread)
     charged: dict[str, list[int]] = {}
     lmax = 0
     for i, (client, prefix, length) in enumerate(reqs):
@@ -272,6 +342,13 @@ def test_placement_kinds() -> None:
     shared = probe_placement(d, "a", doc + [99, 98], [0, 1])
     assert shared.match_len == 0 and shared.held_len == 64
     assert placement_kind(shared, 0) == "new"
+    # a match shorter than D2LPM's match_threshold of the prompt places nothing
+    t = fairq.D2LPM(2, 100.0, match_threshold=0.5)
+    t.dispatch("s", "a", doc)
+    short = probe_placement(t, "a", doc + list(range(100, 200)), [0, 1])
+    assert short.match_len == 0 and short.held_len == 64
+    assert placement_kind(short, 1 - t.worker_of("s")) == "new"
+    assert probe_placement(t, "a", doc + [7], [0, 1]).match_len == 64
     # a dispatcher without credit: a move is never off_credit
     rr = fairq.PrefixAffinity(2)
     rr.dispatch("x", "a", doc)

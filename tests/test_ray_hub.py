@@ -38,11 +38,11 @@ class LocalHub:
         return self.hub.post(router, events)
 
     async def wait(
-        self, cursor: int | None, router: str, wait_s: float
+        self, cursor: int | None, router: str, wait_s: float, after: float | None = None
     ) -> tuple[int, list[Any], int]:
         if self.down:
             raise ConnectionError("hub gone")
-        return await self.hub.wait(cursor, router, wait_s)
+        return await self.hub.wait(cursor, router, wait_s, after)
 
     async def place(self, key: str, replicas: list[str], proposed: str, slack: int) -> str:
         if self.gate is not None:
@@ -105,6 +105,34 @@ def test_a_link_posts_pulls_and_survives_a_lost_hub() -> None:
         assert len(connects) == 3  # a reconnected
         assert a.counters["hub_posted"] == 3
         assert [e[0] for e in await b.sync()] == ["2"]
+
+    run(go())
+
+
+def test_a_late_first_pull_brings_what_was_posted_since_the_link_was_built() -> None:
+    """Reaching the hub took seconds in Serve, and a first pull from the
+    hub's present lost every dispatch made meanwhile (4 routers: none of
+    the others' dispatches arrived); it now brings those made since the
+    link was built, never older ones."""
+
+    async def go() -> None:
+        hub = ViewHub()
+        local = LocalHub(hub)
+
+        async def connect() -> LocalHub:
+            return local
+
+        def at(rid: str, sent: float) -> tuple[str, str, list[int], int, str, float]:
+            return (rid, "t", [1, 2], 2, "r0", sent)
+
+        hub.post("a", [at("before", 5.0)])
+        b = HubLink("b", connect, 0.01, wall=lambda: 10.0)
+        hub.post("a", [at("meanwhile", 12.0)])
+        hub.post("b", [at("its own", 13.0)])
+        assert [e[0] for e in await b.sync()] == ["meanwhile"]
+        hub.post("a", [at("next", 14.0)])
+        assert [e[0] for e in await b.sync()] == ["next"]
+        assert hub.since(None, "b") == (4, [], 0)  # no time: from now on
 
     run(go())
 

@@ -219,17 +219,20 @@ def test_pseudo_tokens_share_the_shared_text_prefix(common: str, a: str, b: str)
 # --- routing ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("slack", [0, 2])
-def test_picks_are_the_cores_d2lpm_picks(slack: int) -> None:
+@pytest.mark.parametrize(
+    "knobs",
+    [{}, {"placement_slack": 2}, {"match_threshold": 0.5, "spread_by_credit": True}],
+)
+def test_picks_are_the_cores_d2lpm_picks(knobs: dict[str, Any]) -> None:
     """The router adds nothing to the policy: its picks over a trace are those
-    of fairq.D2LPM.dispatch_among on the same inputs, its slots named by
-    their replicas' ids (the agreed placement's ranking)."""
+    of fairq.D2LPM.dispatch_among on the same inputs and knobs, its slots
+    named by their replicas' ids (the agreed placement's ranking)."""
 
     async def go() -> None:
-        router = make_router(worker_quantum=300, placement_slack=slack)
+        router = make_router(worker_quantum=300, **knobs)
         reps = [StatsReplica(f"r{i}") for i in range(3)]
         router.update_replicas(reps)
-        ref = fairq.D2LPM(256, 300, placement_slack=slack)
+        ref = fairq.D2LPM(256, 300, **knobs)
         slots = [router.slot_of(r.replica_id) for r in reps]
         for r, slot in zip(reps, slots, strict=True):
             assert slot is not None

@@ -214,6 +214,12 @@ def test_view_options_are_validated_naming_the_field() -> None:
     with pytest.raises(TypeError, match="placement_slack"):
         RouterOptions(placement_slack=1.5)  # type: ignore[arg-type]
     assert RouterOptions(placement_slack=3).dispatcher().placement_slack == 3
+    with pytest.raises(ValueError, match="match_threshold must be in"):
+        RouterOptions(match_threshold=1.5)
+    with pytest.raises(TypeError, match="spread_by_credit"):
+        RouterOptions(spread_by_credit=1)  # type: ignore[arg-type]
+    d = RouterOptions(match_threshold=0.5, spread_by_credit=True).dispatcher()
+    assert (d.match_threshold, d.spread_by_credit) == (0.5, True)
 
 
 def test_shared_view_never_counts_its_own_requests() -> None:
@@ -230,6 +236,23 @@ def test_shared_view_never_counts_its_own_requests() -> None:
     assert d.longest_match([1, 2])[0] == 0
     v.on_start(0, [10, "start", "x", "t", np.arange(4).tolist(), 40])
     assert d.held_len(0, [0, 1, 2, 3]) == 4 and d.deficit("t", 0) == -40.0
+
+
+def test_a_start_the_hub_brings_after_its_finish_is_no_load() -> None:
+    """The hub may bring another router's dispatch after the replica's
+    routing stats brought its finish: it is charged (history) but not
+    counted as in flight, which would hold the replica's load up until the
+    view ages out."""
+    import fairq
+
+    d = fairq.D2LPM(2, 100.0)
+    v = SharedView(d)
+    v.on_finish(1, "x", 5, "t")
+    v.on_hub_start(1, "x", "t", [1, 2, 3], 3)
+    v.on_hub_start(1, "y", "t", [4, 5], 2)  # in flight: it counts
+    v.on_snapshot(1, {"inflight": [], "time": 1.0})
+    assert d.external_load == [0, 1]
+    assert d.deficit("t", 1) == -(2 * 5 + 3 + 2)
 
 
 def test_own_request_in_flight_or_just_finished_stays_mine() -> None:

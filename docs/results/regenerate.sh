@@ -251,6 +251,20 @@ json.dump({"configuration": sys.argv[2], "runs": runs}, open(f"ray_vllm_{sys.arg
         ingress_run "$tmp/placed_i4b_r$run.json" --ingress 4 --ingress-affinity --view-hub
       done
       collect placed i1 i2p i2b i4p i4b
+      # a system prompt on one replica: D2LPM's match_threshold and spread_by_credit,
+      # one router, and 2 and 4 balanced routers with the hub, all with both (~25 min)
+      spread=(--match-threshold 0.5 --spread-by-credit)
+      for run in 1 2 3; do
+        ingress_run "$tmp/spread_i1_r$run.json" "${spread[@]}"
+        ingress_run "$tmp/spread_i2_r$run.json" --ingress 2 --ingress-affinity --view-hub \
+          "${spread[@]}"
+        ingress_run "$tmp/spread_i4_r$run.json" --ingress 4 --ingress-affinity --view-hub \
+          "${spread[@]}"
+      done
+      collect spread i1 i2 i4
+      # ... and with each tenant's requests spread over the routers, one run each
+      ingress_run ray_vllm_spreadreq_i2.json --ingress 2 --view-hub "${spread[@]}"
+      ingress_run ray_vllm_spreadreq_i4.json --ingress 4 --view-hub "${spread[@]}"
       # where the dispatches went against the held prefixes (the routers' placements)
       ingress_run ray_vllm_placements_i1.json
       ingress_run ray_vllm_placements_i2.json --ingress 2 --view-hub

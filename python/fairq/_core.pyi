@@ -627,6 +627,8 @@ class D2LPM(Dispatcher):
         w_e: float = 1.0,
         w_q: float = 2.0,
         placement_slack: int = 0,
+        match_threshold: float = 0.0,
+        spread_by_credit: bool = False,
     ) -> Self: ...
     def deficit(self, client: str, worker: int) -> float: ...
     def set_worker_name(self, worker: int, name: str) -> None:
@@ -645,6 +647,10 @@ class D2LPM(Dispatcher):
     def w_q(self) -> float: ...
     @property
     def placement_slack(self) -> int: ...
+    @property
+    def match_threshold(self) -> float: ...
+    @property
+    def spread_by_credit(self) -> bool: ...
 
 @final
 class RoundRobin(Dispatcher):

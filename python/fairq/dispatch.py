@@ -101,9 +101,10 @@ def make_dispatcher(
     w_e: float = 1.0,
     w_q: float = 2.0,
     placement_slack: int = 0,
+    spread_by_credit: bool = False,
     abs_threshold: float = 32.0,
     rel_threshold: float = 1.5,
-    match_threshold: float = 0.5,
+    match_threshold: float | None = None,
 ) -> Dispatcher:
     """Build a dispatcher by short name (see :data:`DISPATCHERS`).
 
@@ -111,7 +112,9 @@ def make_dispatcher(
     ``"affinity"`` (the SGLang router's defaults: 32, 1.5, 0.5);
     ``"preble"`` takes ``match_threshold`` only (its load escape is off:
     ``abs_threshold`` = :data:`NO_ESCAPE`). ``worker_quantum``, ``w_e``,
-    ``w_q`` and ``placement_slack`` configure ``"d2lpm"``.
+    ``w_q``, ``placement_slack``, ``spread_by_credit`` and
+    ``match_threshold`` configure ``"d2lpm"`` (its ``match_threshold``
+    defaults to 0, the paper's rule; None: each dispatcher's default).
 
     >>> make_dispatcher("d2lpm", 4, worker_quantum=1000).policy
     'D2LPM'
@@ -125,22 +128,31 @@ def make_dispatcher(
         return LeastLoaded(num_workers)
     if key in ("client-rr", "clientroundrobin", "client_rr"):
         return ClientRoundRobin(num_workers)
+    affinity_match = 0.5 if match_threshold is None else match_threshold
     if key == "preble":
         return PrefixAffinity(
             num_workers,
             abs_threshold=NO_ESCAPE,
             rel_threshold=rel_threshold,
-            match_threshold=match_threshold,
+            match_threshold=affinity_match,
         )
     if key in ("affinity", "prefixaffinity", "sglang-router"):
         return PrefixAffinity(
             num_workers,
             abs_threshold=abs_threshold,
             rel_threshold=rel_threshold,
-            match_threshold=match_threshold,
+            match_threshold=affinity_match,
         )
     if key == "d2lpm":
-        return D2LPM(num_workers, worker_quantum, w_e=w_e, w_q=w_q, placement_slack=placement_slack)
+        return D2LPM(
+            num_workers,
+            worker_quantum,
+            w_e=w_e,
+            w_q=w_q,
+            placement_slack=placement_slack,
+            match_threshold=match_threshold or 0.0,
+            spread_by_credit=spread_by_credit,
+        )
     raise ValueError(f"dispatcher must be one of {', '.join(DISPATCHERS)}; got {name!r}")
 
 
@@ -182,8 +194,10 @@ def probe_placement(d: Any, client: str, tokens: Any, workers: Iterable[int]) ->
     slots = set(workers)
     held, holders = d.longest_match(tokens)
     g = frozenset(holders).intersection(slots)
-    # held everywhere (or nowhere): the prefix decides nothing
-    n = 0 if g.issuperset(slots) else held
+    # held everywhere (or nowhere), or too short a part of the prompt for
+    # D2LPM's match_threshold: the prefix decides nothing
+    short = held < getattr(d, "match_threshold", 0.0) * len(tokens)
+    n = 0 if g.issuperset(slots) or short else held
     deficit = getattr(d, "deficit", None)
     credit = None if deficit is None else any(deficit(client, w) > 0 for w in g)
     return Probe(n, g, credit, held)

@@ -8,9 +8,9 @@
 //! min_load`) or the match ratio `matched / input_len` is below
 //! `match_threshold`; then send it to the least-loaded worker.
 
-use super::check_weight;
 use super::tree::WorkerSet;
-use crate::error::{Error, Result};
+use super::{check_fraction, check_weight, match_counts};
+use crate::error::Result;
 
 /// The lowest-`load` member of `workers` (the first one on ties), `None` if
 /// there is none: the one least-loaded choice of every dispatcher.
@@ -50,13 +50,7 @@ impl AffinityConfig {
     pub fn validate(&self) -> Result<()> {
         check_weight("abs_threshold", self.abs_threshold)?;
         check_weight("rel_threshold", self.rel_threshold)?;
-        check_weight("match_threshold", self.match_threshold)?;
-        if self.match_threshold > 1.0 {
-            return Err(Error::value(format!(
-                "match_threshold must be in [0, 1], got {}",
-                self.match_threshold
-            )));
-        }
+        check_fraction("match_threshold", self.match_threshold)?;
         Ok(())
     }
 
@@ -66,12 +60,7 @@ impl AffinityConfig {
         let max = *load.iter().max().expect("workers") as f64;
         let min = *load.iter().min().expect("workers") as f64;
         let imbalanced = max - min > self.abs_threshold && max > self.rel_threshold * min;
-        let ratio = if input_len == 0 {
-            0.0
-        } else {
-            matched as f64 / input_len as f64
-        };
-        if imbalanced || matched == 0 || ratio < self.match_threshold {
+        if imbalanced || !match_counts(matched, input_len, self.match_threshold) {
             argmin(load, 0..n).expect("at least one worker")
         } else {
             argmin(load, g.iter()).expect("a match is held by some worker")

@@ -10,6 +10,15 @@
 //! 2. `cand = G ∩ avail`; pick the smallest queue size `s_w` over `cand`, or
 //!    over `avail` when `cand` is empty (ties: lowest worker index; with
 //!    `placement_slack > 0`, by the agreed placement of [`super::placement`]).
+//!    With `match_threshold > 0` (fairq's extension, off by default), a
+//!    longest match shorter than that fraction of the prompt is no locality:
+//!    `G` is all workers, as when nothing matches. With `spread_by_credit`
+//!    (also fairq's, off by default), a request placed from `avail` (its
+//!    match decides nothing, or its client has no credit on the holders)
+//!    goes to the worker of `avail` where its client has the most credit
+//!    left, the smallest `s_w` among those: a client's documents spread over
+//!    the workers as its credit will later ask, instead of piling where the
+//!    load happened to be low.
 //! 3. `q[c][w] -= w_e * input_len(r)`; the caller updates `s_w` and inserts
 //!    r's tokens for `w` in the global tree.
 //!
@@ -18,7 +27,7 @@
 
 use super::placement::Placement;
 use super::tree::WorkerSet;
-use super::{check_quantum, check_weight};
+use super::{check_fraction, check_quantum, check_weight, match_counts};
 use crate::deficit::{add_saturating, refill, rounds_until_positive};
 use crate::error::Result;
 
@@ -35,6 +44,15 @@ pub struct D2lpmConfig {
     /// the request's prefix instead of taking the least loaded
     /// ([`super::placement`]); 0 (the default): the paper's rule.
     pub placement_slack: u64,
+    /// The fraction of the prompt the longest match must cover for its
+    /// holders to be `G` (in [0, 1]; shorter matches, such as a system
+    /// prompt shared by every document, leave `G` all workers); 0 (the
+    /// default): every match counts, the paper's rule.
+    pub match_threshold: f64,
+    /// A request placed from `avail` goes where its client has the most
+    /// credit (then the least loaded); false (the default): the least
+    /// loaded of `avail`, the paper's rule.
+    pub spread_by_credit: bool,
 }
 
 impl D2lpmConfig {
@@ -44,6 +62,8 @@ impl D2lpmConfig {
             w_e: 1.0,
             w_q: 2.0,
             placement_slack: 0,
+            match_threshold: 0.0,
+            spread_by_credit: false,
         }
     }
 
@@ -51,6 +71,7 @@ impl D2lpmConfig {
         check_quantum("worker_quantum", self.worker_quantum)?;
         check_weight("w_e", self.w_e)?;
         check_weight("w_q", self.w_q)?;
+        check_fraction("match_threshold", self.match_threshold)?;
         Ok(())
     }
 }
@@ -121,13 +142,13 @@ impl State {
         *x = add_saturating(*x, -cost);
     }
 
-    /// Algorithm 2's SelectWorker plus the dispatch-time charge; `place`
-    /// makes the last step's choice ([`Placement::LEAST_LOADED`]: the
-    /// paper's).
+    /// Algorithm 2's SelectWorker plus the dispatch-time charge, given the
+    /// longest match (its length and its holders `G`); `place` makes the
+    /// last step's choice ([`Placement::LEAST_LOADED`]: the paper's).
     pub fn select(
         &mut self,
         c: usize,
-        g: &WorkerSet,
+        g: (usize, &WorkerSet),
         load: &[u64],
         input_len: usize,
         place: &Placement<'_>,
@@ -142,7 +163,7 @@ impl State {
     pub fn select_among(
         &mut self,
         c: usize,
-        g: &WorkerSet,
+        g: (usize, &WorkerSet),
         load: &[u64],
         input_len: usize,
         place: &Placement<'_>,
@@ -154,7 +175,7 @@ impl State {
     fn select_in(
         &mut self,
         c: usize,
-        g: &WorkerSet,
+        (matched, g): (usize, &WorkerSet),
         load: &[u64],
         input_len: usize,
         place: &Placement<'_>,
@@ -170,11 +191,20 @@ impl State {
         }
         let row = &self.q[c];
         let avail = |w: &usize| eligible(*w) && row[*w] > 0.0;
-        let w = place
-            .choose(load, g.iter().filter(avail))
+        let local = match_counts(matched, input_len, self.cfg.match_threshold);
+        let w = local
+            .then(|| place.choose(load, g.iter().filter(avail)))
+            .flatten()
             .unwrap_or_else(|| {
+                let most = match self.cfg.spread_by_credit {
+                    true => (0..n)
+                        .filter(avail)
+                        .map(|w| row[w])
+                        .fold(f64::MIN, f64::max),
+                    false => f64::MIN,
+                };
                 place
-                    .choose(load, (0..n).filter(avail))
+                    .choose(load, (0..n).filter(|w| avail(w) && row[*w] >= most))
                     .expect("a refill leaves some worker with credit")
             });
         Self::charge(&mut self.q[c][w], self.cfg.w_e * input_len as f64);
@@ -228,7 +258,7 @@ mod tests {
                 worker_quantum: qw,
                 w_e: 1e308,
                 w_q: 1e308,
-                placement_slack: 0,
+                ..D2lpmConfig::new(qw)
             };
             let mut d = Dispatcher::d2lpm(3, cfg).unwrap();
             for i in 0..20 {

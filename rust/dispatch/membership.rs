@@ -58,7 +58,7 @@ impl Dispatcher {
         let seen = super::view::seen_load(&self.load, &self.external);
         let load: &[u64] = seen.as_deref().unwrap_or(&self.load);
         let place = super::placement_for(st, tokens, len, &self.worker_keys);
-        let w = st.select_among(c, g, load, tokens.len(), &place, &eligible);
+        let w = st.select_among(c, (len, g), load, tokens.len(), &place, &eligible);
         self.record(id, c, tokens, w);
         Ok(w)
     }

@@ -335,7 +335,7 @@ impl Dispatcher {
                 let tree = self.tree.as_ref().expect("D2LPM has a tree");
                 let (len, g) = tree.longest_match_ref(tokens);
                 let place = placement_for(st, tokens, len, &self.worker_keys);
-                st.select(c, g, load, tokens.len(), &place)
+                st.select(c, (len, g), load, tokens.len(), &place)
             }
             Policy::RoundRobin { next } => {
                 let w = *next;
@@ -429,6 +429,28 @@ impl Dispatcher {
 }
 
 /// Validate a D2LPM / affinity float knob (shared by the configs).
+/// Whether the longest match, `matched` of a prompt's `input_len` tokens,
+/// counts as locality: something matched and `matched / input_len` is at
+/// least `threshold` (a fraction in [0, 1]; 0 counts every match). The
+/// affinity baselines and D2LPM's `match_threshold` share this rule.
+pub(crate) fn match_counts(matched: usize, input_len: usize, threshold: f64) -> bool {
+    let ratio = if input_len == 0 {
+        0.0
+    } else {
+        matched as f64 / input_len as f64
+    };
+    matched > 0 && ratio >= threshold
+}
+
+/// `v` as a fraction: finite and in [0, 1] (a `ValueError` naming `field`).
+pub(crate) fn check_fraction(field: &str, v: f64) -> Result<f64> {
+    check_weight(field, v)?;
+    if v > 1.0 {
+        return Err(Error::value(format!("{field} must be in [0, 1], got {v}")));
+    }
+    Ok(v)
+}
+
 pub(crate) fn check_weight(field: &str, v: f64) -> Result<f64> {
     check_non_negative(field, v)
 }

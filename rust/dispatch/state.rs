@@ -5,7 +5,9 @@
 //!
 //! ```text
 //! {"format": "fairq.Dispatcher", "version": 1, "policy": "D2LPM", "num_workers": W,
-//!  "options": {"worker_quantum", "w_e", "w_q", "placement_slack" (optional, default 0)}
+//!  "options": {"worker_quantum", "w_e", "w_q", "placement_slack" (optional, default 0),
+//!              "match_threshold" (optional, default 0),
+//!              "spread_by_credit" (optional, default false)}
 //!             | {"abs_threshold", ...} | {},
 //!  "clients": [{"name", "deficits": [W numbers] (D2LPM), "next": w (ClientRoundRobin)}],
 //!  "cursor": w (RoundRobin), "refills": n (D2LPM),
@@ -35,7 +37,7 @@ use super::placement;
 use super::tree::WorkerTree;
 use super::{Dispatcher, Inflight, Policy, RequestId};
 use crate::error::{Error, Result};
-use crate::value::{as_u64, check_state_envelope, Fields, Path, Value};
+use crate::value::{as_bool, as_u64, check_state_envelope, Fields, Path, Value};
 
 /// The `format` field of a dispatcher's state.
 pub const FORMAT: &str = "fairq.Dispatcher";
@@ -102,6 +104,12 @@ impl Dispatcher {
                 ];
                 if st.cfg.placement_slack > 0 {
                     pairs.push(("placement_slack", int(st.cfg.placement_slack)));
+                }
+                if st.cfg.match_threshold > 0.0 {
+                    pairs.push(("match_threshold", float(st.cfg.match_threshold)));
+                }
+                if st.cfg.spread_by_credit {
+                    pairs.push(("spread_by_credit", Value::Bool(true)));
                 }
                 Value::map(pairs)
             }
@@ -242,7 +250,14 @@ impl Dispatcher {
         let mut policy = match &self.policy {
             Policy::D2lpm(_) => {
                 of.deny_unknown(
-                    &["worker_quantum", "w_e", "w_q", "placement_slack"],
+                    &[
+                        "worker_quantum",
+                        "w_e",
+                        "w_q",
+                        "placement_slack",
+                        "match_threshold",
+                        "spread_by_credit",
+                    ],
                     "",
                     |_| None,
                 )?;
@@ -253,6 +268,14 @@ impl Dispatcher {
                     placement_slack: match of.get("placement_slack") {
                         Some(x) => as_u64(x, &of.at("placement_slack"), 0)?,
                         None => 0,
+                    },
+                    match_threshold: match of.get("match_threshold") {
+                        Some(_) => opt("match_threshold")?,
+                        None => 0.0,
+                    },
+                    spread_by_credit: match of.get("spread_by_credit") {
+                        Some(x) => as_bool(x, &of.at("spread_by_credit"))?,
+                        None => false,
                     },
                 };
                 under_options(cfg.validate())?;

@@ -20,7 +20,7 @@
 
 use super::DrrQueue;
 use crate::error::{Error, Result};
-use crate::value::{as_u64, check_state_envelope, Fields, Path, Value};
+use crate::value::{as_bool, as_u64, check_state_envelope, Fields, Path, Value};
 
 /// The `format` field of a DRR queue's state.
 pub const FORMAT: &str = "fairq.DRRQueue";
@@ -91,14 +91,7 @@ impl<T> DrrQueue<T> {
         )?;
         check_state_envelope(&f, FORMAT, VERSION, "a DRR queue")?;
         let num_workers = as_u64(f.required("num_workers")?, &f.at("num_workers"), 0)?;
-        let retained = match f.required("retained")? {
-            Value::Bool(b) => *b,
-            other => {
-                return Err(f
-                    .at("retained")
-                    .err(format!("must be a bool, got {}", other.describe())))
-            }
-        };
+        let retained = as_bool(f.required("retained")?, &f.at("retained"))?;
         let list = f
             .opt_list("classes")?
             .ok_or_else(|| f.at("classes").err("is required"))?;

@@ -139,6 +139,8 @@ named! {
     abs_threshold: float_arg("abs_threshold") -> f64;
     rel_threshold: float_arg("rel_threshold") -> f64;
     match_threshold: float_arg("match_threshold") -> f64;
+    strict_credit: bool_arg("strict_credit") -> bool;
+    spread_by_credit: bool_arg("spread_by_credit") -> bool;
     page_size: int_arg("page_size") -> i64;
     n_tokens: int_arg("n_tokens") -> i64;
     keep: int_arg("keep") -> i64;
@@ -191,20 +193,20 @@ pub fn quantum_scale(v: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
     }
 }
 
-/// DLPM's `strict_credit`: a bool, or 0 / 1 (the engines pass their options
-/// as numbers).
-pub fn strict_credit(v: &Bound<'_, PyAny>) -> PyResult<bool> {
+/// A switch: a bool, or 0 / 1 (the engines pass their options as numbers);
+/// otherwise a `ValueError` / `TypeError` naming the field.
+pub fn bool_arg(field: &str, v: &Bound<'_, PyAny>) -> PyResult<bool> {
     if is_bool(v) {
         return v.is_truthy();
     }
     match v.extract::<f64>() {
         Ok(x) if x == 0.0 || x == 1.0 => Ok(x == 1.0),
         Ok(_) => Err(PyValueError::new_err(format!(
-            "strict_credit must be a bool (or 0 / 1), got {}",
+            "{field} must be a bool (or 0 / 1), got {}",
             shown(v)
         ))),
         Err(_) => Err(PyTypeError::new_err(format!(
-            "strict_credit must be a bool, got {}",
+            "{field} must be a bool, got {}",
             type_name(v)
         ))),
     }

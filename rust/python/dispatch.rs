@@ -287,26 +287,45 @@ fn base(d: crate::Result<Dispatcher>) -> PyResult<PyDispatcher> {
 /// least, the one ranked first for the request's prefix by rendezvous
 /// hashing gets it, so several routers whose loads differ by less agree on
 /// where a new document goes (workers ranked by the name `set_worker_name`
-/// gave them, else by slot).
+/// gave them, else by slot). `match_threshold` (a fraction in [0, 1],
+/// default 0: the paper's rule, every match counts): a longest match
+/// covering less of the prompt than this, such as a system prompt every
+/// document shares, is no locality, and the request is placed by credit and
+/// load among all workers. `spread_by_credit` (default False: the paper's
+/// rule, the least loaded): a request its match does not place goes where
+/// its client has the most credit left, so a client's documents spread over
+/// the workers as its credit will later ask.
 #[pyclass(extends = PyDispatcher, module = "fairq._core", name = "D2LPM")]
 pub struct PyD2LPM;
 
 #[pymethods]
 impl PyD2LPM {
     #[new]
-    #[pyo3(signature = (num_workers, worker_quantum, w_e = 1.0, w_q = 2.0, placement_slack = 0))]
+    #[pyo3(signature = (
+        num_workers,
+        worker_quantum,
+        w_e = 1.0,
+        w_q = 2.0,
+        placement_slack = 0,
+        match_threshold = 0.0,
+        spread_by_credit = false
+    ))]
     fn new(
         #[pyo3(from_py_with = args::num_workers)] num_workers: i64,
         #[pyo3(from_py_with = args::worker_quantum)] worker_quantum: f64,
         #[pyo3(from_py_with = args::w_e)] w_e: f64,
         #[pyo3(from_py_with = args::w_q)] w_q: f64,
         #[pyo3(from_py_with = args::placement_slack)] placement_slack: i64,
+        #[pyo3(from_py_with = args::match_threshold)] match_threshold: f64,
+        #[pyo3(from_py_with = args::spread_by_credit)] spread_by_credit: bool,
     ) -> PyResult<(Self, PyDispatcher)> {
         let cfg = D2lpmConfig {
             worker_quantum,
             w_e,
             w_q,
             placement_slack: args::non_negative("placement_slack", placement_slack)? as u64,
+            match_threshold,
+            spread_by_credit,
         };
         Ok((
             PyD2LPM,
@@ -382,6 +401,20 @@ impl PyD2LPM {
     #[getter]
     fn placement_slack(slf: PyRef<'_, Self>) -> u64 {
         cfg(&slf.as_super().inner).placement_slack
+    }
+
+    /// The fraction of a prompt its longest match must cover to count as
+    /// locality (0: every match, the paper's rule).
+    #[getter]
+    fn match_threshold(slf: PyRef<'_, Self>) -> f64 {
+        cfg(&slf.as_super().inner).match_threshold
+    }
+
+    /// Whether a request its match does not place goes where its client
+    /// has the most credit (False: the least loaded, the paper's rule).
+    #[getter]
+    fn spread_by_credit(slf: PyRef<'_, Self>) -> bool {
+        cfg(&slf.as_super().inner).spread_by_credit
     }
 
     /// Name the worker in slot `worker` (e.g. its replica id) for the

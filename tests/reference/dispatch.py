@@ -59,9 +59,13 @@ class RefD2LPM:
         w_e: float = 1.0,
         w_q: float = 2.0,
         placement_slack: int = 0,
+        match_threshold: float = 0.0,
+        spread_by_credit: bool = False,
     ):
         self.n = num_workers
         self.slack = placement_slack
+        self.match_t = match_threshold
+        self.spread = spread_by_credit
         self.Q = worker_quantum
         self.w_e = w_e
         self.w_q = w_q
@@ -90,13 +94,17 @@ class RefD2LPM:
         assert rid not in self.inflight
         eligible = sorted(set(workers))
         q = self.q.setdefault(client, [0.0] * self.n)
-        _, G = self.tree.longest_match(tokens)
+        m, G = self.tree.longest_match(tokens)
+        if m == 0 or m / len(tokens) < self.match_t:
+            G = list(range(self.n))  # a match this short is no locality
         avail = [w for w in eligible if q[w] > 0]
         while not avail:
             for w in eligible:
                 q[w] += self.Q
             avail = [w for w in eligible if q[w] > 0]
         cand = [w for w in G if w in avail]
+        if not cand and self.spread:  # placed from avail: the most credit first
+            avail = [w for w in avail if q[w] == max(q[x] for x in avail)]
         pool = cand or avail
         w = min(pool, key=lambda x: (self.s[x], x))
         if self.slack:

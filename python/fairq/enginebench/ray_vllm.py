@@ -171,6 +171,8 @@ def run_config(
             "worker_quantum": args.worker_quantum,
             "shared_view": not args.no_shared_view,
             "placement_slack": args.placement_slack,
+            "match_threshold": args.match_threshold,
+            "spread_by_credit": args.spread_by_credit,
             "view_hub": args.view_hub or args.hub_placement,
             "hub_placement": args.hub_placement,
         }
@@ -353,7 +355,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``--engine ray-vllm``'s own arguments."""
-    from fairq.cliargs import count, positive
+    from fairq.cliargs import count, number, positive
 
     g = parser.add_argument_group("--engine ray-vllm")
     g.add_argument("--replicas", type=count(1), default=2, help="vLLM replicas behind the router")
@@ -373,6 +375,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="D2LPM routers' agreed placement (fairq.ray.RouterOptions.placement_slack): a "
         "new document goes to the replica its hash ranks first among those loaded at most N "
         "requests above the least (default 0: the least loaded)",
+    )
+    g.add_argument(
+        "--match-threshold",
+        type=number(0, high=1),
+        default=0.0,
+        metavar="F",
+        help="D2LPM routers' match threshold (fairq.ray.RouterOptions.match_threshold): a "
+        "held prefix covering less than this fraction of the prompt does not pull the "
+        "request to its holders (default 0: every match counts, the paper's rule)",
+    )
+    g.add_argument(
+        "--spread-by-credit",
+        action="store_true",
+        help="D2LPM routers place a request its held prefix does not place on the replica "
+        "where its tenant has the most credit (fairq.ray.RouterOptions.spread_by_credit)",
     )
     g.add_argument(
         "--view-hub",

@@ -9,7 +9,12 @@ each dispatch to one actor per deployment (:class:`ViewHub`, named
 ``fairq-view-<app>-<deployment>`` in namespace ``fairq``) the moment it
 makes it (a call it does not wait for), and keeps one pull waiting at the
 hub, which answers as soon as another router posts (or after
-``view_hub_wait_s`` with nothing). A pulled dispatch is applied as
+``view_hub_wait_s`` with nothing). A router's first pull brings every post
+the hub still holds that was made since the router was built: reaching the
+hub takes seconds on a busy machine (its actor starts, the connection is
+made when the router first needs it), and a first pull that started from
+the hub's present lost everything the other routers dispatched meanwhile,
+on a bench whose dispatches come in the first seconds all of it. A pulled dispatch is applied as
 the replica's start event is (:meth:`fairq.ray.view.SharedView.on_start`:
 its prefix into the router's tree on that replica, its tenant charged there);
 when the start event itself comes through the routing stats it is not
@@ -21,8 +26,8 @@ router and goes with the next successful pull. The actor is owned
 by the router that created it and dies with it; a router whose call fails
 counts it (``hub_errors``), drops its handle and, after
 ``RETRY_S``, gets or creates the actor again. Meanwhile, and for whatever the
-hub lost, the routing stats carry the view as without the hub. Routers that
-start after some posts see only the posts made after their first pull.
+hub lost, the routing stats carry the view as without the hub. A router
+sees the posts made after it was built, never older ones.
 
 Agreed first placement (``hub_placement=True``): a request whose prompt
 has at least 256 tokens past its longest held prefix (a new document, by
@@ -99,14 +104,14 @@ class ViewHub:
         return self._next
 
     async def wait(
-        self, cursor: int | None, router: str, wait_s: float
+        self, cursor: int | None, router: str, wait_s: float, after: float | None = None
     ) -> tuple[int, list[HubEvent], int]:
         """:meth:`since`, but with nothing new for ``router`` it waits up to
         ``wait_s`` seconds for the next post first."""
         loop = asyncio.get_running_loop()
         end = loop.time() + wait_s
         while True:
-            got = self.since(cursor, router)
+            got = self.since(cursor, router, after)
             left = end - loop.time()
             if got[1] or cursor is None or left <= 0:
                 return got
@@ -117,13 +122,20 @@ class ViewHub:
             except asyncio.TimeoutError:
                 pass
 
-    def since(self, cursor: int | None, router: str) -> tuple[int, list[HubEvent], int]:
-        """The posts of other routers numbered ``cursor`` or later (None: none,
-        only the cursor), the cursor to pass next, and how many wanted posts
-        were already dropped (more than ``keep`` since the last pull)."""
-        if cursor is None:
-            return self._next, [], 0
+    def since(
+        self, cursor: int | None, router: str, after: float | None = None
+    ) -> tuple[int, list[HubEvent], int]:
+        """The posts of other routers numbered ``cursor`` or later, the cursor
+        to pass next, and how many wanted posts were already dropped (more
+        than ``keep`` since the last pull). A first pull (``cursor`` None)
+        brings the posts held that were dispatched at wall-clock ``after`` or
+        later (None: none, only the cursor)."""
         first = self._next - len(self._posts)
+        if cursor is None:
+            if after is None:
+                return self._next, [], 0
+            new = [ev for r, ev in self._posts if r != router and ev[5] >= after]
+            return self._next, new, 0
         start = max(cursor, first)
         new = [ev for r, ev in islice(self._posts, start - first, None) if r != router]
         return self._next, new, start - cursor
@@ -139,6 +151,8 @@ class HubLink:
             for the Ray actor).
         wait_s: the longest a pull waits at the hub for news.
         clock: monotonic seconds (tests pass their own).
+        wall: wall-clock seconds, the posts' clock: the first pull brings
+            the posts made since the link was built.
     """
 
     def __init__(
@@ -147,8 +161,10 @@ class HubLink:
         connect: Callable[[], Awaitable[Any]],
         wait_s: float,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.me = me
+        self._born = wall()
         self._connect = connect
         self.wait_s = wait_s
         self._clock = clock
@@ -247,7 +263,8 @@ class HubLink:
                 for _ in out:
                     self._outbox.popleft()
                 self.counters["hub_posted"] += len(out)
-            self._cursor, new, lost = await hub.wait(self._cursor, self.me, self.wait_s)
+            first = self._born if self._cursor is None else None
+            self._cursor, new, lost = await hub.wait(self._cursor, self.me, self.wait_s, first)
             self.counters["hub_pulled"] += len(new)
             self.counters["hub_lost"] += lost
             self._next_at = self._clock()
@@ -273,9 +290,9 @@ class _RayHub:
         return int(await self._h.post.remote(router, events))
 
     async def wait(
-        self, cursor: int | None, router: str, wait_s: float
+        self, cursor: int | None, router: str, wait_s: float, after: float | None = None
     ) -> tuple[int, list[HubEvent], int]:
-        cur, new, lost = await self._h.wait.remote(cursor, router, wait_s)
+        cur, new, lost = await self._h.wait.remote(cursor, router, wait_s, after)
         return int(cur), new, int(lost)
 
     async def place(self, key: str, replicas: list[str], proposed: str, slack: int) -> str:

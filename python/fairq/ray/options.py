@@ -45,6 +45,16 @@ class RouterOptions:
             replica its rendezvous hash ranks first (replicas are named by
             their Serve replica id), so routers whose views of the loads
             differ by less than this place a document alike.
+        match_threshold: D2LPM's ``match_threshold`` (a fraction in [0,
+            1]; 0, the default: every match counts, the paper's rule): a
+            longest held prefix covering less of the prompt than this (a
+            system prompt every document shares) does not pull the request
+            to the replicas holding it; credit and load place it.
+        spread_by_credit: D2LPM's ``spread_by_credit`` (default False, the
+            paper's least loaded): a request its held prefix does not place
+            goes to the replica where its tenant has the most credit left,
+            so each tenant's documents spread over the replicas as its
+            credit will later ask.
         max_replicas: worker slots of the dispatcher (1..4096); replicas take
             a free slot when they appear and give it back when they go.
         shared_view: apply what the replicas publish of the other routers'
@@ -97,6 +107,8 @@ class RouterOptions:
     w_e: float = 1.0
     w_q: float = 2.0
     placement_slack: int = 0
+    match_threshold: float = 0.0
+    spread_by_credit: bool = False
     max_replicas: int = 256
     shared_view: bool = True
     view_max_age_s: float = 30.0
@@ -115,7 +127,7 @@ class RouterOptions:
     tenant_weights: Mapping[str, float] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("shared_view", "view_hub", "hub_placement", "spill"):
+        for name in ("shared_view", "view_hub", "hub_placement", "spill", "spread_by_credit"):
             flag = getattr(self, name)
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
@@ -151,7 +163,7 @@ class RouterOptions:
         if not isinstance(self.limits, Limits):
             object.__setattr__(self, "limits", Limits.from_mapping(self.limits))
         object.__setattr__(self, "tenant_weights", tenant_weights(self.tenant_weights))
-        self.dispatcher()  # the core validates worker_quantum, w_e, w_q, placement_slack
+        self.dispatcher()  # the core validates the dispatcher's knobs
 
     def dispatcher(self) -> fairq.D2LPM:
         """A fresh D2LPM over ``max_replicas`` slots with these knobs."""
@@ -161,4 +173,6 @@ class RouterOptions:
             w_e=self.w_e,
             w_q=self.w_q,
             placement_slack=self.placement_slack,
+            match_threshold=self.match_threshold,
+            spread_by_credit=self.spread_by_credit,
         )

@@ -120,6 +120,9 @@ class SharedView:
         #: slot -> requests the hub brought that no snapshot listed yet
         #: (id -> local time applied): they count in the replica's load
         self._pending: dict[int, dict[str, float]] = {}
+        #: the other routers' requests whose finish came before their start
+        #: (the hub may bring a start late): not counted as load when it comes
+        self._finished_first: OrderedDict[str, None] = OrderedDict()
         #: slot -> local time the last view input from that replica came
         self._fresh: dict[int, float] = {}
         #: slot -> the stamp of the last ``inflight`` list applied
@@ -173,7 +176,10 @@ class SharedView:
             self.counters["hub_dispatches"] += 1
             if sent is not None:
                 self._hub_ages.append(max(0.0, self._wall() - sent))
-            self._pending.setdefault(slot, {})[rid] = self._clock()
+            if rid in self._finished_first:  # history: not in flight
+                del self._finished_first[rid]
+            else:
+                self._pending.setdefault(slot, {})[rid] = self._clock()
 
     def _apply_start(self, slot: int, rid: str, tenant: Any, tokens: Any, n: int) -> bool:
         """Apply another router's request once (the hub and the replica's
@@ -193,6 +199,10 @@ class SharedView:
         if not self.enabled or self.is_mine(rid) or not isinstance(tenant, str) or not tenant:
             return
         self._pending.get(slot, {}).pop(rid, None)
+        if rid not in self._theirs:  # its start may still come, from the hub
+            self._finished_first[rid] = None
+            if len(self._finished_first) > self._remember:
+                self._finished_first.popitem(last=False)
         self._d.observe_finish(tenant, slot, output_tokens)
         self.counters["view_finishes"] += 1
         self._fresh[slot] = self._clock()

@@ -194,6 +194,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "stale views agree (default 0: the least loaded, the paper's rule)",
     )
     p.add_argument(
+        "--match-threshold",
+        type=number(0, high=1),
+        default=0.0,
+        metavar="F",
+        help="D2LPM's match threshold: a held prefix covering less than this fraction of the "
+        "prompt (a shared system prompt) does not pull the request to its holders (default 0: "
+        "every match counts, the paper's rule)",
+    )
+    p.add_argument(
+        "--spread-by-credit",
+        action="store_true",
+        help="D2LPM places a request its held prefix does not place where its client has the "
+        "most credit left (default: the least loaded, the paper's rule)",
+    )
+    p.add_argument(
         "--hub-placement",
         action="store_true",
         help="several D2LPM routers agree where each new document goes (one table, as the "
@@ -350,6 +365,10 @@ def _plan(args: argparse.Namespace) -> tuple[Any, list[Run], dict[str, Any]]:
         raise UsageError(str(e).removeprefix("--model "), arg="--model") from None
     if args.placement_slack:
         base = replace(base, placement_slack=args.placement_slack)
+    if args.match_threshold or args.spread_by_credit:
+        base = replace(
+            base, match_threshold=args.match_threshold, spread_by_credit=args.spread_by_credit
+        )
     if args.hub_placement_slack and not args.hub_placement:
         raise UsageError("--hub-placement-slack needs --hub-placement", arg="--hub-placement-slack")
     if args.hub_placement:
@@ -471,6 +490,8 @@ def run_paper(args: argparse.Namespace) -> int:
         "--view-staleness": args.view_staleness,
         "--router-assign": args.router_assign,
         "--placement-slack": args.placement_slack or None,
+        "--match-threshold": args.match_threshold or None,
+        "--spread-by-credit": args.spread_by_credit or None,
         "--hub-placement": args.hub_placement or None,
         "--hub-placement-slack": args.hub_placement_slack or None,
         "--metrics-port": args.metrics_port,

@@ -81,6 +81,12 @@ class SimConfig:
     #: prefixes hashed among the workers loaded at most this much above the
     #: least; 0: least loaded (the paper's rule)
     placement_slack: int = 0
+    #: D2LPM's ``match_threshold``: a held prefix covering less of the
+    #: prompt than this fraction places nothing; 0: the paper's rule
+    match_threshold: float = 0.0
+    #: D2LPM's ``spread_by_credit``: a request its held prefix does not
+    #: place goes where its client has the most credit; False: least loaded
+    spread_by_credit: bool = False
     #: several D2LPM routers agree where each new document goes
     #: (:class:`fairq.dispatch.FirstPlacement`: one table, asked at no
     #: delay, as the Ray routers' hub with ``hub_placement``)
@@ -116,6 +122,10 @@ class SimConfig:
             label += f" x{self.routers} {self.router_assign} {view}"
         if self.placement_slack and self.dispatcher == "d2lpm":
             label += f" slack={self.placement_slack}"
+        if self.match_threshold and self.dispatcher == "d2lpm":
+            label += f" match>={self.match_threshold:g}"
+        if self.spread_by_credit and self.dispatcher == "d2lpm":
+            label += " spread"
         if self.hub_placement and self.fleet and self.dispatcher == "d2lpm":
             label += f" agreed/{self.hub_placement_slack}"
         return label

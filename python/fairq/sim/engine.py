@@ -629,6 +629,8 @@ class Simulator:
                     w_e=cfg.w_e,
                     w_q=cfg.w_q,
                     placement_slack=cfg.placement_slack,
+                    match_threshold=cfg.match_threshold if name == "d2lpm" else None,
+                    spread_by_credit=cfg.spread_by_credit,
                 )
 
             if cfg.fleet:
