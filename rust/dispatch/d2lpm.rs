@@ -285,6 +285,47 @@ mod tests {
     }
 
     #[test]
+    fn a_short_match_places_nothing_and_credit_spreads_documents() {
+        let system: Vec<u32> = (100..228).collect(); // a 128-token system prompt
+        let doc = |k: u32| -> Vec<u32> {
+            let mut t = system.clone();
+            t.extend((0..400).map(|i| 1000 * (k + 1) + i));
+            t
+        };
+        let cfg = D2lpmConfig {
+            match_threshold: 0.5,
+            spread_by_credit: true,
+            ..D2lpmConfig::new(1e6)
+        };
+        let mut paper = Dispatcher::d2lpm(2, D2lpmConfig::new(1e6)).unwrap();
+        let mut ext = Dispatcher::d2lpm(2, cfg).unwrap();
+        for d in [&mut paper, &mut ext] {
+            d.dispatch(RequestId::Int(0), "probe", &system).unwrap();
+            d.on_finish(&RequestId::Int(0), 0).unwrap();
+        }
+        // the paper's rule: the system prompt's holder takes every document
+        let on_paper: Vec<usize> = (1..5)
+            .map(|k| paper.dispatch(RequestId::Int(k), "a", &doc(k as u32)).unwrap())
+            .collect();
+        assert_eq!(on_paper, vec![0, 0, 0, 0]);
+        // ... here a's documents alternate by its credit, whatever the loads
+        for k in 1..5 {
+            let w = ext.dispatch(RequestId::Int(k), "a", &doc(k as u32)).unwrap();
+            ext.on_finish(&RequestId::Int(k), 0).unwrap();
+            assert_eq!(w, (k as usize + 1) % 2);
+        }
+        // a document's own prefix still places it
+        let w = ext.dispatch(RequestId::Int(9), "a", &doc(1)).unwrap();
+        assert_eq!(w, 0);
+        assert!(D2lpmConfig {
+            match_threshold: 1.5,
+            ..D2lpmConfig::new(1.0)
+        }
+        .validate()
+        .is_err());
+    }
+
+    #[test]
     fn refill_is_the_while_loop() {
         let mut st = State::new(D2lpmConfig::new(10.0));
         st.q = vec![vec![-25.0, -5.0, -31.0]];
