@@ -73,6 +73,11 @@ for part in "${parts[@]}"; do
           --hub-placement --hub-placement-slack "$k" --no-progress \
           --json "routers_hub_placement_w16_s$k.json"
       done
+      # the same with D2LPM's match threshold and credit spread (~15 s)
+      fairq simulate --workload qa-fleet --workers 16 --dispatch d2lpm --policy dlpm \
+        --routers 2 --routers 4 --routers 16 --view-staleness 0 --view-staleness 0.5 \
+        --view-staleness 2 --view-staleness inf --router-assign rr --router-assign tenant \
+        --match-threshold 0.5 --spread-by-credit --no-progress --json routers_spread_w16.json
       # the agreed placement: D2LPM's placement_slack 0, 2, 4, 8 (~2 min)
       for k in 0 2 4 8; do
         fairq simulate --workload qa-fleet --workers 16 --dispatch d2lpm --policy dlpm \

@@ -305,12 +305,18 @@ mod tests {
         }
         // the paper's rule: the system prompt's holder takes every document
         let on_paper: Vec<usize> = (1..5)
-            .map(|k| paper.dispatch(RequestId::Int(k), "a", &doc(k as u32)).unwrap())
+            .map(|k| {
+                paper
+                    .dispatch(RequestId::Int(k), "a", &doc(k as u32))
+                    .unwrap()
+            })
             .collect();
         assert_eq!(on_paper, vec![0, 0, 0, 0]);
         // ... here a's documents alternate by its credit, whatever the loads
         for k in 1..5 {
-            let w = ext.dispatch(RequestId::Int(k), "a", &doc(k as u32)).unwrap();
+            let w = ext
+                .dispatch(RequestId::Int(k), "a", &doc(k as u32))
+                .unwrap();
             ext.on_finish(&RequestId::Int(k), 0).unwrap();
             assert_eq!(w, (k as usize + 1) % 2);
         }

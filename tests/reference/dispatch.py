@@ -96,7 +96,7 @@ class RefD2LPM:
         q = self.q.setdefault(client, [0.0] * self.n)
         m, G = self.tree.longest_match(tokens)
         if m == 0 or m / len(tokens) < self.match_t:
-            G = list(range(self.n))  # a match this short is no locality
+            G = []  # no match, or one this short: the pick comes from avail
         avail = [w for w in eligible if q[w] > 0]
         while not avail:
             for w in eligible:
