@@ -12,7 +12,7 @@
 //!    `placement_slack > 0`, by the agreed placement of [`super::placement`]).
 //!    With `match_threshold > 0` (fairq's extension, off by default), a
 //!    longest match shorter than that fraction of the prompt is no locality:
-//!    `G` is all workers, as when nothing matches. With `spread_by_credit`
+//!    the pick comes from `avail`, as when nothing matches. With `spread_by_credit`
 //!    (also fairq's, off by default), a request placed from `avail` (its
 //!    match decides nothing, or its client has no credit on the holders)
 //!    goes to the worker of `avail` where its client has the most credit
@@ -45,9 +45,9 @@ pub struct D2lpmConfig {
     /// ([`super::placement`]); 0 (the default): the paper's rule.
     pub placement_slack: u64,
     /// The fraction of the prompt the longest match must cover for its
-    /// holders to be `G` (in [0, 1]; shorter matches, such as a system
-    /// prompt shared by every document, leave `G` all workers); 0 (the
-    /// default): every match counts, the paper's rule.
+    /// holders to be `G` (in [0, 1]; with a shorter match, such as a system
+    /// prompt shared by every document, the pick comes from `avail`); 0
+    /// (the default): every match counts, the paper's rule.
     pub match_threshold: f64,
     /// A request placed from `avail` goes where its client has the most
     /// credit (then the least loaded); false (the default): the least
@@ -196,12 +196,13 @@ impl State {
             .then(|| place.choose(load, g.iter().filter(avail)))
             .flatten()
             .unwrap_or_else(|| {
-                let most = match self.cfg.spread_by_credit {
-                    true => (0..n)
+                let most = if self.cfg.spread_by_credit {
+                    (0..n)
                         .filter(avail)
                         .map(|w| row[w])
-                        .fold(f64::MIN, f64::max),
-                    false => f64::MIN,
+                        .fold(f64::MIN, f64::max)
+                } else {
+                    f64::MIN
                 };
                 place
                     .choose(load, (0..n).filter(|w| avail(w) && row[*w] >= most))

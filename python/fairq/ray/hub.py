@@ -11,10 +11,9 @@ makes it (a call it does not wait for), and keeps one pull waiting at the
 hub, which answers as soon as another router posts (or after
 ``view_hub_wait_s`` with nothing). A router's first pull brings every post
 the hub still holds that was made since the router was built: reaching the
-hub takes seconds on a busy machine (its actor starts, the connection is
-made when the router first needs it), and a first pull that started from
-the hub's present lost everything the other routers dispatched meanwhile,
-on a bench whose dispatches come in the first seconds all of it. A pulled dispatch is applied as
+hub takes seconds on a busy machine (the actor starts, and a router
+connects when it first needs the hub), and the other routers' dispatches
+of those seconds must not be lost. A pulled dispatch is applied as
 the replica's start event is (:meth:`fairq.ray.view.SharedView.on_start`:
 its prefix into the router's tree on that replica, its tenant charged there);
 when the start event itself comes through the routing stats it is not
