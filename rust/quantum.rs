@@ -34,15 +34,19 @@
 /// admission).
 pub const WINDOW: f64 = 64.0;
 
-/// DLPM's default `scale` where the quantum is automatic: a refill round
-/// gives each backlogged client the uncached cost of about this many mean
-/// requests. 1.5 was measured against it (issue 35,
-/// docs/results/frontier.md): more throughput under cache pressure (0.83-0.92x
-/// LPM's at a quarter of the documents' cache, against 0.64-0.89x), but
-/// Jain below 0.9 where a tenant's whole backlog is about a quantum and a
-/// half (0.898 / 0.891 against 0.955 / 0.979, docs/results/quantum_auto.md),
-/// so the default stays 1 and `quantum_scale` is the knob.
-pub const DEFAULT_SCALE: f64 = 1.0;
+/// DLPM's default `scale` where the quantum is automatic (the engines'
+/// default, and `DLPM(quantum="auto")`), which comes with strict credit
+/// (`rust/sched/dlpm.rs`): a refill round gives each backlogged client the
+/// uncached cost of about this many mean requests. With strict credit a
+/// client saves up across rounds for a miss it cannot yet cover, so the
+/// quantum no longer has to pay for a whole miss at once. Measured (issue
+/// 35, docs/results/frontier.md): strict credit at 0.8 keeps >= 0.9x LPM's
+/// throughput at Jain >= 0.9 in all 12 cache-pressure cells (the paper's rule
+/// at 1, the former default: 8; at 1.5: 11, with Jain below 0.9 where a
+/// tenant's whole backlog is about a quantum and a half), and reaches the
+/// hand-tuned fixed quantum's result inside vLLM's scheduler
+/// (docs/results/quantum_auto.md).
+pub const DEFAULT_SCALE: f64 = 0.8;
 
 /// A quantum, fixed (`scale == 0`) or automatic (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq)]

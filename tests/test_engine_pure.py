@@ -155,15 +155,22 @@ def test_policy_names() -> None:
 
 
 def test_policy_options() -> None:
-    # the engines' DLPM: the automatic quantum, starting at 512
+    # the engines' DLPM: the automatic quantum, starting at 512, with strict
+    # credit (issue 35)
     assert policy_options("dlpm") == {
         "quantum": 512.0,
         "w_e": 1.0,
         "w_q": 2.0,
-        "quantum_scale": 1.0,
-        "strict_credit": 0.0,
+        "quantum_scale": 0.8,
+        "strict_credit": 1.0,
     }
-    assert policy_options("dlpm", {"quantum": 64})["quantum"] == 64.0
+    assert policy_options("dlpm", {"quantum": "auto"}) == policy_options("dlpm")
+    # a number: the paper's DLPM (fixed quantum, admission at q > 0) unless
+    # either is given
+    fixed = policy_options("dlpm", {"quantum": 64})
+    assert (fixed["quantum"], fixed["quantum_scale"], fixed["strict_credit"]) == (64.0, 0.0, 0.0)
+    given = policy_options("dlpm", {"quantum": 64, "quantum_scale": 2, "strict_credit": True})
+    assert (given["quantum_scale"], given["strict_credit"]) == (2.0, 1.0)
     assert policy_options("vtc", {"w_out": 1}) == {"w_in": 1.0, "w_out": 1.0}
     with pytest.raises(ValueError, match="no option 'quantum'.*options: none"):
         policy_options("fcfs", {"quantum": 1})

@@ -30,11 +30,11 @@ def test_auto_starts_at_the_initial_value_then_follows_the_uncached_cost() -> No
     s = DLPM(RadixTree(), "auto")
     assert s.quantum == policy_options("dlpm")["quantum"] == 512.0
     drive(s, 200, input_len=100, output=10)
-    # scale 1 (the default) x (w_e * 100 + w_q * 10): the uncached cost
-    assert s.quantum == 120.0
+    # scale 0.8 (the default) x (w_e * 100 + w_q * 10) = 0.8 x 120: the uncached cost
+    assert s.quantum == 96.0
     assert s.largest_quantum >= 120.0
     drive(s, 400, input_len=300, output=10)  # the window (~64 admissions) moves on
-    assert s.quantum == 320.0
+    assert s.quantum == 256.0  # 0.8 x 320
 
 
 def test_cache_hits_do_not_shrink_it() -> None:
@@ -50,7 +50,7 @@ def test_cache_hits_do_not_shrink_it() -> None:
         assert a.extend_len == 0
         s.charge_output(i, 5)
         s.finish(i)
-    assert s.quantum == 210.0
+    assert s.quantum == 168.0  # 0.8 x (200 + 2 x 5)
 
 
 def test_a_number_is_fixed_unless_a_scale_is_given() -> None:
@@ -122,7 +122,7 @@ def test_state_keeps_the_learned_quantum() -> None:
     assert set(state["quantum_memory"]) == {"cost", "count"}
     r = DLPM(RadixTree(), "auto")
     r.load_state_dict(state)
-    assert r.quantum == s.quantum == 120.0
+    assert r.quantum == s.quantum == 96.0  # 0.8 x 120
     assert r.state_dict()["quantum_memory"] == state["quantum_memory"]
     # both go on alike
     drive(s, 10, input_len=300, output=0)

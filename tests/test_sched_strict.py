@@ -35,7 +35,14 @@ def test_a_client_does_not_start_a_request_on_crumbs() -> None:
 
 
 def test_the_option_as_the_class_and_the_engines_take_it() -> None:
+    # the paper's Algorithm 1 with a number, the engines' DLPM with "auto"
     assert DLPM(RadixTree(), 10).strict_credit is False
+    assert DLPM(RadixTree(), 10, strict_credit=None).strict_credit is False
+    assert DLPM(RadixTree(), 10, quantum_scale=1.0).strict_credit is False
+    assert DLPM(RadixTree(), "auto").strict_credit is True
+    assert DLPM(RadixTree(), "auto", strict_credit=False).strict_credit is False
+    assert build_policy("dlpm", RadixTree()).strict_credit is True
+    assert build_policy("dlpm", RadixTree(), {"quantum": 10}).strict_credit is False
     assert DLPM(RadixTree(), 10, strict_credit=True).strict_credit is True
     assert DLPM(RadixTree(), 10, strict_credit=1.0).strict_credit is True
     assert "strict_credit" in POLICY_INFO["dlpm"].flags
@@ -49,7 +56,7 @@ def test_the_option_as_the_class_and_the_engines_take_it() -> None:
     [
         (2, ValueError, "strict_credit must be a bool \\(or 0 / 1\\), got 2"),
         ("yes", TypeError, "strict_credit must be a bool, got str"),
-        (None, TypeError, "strict_credit must be a bool, got NoneType"),
+        ([], TypeError, "strict_credit must be a bool, got list"),
     ],
 )
 def test_a_bad_value_names_the_option(value: Any, error: type, match: str) -> None:

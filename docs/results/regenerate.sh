@@ -401,40 +401,47 @@ json.dump({"configuration": sys.argv[1], "runs": runs}, open(f"ray_vllm_views_{s
         --json "$out/transformers_1b_mooncake.json" | tee "$out/transformers_1b_mooncake.md"
       ;;
     quantum)
-      # DLPM's automatic quantum against fixed ones (quantum_auto.md, ~8 min;
-      # the engine parts need fairq[engine] and vLLM 0.33)
+      # DLPM's automatic quantum against fixed ones (quantum_auto.md, ~10 min;
+      # the engine parts need fairq[engine] and vLLM 0.33). "auto" is the
+      # engines' default: scale 0.75 with strict credit (issue 35); "auto_x1"
+      # the default before it: scale 1, the paper's admission rule
       fairq simulate --paper --quantum auto --no-progress --json paper_auto.json >paper_auto.md
       python quantum_compare.py paper.json paper_auto.json >quantum_paper.md
-      for q in 2048 auto 512; do
+      for q in 2048 auto 512 auto_x1; do
+        set -- --quantum "$q"
+        if [ "$q" = auto_x1 ]; then set -- --quantum auto --quantum-scale 1 --no-strict-credit; fi
         fairq engine-bench --engine transformers --model tiny --policies vtc,dlpm --clients 4 \
           --requests-per-client 8 --flood-factor 4 --prefix-len 512 --suffix-len 64 \
           --max-new-tokens 32 --max-batch-tokens 1024 --max-requests-per-batch 8 \
-          --quantum "$q" --json "quantum_flood_$q.json" | tee "quantum_flood_$q.md"
+          "$@" --json "quantum_flood_$q.json" | tee "quantum_flood_$q.md"
         fairq engine-bench --engine transformers --model tiny --policies vtc,dlpm --clients 4 \
           --requests-per-client 8 --flood-factor 4 --prefix-len 512 --docs-per-client 4 \
           --suffix-len 64 --max-new-tokens 32 --num-blocks 160 --max-batch-tokens 1024 \
-          --max-requests-per-batch 8 --quantum "$q" --json "quantum_docs_$q.json" \
+          --max-requests-per-batch 8 "$@" --json "quantum_docs_$q.json" \
           | tee "quantum_docs_$q.md"
       done
-      for q in 1024 512 auto; do
+      for q in 1024 512 auto auto_x1; do
+        set -- --quantum "$q"
+        if [ "$q" = auto_x1 ]; then set -- --quantum auto --quantum-scale 1 --no-strict-credit; fi
         fairq engine-bench --engine vllm --policies dlpm --requests-per-client 24 \
           --prefix-len 512 --suffix-len 32 --max-new-tokens 16 --num-blocks 80 \
-          --max-batch-tokens 512 --max-requests-per-batch 16 --quantum "$q" --gap 0.02 \
+          --max-batch-tokens 512 --max-requests-per-batch 16 "$@" --gap 0.02 \
           --waiting 0 --json "quantum_vllm_$q.json" | tee "quantum_vllm_$q.md"
       done
-      # the same three cases with DLPM's strict credit (frontier.md, "Strict credit")
+      # strict credit at scale 1 (frontier.md, "Strict credit")
       fairq engine-bench --engine transformers --model tiny --policies dlpm --clients 4 \
         --requests-per-client 8 --flood-factor 4 --prefix-len 512 --suffix-len 64 \
         --max-new-tokens 32 --max-batch-tokens 1024 --max-requests-per-batch 8 \
-        --quantum auto --strict-credit --json quantum_flood_strict.json
+        --quantum auto --quantum-scale 1 --strict-credit --json quantum_flood_strict.json
       fairq engine-bench --engine transformers --model tiny --policies dlpm --clients 4 \
         --requests-per-client 8 --flood-factor 4 --prefix-len 512 --docs-per-client 4 \
         --suffix-len 64 --max-new-tokens 32 --num-blocks 160 --max-batch-tokens 1024 \
-        --max-requests-per-batch 8 --quantum auto --strict-credit --json quantum_docs_strict.json
+        --max-requests-per-batch 8 --quantum auto --quantum-scale 1 --strict-credit \
+        --json quantum_docs_strict.json
       fairq engine-bench --engine vllm --policies dlpm --requests-per-client 24 \
         --prefix-len 512 --suffix-len 32 --max-new-tokens 16 --num-blocks 80 \
-        --max-batch-tokens 512 --max-requests-per-batch 16 --quantum auto --strict-credit \
-        --gap 0.02 --waiting 0 --json quantum_vllm_strict.json
+        --max-batch-tokens 512 --max-requests-per-batch 16 --quantum auto --quantum-scale 1 \
+        --strict-credit --gap 0.02 --waiting 0 --json quantum_vllm_strict.json
       ;;
     frontier)
       # docs/results/frontier.md: vLLM's scheduler in-process, 3 workloads x 4 cache sizes

@@ -530,12 +530,14 @@ class DLPM(LocalScheduler):
         w_q: float = 2.0,
         *,
         quantum_scale: float | None = None,
-        strict_credit: bool | float = False,
+        strict_credit: bool | float | None = None,
         max_prompt_tokens: int | None = None,
     ) -> Self: ...
     @property
     def strict_credit(self) -> bool:
-        """Whether a request is admitted only when its charge is below its client's deficit."""
+        """Whether a request is admitted only when its charge is below its client's
+        deficit (by default: with ``quantum="auto"``, the engines' DLPM; not with
+        a number, the paper's Algorithm 1)."""
     def deficit(self, client: str) -> float:
         """The client's deficit counter ``q[c]``."""
     @property

@@ -77,9 +77,10 @@ def policy_options(name: str, options: Mapping[str, Any] | None = None) -> dict[
 
     DLPM's quantum is automatic by default (``quantum_scale`` > 0 times the
     recent mean request charge, ``quantum`` its value until the first
-    admission; ALGORITHMS.md §6). ``quantum="auto"`` asks for that
-    explicitly; a number for ``quantum`` without ``quantum_scale`` is a
-    fixed quantum (``quantum_scale`` 0), as before the automatic one existed.
+    admission), with strict credit (ALGORITHMS.md §6). ``quantum="auto"``
+    asks for that explicitly; a number for ``quantum`` is the paper's DLPM:
+    a fixed quantum (``quantum_scale`` 0) and admission at ``q > 0``
+    (``strict_credit`` off), each unless given, as before either existed.
     """
     key = check_policy(name)
     defaults = dict(POLICIES[key][1])
@@ -96,6 +97,7 @@ def policy_options(name: str, options: Mapping[str, Any] | None = None) -> dict[
                 )
         else:
             given.setdefault("quantum_scale", 0.0)
+            given.setdefault("strict_credit", False)
     flags = POLICY_INFO[key].flags
     for opt, value in given.items():
         if opt not in defaults:

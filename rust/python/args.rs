@@ -139,7 +139,6 @@ named! {
     abs_threshold: float_arg("abs_threshold") -> f64;
     rel_threshold: float_arg("rel_threshold") -> f64;
     match_threshold: float_arg("match_threshold") -> f64;
-    strict_credit: bool_arg("strict_credit") -> bool;
     spread_by_credit: bool_arg("spread_by_credit") -> bool;
     page_size: int_arg("page_size") -> i64;
     n_tokens: int_arg("n_tokens") -> i64;
@@ -190,6 +189,16 @@ pub fn quantum_scale(v: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
         Ok(None)
     } else {
         float_arg("quantum_scale", v).map(Some)
+    }
+}
+
+/// `strict_credit`: `None` (DLPM's default: on with `quantum="auto"`) or a
+/// switch (see [`bool_arg`]).
+pub fn strict_credit(v: &Bound<'_, PyAny>) -> PyResult<Option<bool>> {
+    if v.is_none() {
+        Ok(None)
+    } else {
+        bool_arg("strict_credit", v).map(Some)
     }
 }
 

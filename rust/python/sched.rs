@@ -601,7 +601,7 @@ call repeats the walk until a walk admits nothing (work conserving).
 quantum -> 0 behaves like VTC, quantum -> inf like LPM.
 
 The quantum is fixed (a number, quantum_scale None or 0) or automatic
-(quantum=\"auto\", or quantum_scale > 0): quantum_scale (default 1) times
+(quantum=\"auto\", or quantum_scale > 0): quantum_scale (default 0.8) times
 the mean uncached cost of a request over about the last 64 admissions
 (w_e * input_len + w_q * output, divided by the weight), the number given
 (or 512 for \"auto\") until the first admission. `quantum` reads the value a
@@ -611,8 +611,9 @@ at most 2 * (U + Q*), U = w_e * max input + w_q * max running tokens, Q* the
 largest quantum used (the fixed quantum). quantum, w_e, w_q: > 0 and finite,
 quantum_scale >= 0 and finite (ValueError naming the field).
 
-strict_credit=True admits a request only when its charge is below its
-client's deficit (Deficit Round Robin's rule; a request of a client with
+strict_credit (default None: on with quantum=\"auto\", the engines'
+DLPM; off with a number, the paper's Algorithm 1) admits a request only
+when its charge is below its client's deficit (Deficit Round Robin's rule; a request of a client with
 q > 0 it does not cover waits). When every waiting client with credit has
 only such requests, a refill gives quantum to each known client with q <= 0
 and to each of those clients, round by round, until some waiting client
@@ -626,14 +627,14 @@ pub struct PyDlpm;
 #[pymethods]
 impl PyDlpm {
     #[new]
-    #[pyo3(signature = (tree, quantum, w_e = 1.0, w_q = 2.0, *, quantum_scale = None, strict_credit = false, max_prompt_tokens = None))]
+    #[pyo3(signature = (tree, quantum, w_e = 1.0, w_q = 2.0, *, quantum_scale = None, strict_credit = None, max_prompt_tokens = None))]
     fn new(
         tree: Py<PyRadixTree>,
         #[pyo3(from_py_with = args::quantum)] quantum: Option<f64>,
         #[pyo3(from_py_with = args::w_e)] w_e: f64,
         #[pyo3(from_py_with = args::w_q)] w_q: f64,
         #[pyo3(from_py_with = args::quantum_scale)] quantum_scale: Option<f64>,
-        #[pyo3(from_py_with = args::strict_credit)] strict_credit: bool,
+        #[pyo3(from_py_with = args::strict_credit)] strict_credit: Option<bool>,
         #[pyo3(from_py_with = args::max_prompt_tokens)] max_prompt_tokens: Option<i64>,
     ) -> PyResult<(Self, PyLocalScheduler)> {
         // "auto": the engine defaults (the initial quantum, the scale)
@@ -645,6 +646,10 @@ impl PyDlpm {
                 .find(|o| o.name == name)
                 .map_or(0.0, |o| o.engine_default)
         };
+        // "auto" is the engines' DLPM: strict credit unless given; a number
+        // is the paper's admission rule unless given
+        let strict_credit =
+            strict_credit.unwrap_or(quantum.is_none() && spec("strict_credit") != 0.0);
         let (quantum, quantum_scale) = match (quantum, quantum_scale) {
             (Some(q), scale) => (q, scale.unwrap_or(0.0)),
             // scale 0 turns the automatic quantum off: with "auto" that

@@ -32,16 +32,18 @@
 //! (`oversize_budget <= token_budget`) it blocks them while its client has
 //! credit.
 //!
-//! Strict credit (option `strict_credit`, off by default; ALGORITHMS.md
-//! §6): a request is admitted only when its charge is below its client's
-//! deficit. A request of a client with credit that does not cover it is set
-//! aside for the pass (`Walk::poor`), like one that does not fit. A walk
-//! that admits nothing, while every waiting client with credit has only
-//! such requests, refills in rounds ([`Dlpm::poverty_refill`]) until some
-//! waiting client can pay for its cheapest request; a client with credit
-//! and a covered request that does not fit blocks it, as above. Theorem
-//! 4.1's bound is unchanged (the deficit's range moves up by one charge and
-//! no longer goes below `-w_q * M`).
+//! Strict credit (option `strict_credit`; ALGORITHMS.md §6; off in the
+//! paper's Algorithm 1 and with a fixed quantum, on with the automatic
+//! quantum, the engines' default): a request is admitted only when its
+//! charge is below its client's deficit. A request of a client with credit
+//! that does not cover it is set aside for the pass (`Walk::poor`), like
+//! one that does not fit. A walk that admits nothing, while every waiting
+//! client with credit has only such requests, refills in rounds
+//! ([`Dlpm::poverty_refill`]) until some waiting client can pay for its
+//! cheapest request; a client with credit and a covered request that does
+//! not fit blocks it, as above. Theorem 4.1's bound is unchanged (the
+//! deficit's range moves up by one charge and no longer goes below `-w_q *
+//! M`).
 //!
 //! Cost: the repeated walks stay within LPM's bound. A request seen not to
 //! fit leaves its client's order for the rest of the call (the budget only
@@ -343,8 +345,10 @@ impl Registered for Dlpm {
             OptionSpec::new("w_q", 2.0),
             // engines: automatic (the quantum above is its initial value)
             OptionSpec::new("quantum_scale", crate::quantum::DEFAULT_SCALE).zero_is_off(),
-            // 0 or 1: admit only what the credit covers (module docs)
-            OptionSpec::new("strict_credit", 0.0).flag(),
+            // 0 or 1: admit only what the credit covers (module docs); the
+            // engines' default with the automatic quantum (a fixed quantum
+            // given without it keeps the paper's rule)
+            OptionSpec::new("strict_credit", 1.0).flag(),
         ],
         needs_tree: true,
         refills: true,

@@ -80,12 +80,13 @@ def workload(args: argparse.Namespace) -> list[EngineRequest]:
 def dlpm_options(args: argparse.Namespace) -> dict[str, Any]:
     """DLPM's options from ``--quantum``, and when given ``--quantum-scale``
     (the automatic quantum's scale; absent: the core's default) and
-    ``--strict-credit``."""
+    ``--strict-credit`` / ``--no-strict-credit`` (absent: on with the
+    automatic quantum, off with a fixed one)."""
     options: dict[str, Any] = {"quantum": args.quantum}
     if getattr(args, "quantum_scale", None):
         options["quantum_scale"] = args.quantum_scale
-    if getattr(args, "strict_credit", False):
-        options["strict_credit"] = True
+    if getattr(args, "strict_credit", None) is not None:
+        options["strict_credit"] = bool(args.strict_credit)
     return options
 
 

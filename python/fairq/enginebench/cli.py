@@ -176,14 +176,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive,
         default=None,
         help="DLPM with --quantum auto: the automatic quantum's scale (a refill gives this "
-        "many mean uncached request costs; default: the core's, 1) (vllm, vllm-server, "
+        "many mean uncached request costs; default: the core's, 0.8) (vllm, vllm-server, ray-vllm, "
         "transformers)",
     )
     parser.add_argument(
         "--strict-credit",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="DLPM: admit a request only when its client's credit covers its charge "
-        "(strict_credit, ALGORITHMS.md section 6) (vllm, vllm-server, transformers)",
+        "(strict_credit, ALGORITHMS.md section 6; default: on with --quantum auto, off with "
+        "a fixed quantum, as in the engines) (vllm, vllm-server, ray-vllm, transformers)",
     )
     parser.add_argument("--seed", type=count(0), default=0)
     parser.add_argument(

@@ -163,18 +163,22 @@ def point(
     shape: Shape, requests: list[EngineRequest], num_blocks: int, policy: str
 ) -> dict[str, Any]:
     """One point: ``policy`` is ``fifo``, ``vtc``, ``lpm``, ``oracle``,
-    ``dlpm@Q`` (``Q`` a number, ``auto``, or ``xS``: automatic at
-    ``quantum_scale`` ``S``) or ``dlpm-strict@Q`` (the same with
-    ``strict_credit``)."""
+    ``dlpm@Q`` (the paper's admission rule; ``Q`` a number, ``auto``:
+    automatic at ``quantum_scale`` 1, the default before strict credit, or
+    ``xS``: automatic at ``quantum_scale`` ``S``) or ``dlpm-strict@Q`` (the
+    same with ``strict_credit``) or ``dlpm-default`` (the engines' DLPM with
+    no option given: ``dlpm-strict@x0.8`` since issue 35)."""
     from fairq.enginebench.vllm import policy_run
 
     quantum: float | str = 0.0
-    scale = 0.0
+    scale: float | None = 0.0
     name = policy
-    strict = policy.startswith("dlpm-strict@")
+    strict: bool | None = policy.startswith("dlpm-strict@")
     if policy.startswith("dlpm@") or strict:
         quantum, scale = _dlpm_quantum(policy)
         name = "dlpm"
+    elif policy == "dlpm-default":  # the engines' DLPM, as shipped
+        quantum, scale, strict, name = "auto", None, None, "dlpm"
     elif policy == "fifo":
         name = "vllm-fcfs"
     elif policy == "oracle":
@@ -289,7 +293,8 @@ def table(summary: list[dict[str, Any]]) -> str:
 
 def headline(summary: list[dict[str, Any]], default: str = "dlpm@auto") -> str:
     """One line per workload and cache size: x LPM's throughput / Jain of
-    the fair oracle, VTC, DLPM at ``default`` and at every ``dlpm@xS``, and
+    the fair oracle, VTC, DLPM as shipped (``dlpm-default``, where run), DLPM
+    at ``default`` and at every ``dlpm@xS`` and ``dlpm-strict@Q``, and
     the fixed quantum with the most throughput at Jain >= 0.9."""
     by: dict[tuple[str, float], dict[str, dict[str, Any]]] = {}
     for s in summary:
@@ -302,10 +307,16 @@ def headline(summary: list[dict[str, Any]], default: str = "dlpm@auto") -> str:
         {p for v in by.values() for p in v if p.startswith("dlpm-strict@")},
         key=lambda p: _dlpm_quantum(p)[1],
     )
-    cols = ["oracle", "vtc", default, *scales, *strict]
+    shipped = ["dlpm-default"] if any("dlpm-default" in v for v in by.values()) else []
+    cols = ["oracle", "vtc", *shipped, default, *scales, *strict]
     lines = [
         "| workload | cache | LPM tok/s | "
-        + " | ".join(c.replace("dlpm-strict@", "strict ").replace("dlpm@", "DLPM ") for c in cols)
+        + " | ".join(
+            c.replace("dlpm-default", "DLPM as shipped")
+            .replace("dlpm-strict@", "strict ")
+            .replace("dlpm@", "DLPM ")
+            for c in cols
+        )
         + " | best fixed quantum at Jain >= 0.9 |",
         "|---|---|---:|" + "---|" * (len(cols) + 1),
     ]
@@ -347,7 +358,7 @@ def plot(summary: list[dict[str, Any]], path: str) -> None:
     fig, axes = plt.subplots(
         len(names), len(fracs), figsize=(3.6 * len(fracs), 3.2 * len(names)), squeeze=False
     )
-    style = {"fifo": "kx", "vtc": "bs", "lpm": "r^", "oracle": "g*"}
+    style = {"fifo": "kx", "vtc": "bs", "lpm": "r^", "oracle": "g*", "dlpm-default": "kD"}
     for i, wl in enumerate(names):
         for j, frac in enumerate(fracs):
             ax = axes[i][j]
@@ -363,7 +374,7 @@ def plot(summary: list[dict[str, Any]], path: str) -> None:
                 strict = s["policy"].startswith("dlpm-strict@")
                 if strict:
                     fmt = "C1P"  # strict credit: orange plus signs, on top
-                big = s["policy"] in ("lpm", "oracle")
+                big = s["policy"] in ("lpm", "oracle", "dlpm-default")
                 ax.errorbar(
                     x,
                     y,
@@ -396,13 +407,14 @@ def plot(summary: list[dict[str, Any]], path: str) -> None:
             ("b", "s", "VTC"),
             ("r", "^", "LPM"),
             ("g", "*", "fair oracle"),
-            ("y", "D", "DLPM auto (default)"),
+            ("k", "D", "DLPM as shipped"),
+            ("y", "D", "DLPM auto, paper's rule"),
             ("c", "D", "DLPM auto, scale xS"),
             ("m", "o", "DLPM, fixed quantum"),
             ("C1", "P", "DLPM strict credit"),
         )
     ]
-    fig.legend(handles=handles, loc="lower center", ncol=8, fontsize=8)
+    fig.legend(handles=handles, loc="lower center", ncol=9, fontsize=8)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -410,12 +422,12 @@ def plot(summary: list[dict[str, Any]], path: str) -> None:
 
 def _dlpm_quantum(policy: str) -> tuple[float | str, float]:
     """``dlpm@Q``'s quantum and ``quantum_scale``: ``(Q, 0)`` for a number,
-    ``("auto", 0)`` for ``auto`` (the default scale), ``("auto", S)`` for
-    ``xS``."""
+    ``("auto", 1)`` for ``auto`` (the scale these points were first
+    measured at), ``("auto", S)`` for ``xS``."""
     q = policy.split("@", 1)[1]
     if q.startswith("x"):  # the automatic quantum at this scale
         return "auto", float(q[1:])
-    return (q, 0.0) if q == "auto" else (float(q), 0.0)
+    return ("auto", 1.0) if q == "auto" else (float(q), 0.0)
 
 
 def _q(policy: str) -> float:

@@ -156,6 +156,7 @@ def run_config(
     """Deploy configuration ``label``, replay ``workload``, summarize."""
     from ray import serve
 
+    from fairq.enginebench.args import dlpm_options
     from fairq.enginebench.ray import router_config
     from fairq.enginebench.traffic import Metrics, send_all
     from fairq.enginebench.vllm_server import http_requests, summarize
@@ -182,7 +183,7 @@ def run_config(
         num_replicas=args.replicas,
         policy=policy,
         fairq_options=(
-            {"quantum": args.quantum, "state_interval_s": 1.0} if policy == "dlpm" else None
+            {**dlpm_options(args), "state_interval_s": 1.0} if policy == "dlpm" else None
         ),
         state_dir=state_dir,
         ingress_replicas=args.ingress,

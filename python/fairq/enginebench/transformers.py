@@ -170,6 +170,9 @@ def summarize(run: EngineRun, workload: list[EngineRequest]) -> dict[str, Any]:
     stats = run.scheduler.stats
     clients: dict[str, Any] = {}
     window_service: list[float] = []
+    # DLPM's cost (w_e = 1 per prompt token the engine computed, w_q = 2 per
+    # output token) over the same window: what DLPM's fairness is measured in
+    window_cost: list[float] = []
     for client, reqs in sorted(by_client.items()):
         lat = [outs[r.request_id].lifespan[1] - outs[r.request_id].created_time for r in reqs]
         ttft = [
@@ -178,19 +181,26 @@ def summarize(run: EngineRun, workload: list[EngineRequest]) -> dict[str, Any]:
         ]
         inp = sum(len(r.prompt) for r in reqs)
         out = sum(len(outs[r.request_id].generated_tokens) for r in reqs)
-        in_window = 0.0
+        in_window = cost_in_window = 0.0
         for r in reqs:
             o = outs[r.request_id]
+            out_in_window = 2 * sum(1 for t in (o.timestamps or []) if t <= t_end)
             if o.lifespan[0] <= t_end:
                 in_window += len(r.prompt)
-            in_window += 2 * sum(1 for t in (o.timestamps or []) if t <= t_end)
+                rec = stats.requests.get(r.request_id)
+                cached = rec.engine_cached if rec is not None else None
+                cost_in_window += len(r.prompt) - (cached or 0)
+            in_window += out_in_window
+            cost_in_window += out_in_window
         window_service.append(in_window)
+        window_cost.append(cost_in_window)
         row: dict[str, Any] = {
             "requests": len(reqs),
             "input_tokens": inp,
             "output_tokens": out,
             "service": inp + 2 * out,
             "service_in_window": in_window,
+            "cost_in_window": cost_in_window,
             "latency_p50_s": percentile(lat, 50),
             "latency_p99_s": percentile(lat, 99),
             "ttft_p50_s": percentile(ttft, 50),
@@ -211,6 +221,7 @@ def summarize(run: EngineRun, workload: list[EngineRequest]) -> dict[str, Any]:
         else 0.0,
         "backlogged_window_s": t_end - t_start,
         "jain_index_window": jain_index(window_service),
+        "jain_cost_window": jain_index(window_cost),
         "prefix_hit_rate": stats.prefix_hit_rate(),
         "steps": stats.n_steps,
         "schedule_ms_per_step": 1e3 * stats.schedule_s / max(1, stats.n_steps),
@@ -234,6 +245,7 @@ def _fmt(x: Any) -> str:
 _SUMMARY_COLUMNS = (
     "throughput_output_tok_s",
     "jain_index_window",
+    "jain_cost_window",
     "prefix_hit_rate",
     "steps",
     "schedule_ms_per_step",
@@ -244,6 +256,7 @@ _CLIENT_COLUMNS = (
     "requests",
     "service",
     "service_in_window",
+    "cost_in_window",
     "fairq_service",
     "latency_p50_s",
     "latency_p99_s",
@@ -260,9 +273,9 @@ def _row(cells: Iterable[Any]) -> str:
 def markdown(results: list[dict[str, Any]]) -> str:
     """Summary table plus a per-client table for each policy."""
     lines = [
-        "| scheduler | throughput (out tok/s) | Jain (backlogged window) | prefix hit rate "
-        "| steps | schedule (ms/step) | wall (s) |",
-        "|---|---|---|---|---|---|---|",
+        "| scheduler | throughput (out tok/s) | Jain (backlogged window) | Jain (cost) "
+        "| prefix hit rate | steps | schedule (ms/step) | wall (s) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     lines += [_row([r["scheduler_type"], *(r[k] for k in _SUMMARY_COLUMNS)]) for r in results]
     for r in results:
@@ -270,9 +283,9 @@ def markdown(results: list[dict[str, Any]]) -> str:
             "",
             f"**{r['scheduler_type']}** per client",
             "",
-            "| client | requests | service (in + 2*out) | service in window | fairq service "
-            "| p50 latency (s) | p99 latency (s) | p50 TTFT (s) | p99 TTFT (s) |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| client | requests | service (in + 2*out) | service in window | cost in window "
+            "| fairq service | p50 latency (s) | p99 latency (s) | p50 TTFT (s) | p99 TTFT (s) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         lines += [
             _row([client, *(c.get(k, "-") for k in _CLIENT_COLUMNS)])

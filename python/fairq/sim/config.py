@@ -52,6 +52,9 @@ class SimConfig:
     #: DLPM's quantum_scale (None: 0 with a number above, the core's default
     #: with "auto"; > 0 with a number: automatic, starting from that number)
     quantum_scale: float | None = None
+    #: DLPM's strict_credit (None: on with "auto", off with a number, as the
+    #: class decides; ALGORITHMS.md §6)
+    strict_credit: bool | None = None
     worker_quantum: float = 20000.0  # D2LPM's Q_w
     w_e: float = 1.0
     w_q: float = 2.0

@@ -171,6 +171,7 @@ class Worker:
         knobs = {
             "quantum": cfg.user_quantum,
             "quantum_scale": cfg.quantum_scale,
+            "strict_credit": cfg.strict_credit,
             "w_e": cfg.w_e,
             "w_q": cfg.w_q,
             "w_in": cfg.w_e,
