@@ -439,3 +439,32 @@ def test_frontier_oracle_and_hit_bound() -> None:
     total = sum(len(r.prompt) for r in reqs)
     assert max_hit_rate(reqs, shape) == pytest.approx(32 * (len(reqs) - len(docs)) / total)
     assert all(w.doc_blocks() == w.clients * w.docs_per_client * 32 for w in WORKLOADS.values())
+
+
+def test_frontier_reads_server_runs_as_paired_points() -> None:
+    """``--server-json``: each server round is a seed, paired with LPM's
+    round; DLPM is named by the options its command gave."""
+    from fairq.enginebench.frontier import server_points, summarize
+
+    def doc(policies: dict[str, list[float]], flags: str = "") -> dict:
+        rows = [
+            {
+                "policy": p,
+                "output_tok_s_all": tok,
+                "jain_cost_window_all": [0.5 + 0.1 * i for i in range(len(tok))],
+                "prefix_hit_rate_all": [0.8] * len(tok),
+            }
+            for p, tok in policies.items()
+        ]
+        cmd = f"fairq engine-bench --quantum auto {flags} --server-args --num-gpu-blocks-override 16"
+        return {"command": cmd, "rows": rows}
+
+    rows = server_points(doc({"vllm": [50, 60], "lpm": [100, 200], "dlpm": [90, 220]}))
+    rows += server_points(doc({"dlpm": [80, 100]}, "--quantum-scale 1 --no-strict-credit"))
+    assert {r["cache_fraction"] for r in rows} == {0.25}
+    by = {s["policy"]: s for s in summarize(rows)}
+    assert set(by) == {"fifo", "lpm", "dlpm-default", "dlpm@auto"}
+    # rounds paired: 90/100 and 220/200
+    assert by["dlpm-default"]["vs_lpm_range"] == [0.9, 1.1]
+    assert by["dlpm@auto"]["vs_lpm_range"] == [0.5, 0.8]
+    assert by["dlpm-default"]["jain_range"] == [0.5, 0.6]

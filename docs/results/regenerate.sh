@@ -18,7 +18,7 @@
 #   docs/results/regenerate.sh step-fit   # vLLM's step times in-process, the step model fitted to them (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~2 min)
 #   docs/results/regenerate.sh wheel      # .ci/build-wheel: the auditwheel report, sizes (~3 min)
 #   docs/results/regenerate.sh gpu        # transformers' 1B model on one GPU: every policy, one trace (~6 min on an H100; writes $GPU_OUT, default gpu/latest; docs/results/gpu/README.md)
-#   docs/results/regenerate.sh gpu-strict # the same GPU: DLPM's strict credit against the default, docs and Mooncake (~5 min on an H100)
+#   docs/results/regenerate.sh gpu-strict # the same GPU: DLPM's default (strict credit) against the one before issue 35, docs and Mooncake (~4 min on an H100)
 #   docs/results/regenerate.sh quantum    # DLPM's automatic quantum against fixed ones (~8 min; quantum_auto.md)
 #   docs/results/regenerate.sh frontier   # throughput against Jain under cache pressure, vLLM 0.33 in-process (~15 min; frontier.md)
 #   docs/results/regenerate.sh splice     # only re-copy the tables into the docs
@@ -317,6 +317,15 @@ json.dump({"configuration": sys.argv[1], "runs": runs}, open(f"ray_vllm_views_{s
         --max-new-tokens 32 --quantum auto --max-model-len 2048 \
         --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 64" \
         --json traces_ray_vllm.json | tee traces_ray_vllm.md
+      # DLPM inside with today's default and with the one before issue 35
+      for v in default x1; do
+        set --
+        if [ "$v" = x1 ]; then set -- --quantum-scale 1 --no-strict-credit; fi
+        fairq engine-bench --engine ray-vllm --configs d2lpm-dlpm --replicas 2 --trace mooncake-small \
+          --max-new-tokens 32 --quantum auto "$@" --max-model-len 2048 \
+          --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 --num-gpu-blocks-override 64" \
+          --json "traces_ray_vllm_dlpm_$v.json"
+      done
       ;;
     step-fit)
       # the python with vLLM runs the engine in-process; the fitted constants
@@ -373,20 +382,20 @@ json.dump({"configuration": sys.argv[1], "runs": runs}, open(f"ray_vllm_views_{s
         --docs-per-client 4 --suffix-len 64 --max-new-tokens 32 --num-blocks 160
         --max-batch-tokens 1024 --max-requests-per-batch 8)
       if [ "$part" = gpu-strict ]; then
-        # DLPM's strict credit (ALGORITHMS.md section 6, docs/results/frontier.md) against
-        # the default on the same two workloads, the baselines in the same run
+        # DLPM's default (strict credit, scale 0.8; ALGORITHMS.md section 6,
+        # docs/results/frontier.md) against the default before issue 35 (the
+        # paper's admission rule, scale 1) on the same two workloads, the
+        # baselines in the same run
         "${gb[@]}" --policies lpm,vtc,dlpm "${docs[@]}" --quantum auto \
           --json "$out/transformers_1b_docs.json" | tee "$out/transformers_1b_docs.md"
-        "${gb[@]}" --policies dlpm "${docs[@]}" --quantum auto --strict-credit \
-          --json "$out/transformers_1b_docs_strict.json" | tee "$out/transformers_1b_docs_strict.md"
-        "${gb[@]}" --policies dlpm "${docs[@]}" --quantum auto --strict-credit --quantum-scale 0.75 \
-          --json "$out/transformers_1b_docs_strict_x075.json" | tee "$out/transformers_1b_docs_strict_x075.md"
+        "${gb[@]}" --policies dlpm "${docs[@]}" --quantum auto --quantum-scale 1 --no-strict-credit \
+          --json "$out/transformers_1b_docs_x1.json" | tee "$out/transformers_1b_docs_x1.md"
         moon=(--trace "${GPU_TRACE:-mooncake-small}" --quantum auto --max-new-tokens 32 --num-blocks 256
           --max-batch-tokens 1024 --max-requests-per-batch 8)
         "${gb[@]}" --policies lpm,dlpm "${moon[@]}" \
           --json "$out/transformers_1b_mooncake.json" | tee "$out/transformers_1b_mooncake.md"
-        "${gb[@]}" --policies dlpm "${moon[@]}" --strict-credit \
-          --json "$out/transformers_1b_mooncake_strict.json" | tee "$out/transformers_1b_mooncake_strict.md"
+        "${gb[@]}" --policies dlpm "${moon[@]}" --quantum-scale 1 --no-strict-credit \
+          --json "$out/transformers_1b_mooncake_x1.json" | tee "$out/transformers_1b_mooncake_x1.md"
         continue
       fi
       # every policy on the H200 run's "docs" workload, DLPM's quantum automatic
@@ -446,7 +455,7 @@ json.dump({"configuration": sys.argv[1], "runs": runs}, open(f"ray_vllm_views_{s
     frontier)
       # docs/results/frontier.md: vLLM's scheduler in-process, 3 workloads x 4 cache sizes
       # x every policy and quantum, 2 seeds (~15 min on one core; needs vLLM 0.33)
-      python -m fairq.enginebench.frontier \
+      python -m fairq.enginebench.frontier --policies fifo,vtc,lpm,oracle,dlpm-default \
         --quanta auto,512,768,1024,1280,1536,2048,4096,8192,x1.25,x1.5,x2,x3 \
         --strict-quanta auto,x0.5,x0.75,x1.5 \
         --json frontier.json --plot frontier.png | tee frontier_table.md
@@ -455,15 +464,21 @@ json.dump({"configuration": sys.argv[1], "runs": runs}, open(f"ray_vllm_views_{s
         for s in 1.5 1; do
           fairq engine-bench --engine vllm-server --model small --policies lpm,dlpm --runs 1 \
             --requests-per-client 24 --flood-factor 4 --prefix-len 512 --suffix-len 16 \
-            --docs-per-client 4 --max-new-tokens 32 --quantum auto --quantum-scale "$s" \
+            --docs-per-client 4 --max-new-tokens 32 --quantum auto --quantum-scale "$s" --no-strict-credit \
             --max-model-len 1024 --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 \
             --num-gpu-blocks-override 20" --json "frontier_server_q${s/./}.json"
         done
         fairq engine-bench --engine vllm-server --model small --policies lpm,dlpm --runs 1 \
           --requests-per-client 24 --flood-factor 4 --prefix-len 512 --suffix-len 16 \
-          --docs-per-client 4 --max-new-tokens 32 --quantum auto --strict-credit \
+          --docs-per-client 4 --max-new-tokens 32 --quantum auto --quantum-scale 1 --strict-credit \
           --max-model-len 1024 --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 \
           --num-gpu-blocks-override 20" --json frontier_server_strict.json
+        # DLPM as shipped (strict credit, scale 0.8)
+        fairq engine-bench --engine vllm-server --model small --policies lpm,dlpm --runs 1 \
+          --requests-per-client 24 --flood-factor 4 --prefix-len 512 --suffix-len 16 \
+          --docs-per-client 4 --max-new-tokens 32 --quantum auto \
+          --max-model-len 1024 --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 \
+          --num-gpu-blocks-override 20" --json frontier_server_default.json
       fi
       ;;
     splice) ;;

@@ -236,6 +236,37 @@ def sweep(
     return rows
 
 
+def server_points(doc: dict[str, Any], doc_blocks: int = 64) -> list[dict[str, Any]]:
+    """The rows of one ``fairq engine-bench --engine vllm-server --json``
+    run on the ``docs4`` shape as frontier points (a run's index as its
+    ``seed``, so LPM and DLPM of the same round are paired; Jain in DLPM's
+    cost, the in-process sweep's unit). The cache fraction is the server's
+    ``--num-gpu-blocks-override`` over the documents' blocks (16 documents
+    of four 128-token blocks); DLPM is named as :func:`point` names it
+    (``dlpm-default``, or ``dlpm@auto`` with ``--no-strict-credit``)."""
+    cmd = doc["command"].split()
+    blocks = int(cmd[cmd.index("--num-gpu-blocks-override") + 1])
+    paper = "--no-strict-credit" in cmd
+    rows = []
+    for r in doc["rows"]:
+        policy = {"vllm": "fifo", "dlpm": "dlpm@auto" if paper else "dlpm-default"}
+        for i, tok_s in enumerate(r["output_tok_s_all"]):
+            rows.append(
+                {
+                    "policy": policy.get(r["policy"], r["policy"]),
+                    "throughput": tok_s,
+                    "jain": r["jain_cost_window_all"][i],
+                    "hit_rate": r["prefix_hit_rate_all"][i],
+                    "workload": "server-docs4",
+                    "cache_fraction": round(blocks / doc_blocks, 3),
+                    "num_blocks": blocks,
+                    "seed": i,
+                    "max_hit_rate": float("nan"),
+                }
+            )
+    return rows
+
+
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per workload, cache fraction and policy: the median and the range
     over seeds of throughput, Jain and hit rate, and throughput / LPM's
@@ -374,6 +405,7 @@ def plot(summary: list[dict[str, Any]], path: str) -> None:
                 strict = s["policy"].startswith("dlpm-strict@")
                 if strict:
                     fmt = "C1P"  # strict credit: orange plus signs, on top
+                shipped = s["policy"] == "dlpm-default"  # black diamonds, on top
                 big = s["policy"] in ("lpm", "oracle", "dlpm-default")
                 ax.errorbar(
                     x,
@@ -383,7 +415,7 @@ def plot(summary: list[dict[str, Any]], path: str) -> None:
                     fmt=fmt,
                     ms=8 if big or strict else 5,
                     capsize=2,
-                    zorder=4 if strict else 3 if big else 2,
+                    zorder=5 if shipped else 4 if strict else 3 if big else 2,
                 )
                 if q and q != "auto":
                     ax.annotate(q, (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points")
@@ -394,7 +426,10 @@ def plot(summary: list[dict[str, Any]], path: str) -> None:
             ax.axvline(0.9, color="grey", lw=0.5, ls="--")
             ax.set_title(f"{wl}, cache {frac:.3g} of docs", fontsize=8)
             ax.set_xlim(0.2, 1.02)
-            ax.set_ylim(0.4, 1.04)
+            ax.set_ylim(
+                0.4,
+                max([1.04] + [s["vs_lpm_range"][1] + 0.04 for s in pts if s.get("vs_lpm_range")]),
+            )
             ax.tick_params(labelsize=7)
             if j == 0:
                 ax.set_ylabel("output tok/s / LPM's", fontsize=8)
@@ -455,6 +490,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None)
     p.add_argument("--plot", default=None, type=plot_file)
     p.add_argument(
+        "--server-json",
+        default=None,
+        help="comma-separated `fairq engine-bench --engine vllm-server --json` runs on the "
+        "docs4 shape (one cache size each): summarize and plot them as frontier points "
+        "(no runs)",
+    )
+    p.add_argument(
         "--from-json",
         default=None,
         help="comma-separated --json files of earlier runs: summarize them together "
@@ -464,7 +506,14 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     commands = [" ".join(["python -m fairq.enginebench.frontier", *(argv or sys.argv[1:])])]
-    if a.from_json:
+    if a.server_json:
+        rows, commands = [], []
+        for path in a.server_json.split(","):
+            with open(path) as f:
+                doc = json.load(f)
+            rows += server_points(doc)
+            commands.append(doc["command"])
+    elif a.from_json:
         rows, commands = [], []
         for path in a.from_json.split(","):
             with open(path) as f:
