@@ -456,15 +456,23 @@ def test_frontier_reads_server_runs_as_paired_points() -> None:
             }
             for p, tok in policies.items()
         ]
-        cmd = f"fairq engine-bench --quantum auto {flags} --server-args --num-gpu-blocks-override 16"
+        cmd = (
+            f"fairq engine-bench --quantum auto {flags} --server-args --num-gpu-blocks-override 16"
+        )
         return {"command": cmd, "rows": rows}
 
-    rows = server_points(doc({"vllm": [50, 60], "lpm": [100, 200], "dlpm": [90, 220]}))
-    rows += server_points(doc({"dlpm": [80, 100]}, "--quantum-scale 1 --no-strict-credit"))
+    rows = server_points(
+        [
+            doc({"vllm": [50, 60], "lpm": [100, 200], "dlpm": [90, 220]}),
+            doc({"dlpm": [80, 100]}, "--quantum-scale 1 --no-strict-credit"),
+            doc({"lpm": [400], "dlpm": [360]}),  # a third round
+        ]
+    )
     assert {r["cache_fraction"] for r in rows} == {0.25}
     by = {s["policy"]: s for s in summarize(rows)}
     assert set(by) == {"fifo", "lpm", "dlpm-default", "dlpm@auto"}
-    # rounds paired: 90/100 and 220/200
+    # rounds paired: 90/100, 220/200, 360/400; the run without LPM from round 0
     assert by["dlpm-default"]["vs_lpm_range"] == [0.9, 1.1]
+    assert by["dlpm-default"]["vs_lpm"] == 0.9
     assert by["dlpm@auto"]["vs_lpm_range"] == [0.5, 0.8]
     assert by["dlpm-default"]["jain_range"] == [0.5, 0.6]

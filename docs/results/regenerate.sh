@@ -20,7 +20,7 @@
 #   docs/results/regenerate.sh gpu        # transformers' 1B model on one GPU: every policy, one trace (~6 min on an H100; writes $GPU_OUT, default gpu/latest; docs/results/gpu/README.md)
 #   docs/results/regenerate.sh gpu-strict # the same GPU: DLPM's default (strict credit) against the one before issue 35, docs and Mooncake (~4 min on an H100)
 #   docs/results/regenerate.sh quantum    # DLPM's automatic quantum against fixed ones (~8 min; quantum_auto.md)
-#   docs/results/regenerate.sh frontier   # throughput against Jain under cache pressure, vLLM 0.33 in-process (~15 min; frontier.md)
+#   docs/results/regenerate.sh frontier   # throughput against Jain under cache pressure, vLLM 0.33 in-process (~15 min; frontier.md), and on the real server with FAIRQ_VLLM_SERVER_PYTHON (~1 h more)
 #   docs/results/regenerate.sh splice     # only re-copy the tables into the docs
 #
 # Needs an installed fairq (`pip install .`). Run it on a quiet machine: the
@@ -473,12 +473,36 @@ json.dump({"configuration": sys.argv[1], "runs": runs}, open(f"ray_vllm_views_{s
           --docs-per-client 4 --max-new-tokens 32 --quantum auto --quantum-scale 1 --strict-credit \
           --max-model-len 1024 --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 \
           --num-gpu-blocks-override 20" --json frontier_server_strict.json
-        # DLPM as shipped (strict credit, scale 0.8)
-        fairq engine-bench --engine vllm-server --model small --policies lpm,dlpm --runs 1 \
-          --requests-per-client 24 --flood-factor 4 --prefix-len 512 --suffix-len 16 \
-          --docs-per-client 4 --max-new-tokens 32 --quantum auto \
-          --max-model-len 1024 --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 \
-          --num-gpu-blocks-override 20" --json frontier_server_default.json
+        # DLPM as shipped (strict credit, scale 0.8): one round, then two more
+        for r in 1 2; do
+          out=frontier_server_default.json
+          if [ "$r" = 2 ]; then out=frontier_server_default_r2.json; fi
+          fairq engine-bench --engine vllm-server --model small --policies lpm,dlpm --runs "$r" \
+            --requests-per-client 24 --flood-factor 4 --prefix-len 512 --suffix-len 16 \
+            --docs-per-client 4 --max-new-tokens 32 --quantum auto \
+            --max-model-len 1024 --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 \
+            --num-gpu-blocks-override 20" --json "$out"
+        done
+        # the real-server sweep of cache sizes: a quarter, a third, a half and all of
+        # the documents' 64 blocks, one run each (~45 min), then the table and plot
+        for b in 16 20 32 64; do
+          pol=vllm,vtc,lpm,dlpm
+          if [ "$b" = 20 ]; then pol=vllm,vtc; fi  # LPM and DLPM: the spot check's rounds
+          for v in "" x1; do
+            set -- --policies "$pol"
+            if [ -n "$v" ]; then set -- --policies dlpm --quantum-scale 1 --no-strict-credit; fi
+            fairq engine-bench --engine vllm-server --model small "$@" --runs 1 \
+              --requests-per-client 24 --flood-factor 4 --prefix-len 512 --suffix-len 16 \
+              --docs-per-client 4 --max-new-tokens 32 --quantum auto --max-model-len 1024 \
+              --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 \
+              --num-gpu-blocks-override $b" --json "frontier_server_b$b${v:+_$v}.json"
+          done
+        done
+        python -m fairq.enginebench.frontier --server-json "$(echo frontier_server_b16.json \
+          frontier_server_b16_x1.json frontier_server_default.json frontier_server_default_r2.json \
+          frontier_server_b20.json frontier_server_b20_x1.json frontier_server_b32.json \
+          frontier_server_b32_x1.json frontier_server_b64.json frontier_server_b64_x1.json | tr ' ' ,)" \
+          --json frontier_server.json --plot frontier_server.png | tee frontier_server_table.md
       fi
       ;;
     splice) ;;

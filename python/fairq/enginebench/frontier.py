@@ -236,34 +236,42 @@ def sweep(
     return rows
 
 
-def server_points(doc: dict[str, Any], doc_blocks: int = 64) -> list[dict[str, Any]]:
-    """The rows of one ``fairq engine-bench --engine vllm-server --json``
-    run on the ``docs4`` shape as frontier points (a run's index as its
-    ``seed``, so LPM and DLPM of the same round are paired; Jain in DLPM's
-    cost, the in-process sweep's unit). The cache fraction is the server's
+def server_points(docs: list[dict[str, Any]], doc_blocks: int = 64) -> list[dict[str, Any]]:
+    """The rows of ``fairq engine-bench --engine vllm-server --json`` runs
+    on the ``docs4`` shape as frontier points (Jain in DLPM's cost, the
+    in-process sweep's unit). A round is a ``seed``, so LPM and DLPM of the
+    same round are paired: the rounds of a run with LPM follow those of the
+    earlier runs with LPM at the same cache size; a run without LPM is
+    paired round by round from the first LPM round there. The cache fraction is the server's
     ``--num-gpu-blocks-override`` over the documents' blocks (16 documents
     of four 128-token blocks); DLPM is named as :func:`point` names it
     (``dlpm-default``, or ``dlpm@auto`` with ``--no-strict-credit``)."""
-    cmd = doc["command"].split()
-    blocks = int(cmd[cmd.index("--num-gpu-blocks-override") + 1])
-    paper = "--no-strict-credit" in cmd
     rows = []
-    for r in doc["rows"]:
+    rounds: dict[int, int] = {}  # cache blocks -> LPM rounds so far
+    for doc in docs:
+        cmd = doc["command"].split()
+        blocks = int(cmd[cmd.index("--num-gpu-blocks-override") + 1])
+        paper = "--no-strict-credit" in cmd
+        first = 0
+        if any(r["policy"] == "lpm" for r in doc["rows"]):
+            first = rounds.get(blocks, 0)
+            rounds[blocks] = first + max(len(r["output_tok_s_all"]) for r in doc["rows"])
         policy = {"vllm": "fifo", "dlpm": "dlpm@auto" if paper else "dlpm-default"}
-        for i, tok_s in enumerate(r["output_tok_s_all"]):
-            rows.append(
-                {
-                    "policy": policy.get(r["policy"], r["policy"]),
-                    "throughput": tok_s,
-                    "jain": r["jain_cost_window_all"][i],
-                    "hit_rate": r["prefix_hit_rate_all"][i],
-                    "workload": "server-docs4",
-                    "cache_fraction": round(blocks / doc_blocks, 3),
-                    "num_blocks": blocks,
-                    "seed": i,
-                    "max_hit_rate": float("nan"),
-                }
-            )
+        for r in doc["rows"]:
+            for i, tok_s in enumerate(r["output_tok_s_all"]):
+                rows.append(
+                    {
+                        "policy": policy.get(r["policy"], r["policy"]),
+                        "throughput": tok_s,
+                        "jain": r["jain_cost_window_all"][i],
+                        "hit_rate": r["prefix_hit_rate_all"][i],
+                        "workload": "server-docs4",
+                        "cache_fraction": round(blocks / doc_blocks, 3),
+                        "num_blocks": blocks,
+                        "seed": first + i,
+                        "max_hit_rate": float("nan"),
+                    }
+                )
     return rows
 
 
@@ -426,9 +434,10 @@ def plot(summary: list[dict[str, Any]], path: str) -> None:
             ax.axvline(0.9, color="grey", lw=0.5, ls="--")
             ax.set_title(f"{wl}, cache {frac:.3g} of docs", fontsize=8)
             ax.set_xlim(0.2, 1.02)
+            spans = [s["vs_lpm_range"] for s in pts if s.get("vs_lpm_range")]
             ax.set_ylim(
-                0.4,
-                max([1.04] + [s["vs_lpm_range"][1] + 0.04 for s in pts if s.get("vs_lpm_range")]),
+                min([0.4] + [lo - 0.04 for lo, _ in spans]),
+                max([1.04] + [hi + 0.04 for _, hi in spans]),
             )
             ax.tick_params(labelsize=7)
             if j == 0:
@@ -507,12 +516,11 @@ def main(argv: list[str] | None = None) -> int:
 
     commands = [" ".join(["python -m fairq.enginebench.frontier", *(argv or sys.argv[1:])])]
     if a.server_json:
-        rows, commands = [], []
+        docs = []
         for path in a.server_json.split(","):
             with open(path) as f:
-                doc = json.load(f)
-            rows += server_points(doc)
-            commands.append(doc["command"])
+                docs.append(json.load(f))
+        rows, commands = server_points(docs), [d["command"] for d in docs]
     elif a.from_json:
         rows, commands = [], []
         for path in a.from_json.split(","):
