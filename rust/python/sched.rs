@@ -613,13 +613,14 @@ quantum_scale >= 0 and finite (ValueError naming the field).
 
 strict_credit (default None: on with quantum=\"auto\", the engines'
 DLPM; off with a number, the paper's Algorithm 1) admits a request only
-when its charge is below its client's deficit (Deficit Round Robin's rule; a request of a client with
-q > 0 it does not cover waits). When every waiting client with credit has
-only such requests, a refill gives quantum to each known client with q <= 0
-and to each of those clients, round by round, until some waiting client
-covers its cheapest request. A client no longer starts a request on the
-crumbs of its credit (under cache pressure: a new document it cannot
-finish). The bound above still holds. Shared contract: see
+when its charge is below its client's deficit (Deficit Round Robin's
+rule; a request of a client with q > 0 it does not cover waits). When
+every waiting client with credit has only such requests, a refill gives
+quantum to each known client with q <= 0 and to each of those clients,
+round by round, until some waiting client covers its cheapest request.
+A client no longer starts a request on the crumbs of its credit (under
+cache pressure: a new document it cannot finish). The bound above still
+holds. Shared contract: see
 help(fairq.FCFS)."]
 #[pyclass(name = "DLPM", module = "fairq._core", extends = PyLocalScheduler)]
 pub struct PyDlpm;
