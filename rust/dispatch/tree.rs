@@ -296,7 +296,10 @@ impl WorkerTree {
     /// Worker `w` no longer holds `tokens[..kept + 1]` (nor anything longer
     /// along `tokens`); it still holds `tokens[..kept]`. Unmarks `w` on the
     /// subtree below position `kept` of the path and prunes nodes nobody
-    /// holds. Returns the number of nodes `w` was removed from.
+    /// holds. Returns the number of token positions `w` no longer holds (the
+    /// summed key lengths of the nodes it was removed from: the same for
+    /// every tree holding the same prefixes, however its nodes were split,
+    /// so a tree restored from a saved state answers as the original).
     pub fn evict(&mut self, tokens: &[u32], w: usize, kept: usize) -> usize {
         if kept >= tokens.len() {
             return 0;
@@ -340,7 +343,7 @@ impl WorkerTree {
                 continue;
             }
             n.workers.remove(w);
-            removed += 1;
+            removed += n.key.len();
             order.push(i);
             stack.extend(n.children.values().copied());
         }
@@ -361,8 +364,8 @@ impl WorkerTree {
     }
 
     /// Worker `w` holds nothing any more (it left, or its slot is reused):
-    /// unmark it everywhere and prune. Returns the number of nodes it was
-    /// removed from.
+    /// unmark it everywhere and prune. Returns the number of token positions
+    /// it no longer holds (see [`WorkerTree::evict`]).
     pub fn remove_worker(&mut self, w: usize) -> usize {
         let firsts: Vec<u32> = self.node(ROOT).children.keys().copied().collect();
         firsts.into_iter().map(|t| self.evict(&[t], w, 0)).sum()
@@ -472,7 +475,8 @@ mod tests {
         t.insert(&[1, 2, 3, 4], 0);
         t.insert(&[1, 2, 3, 4], 1);
         t.insert(&[1, 2, 5], 0);
-        assert_eq!(t.evict(&[1, 2, 3, 4], 0, 1), 3);
+        // positions 1.. of [1, 2, 3, 4] and of [1, 2, 5]: [2], [3, 4], [5]
+        assert_eq!(t.evict(&[1, 2, 3, 4], 0, 1), 4);
         t.check().unwrap();
         assert_eq!(t.held_len(&[1, 2, 3, 4], 0), 1);
         assert_eq!(t.held_len(&[1, 2, 5], 0), 1);

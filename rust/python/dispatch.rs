@@ -56,8 +56,9 @@ impl PyDispatcher {
 
     /// Report that `worker` evicted `tokens` from its cache: it no longer
     /// holds `tokens[:kept + 1]` nor anything longer; it still holds
-    /// `tokens[:kept]` (default 0: none of it). Returns the number of tree
-    /// nodes the worker was removed from (0 for dispatchers without a tree).
+    /// `tokens[:kept]` (default 0: none of it). Returns the number of token
+    /// positions the worker no longer holds (0 for dispatchers without a
+    /// tree), the same after a state round trip.
     #[pyo3(signature = (worker, tokens, kept = 0))]
     fn on_evict(
         &mut self,
