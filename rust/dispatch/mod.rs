@@ -428,7 +428,6 @@ impl Dispatcher {
     }
 }
 
-/// Validate a D2LPM / affinity float knob (shared by the configs).
 /// Whether the longest match, `matched` of a prompt's `input_len` tokens,
 /// counts as locality: something matched and `matched / input_len` is at
 /// least `threshold` (a fraction in [0, 1]; 0 counts every match). The
@@ -451,6 +450,8 @@ pub(crate) fn check_fraction(field: &str, v: f64) -> Result<f64> {
     Ok(v)
 }
 
+/// Validate a D2LPM / affinity float knob (shared by the configs): finite
+/// and >= 0, naming `field`.
 pub(crate) fn check_weight(field: &str, v: f64) -> Result<f64> {
     check_non_negative(field, v)
 }
