@@ -242,10 +242,11 @@ def server_points(docs: list[dict[str, Any]], doc_blocks: int = 64) -> list[dict
     in-process sweep's unit). A round is a ``seed``, so LPM and DLPM of the
     same round are paired: the rounds of a run with LPM follow those of the
     earlier runs with LPM at the same cache size; a run without LPM is
-    paired round by round from the first LPM round there. The cache fraction is the server's
-    ``--num-gpu-blocks-override`` over the documents' blocks (16 documents
-    of four 128-token blocks); DLPM is named as :func:`point` names it
-    (``dlpm-default``, or ``dlpm@auto`` with ``--no-strict-credit``)."""
+    paired round by round from the first LPM round there. The cache
+    fraction is the server's ``--num-gpu-blocks-override`` over the
+    documents' blocks (16 documents of four 128-token blocks); DLPM is named
+    as :func:`point` names it (``dlpm-default``, or ``dlpm@auto`` with
+    ``--no-strict-credit``)."""
     rows = []
     rounds: dict[int, int] = {}  # cache blocks -> LPM rounds so far
     for doc in docs:
@@ -414,7 +415,7 @@ def plot(summary: list[dict[str, Any]], path: str) -> None:
                 if strict:
                     fmt = "C1P"  # strict credit: orange plus signs, on top
                 shipped = s["policy"] == "dlpm-default"  # black diamonds, on top
-                big = s["policy"] in ("lpm", "oracle", "dlpm-default")
+                big = shipped or s["policy"] in ("lpm", "oracle")
                 ax.errorbar(
                     x,
                     y,
