@@ -412,7 +412,7 @@ json.dump({"configuration": sys.argv[1], "runs": runs}, open(f"ray_vllm_views_{s
     quantum)
       # DLPM's automatic quantum against fixed ones (quantum_auto.md, ~10 min;
       # the engine parts need fairq[engine] and vLLM 0.33). "auto" is the
-      # engines' default: scale 0.75 with strict credit (issue 35); "auto_x1"
+      # engines' default: scale 0.8 with strict credit (issue 35); "auto_x1"
       # the default before it: scale 1, the paper's admission rule
       fairq simulate --paper --quantum auto --no-progress --json paper_auto.json >paper_auto.md
       python quantum_compare.py paper.json paper_auto.json >quantum_paper.md
@@ -461,6 +461,8 @@ json.dump({"configuration": sys.argv[1], "runs": runs}, open(f"ray_vllm_views_{s
         --json frontier.json --plot frontier.png | tee frontier_table.md
       # the real-server spot check (FAIRQ_VLLM_SERVER_PYTHON: vLLM's CPU build, ~5 min each)
       if [ -n "${FAIRQ_VLLM_SERVER_PYTHON:-}" ]; then
+        # the contention test's rounds ("A flood of hits against misses", ~8 min)
+        python contention.py stock,dlpm,dlpm-x1,dlpm,dlpm-x1,stock,dlpm-x1,dlpm --json contention.json
         for s in 1.5 1; do
           fairq engine-bench --engine vllm-server --model small --policies lpm,dlpm --runs 1 \
             --requests-per-client 24 --flood-factor 4 --prefix-len 512 --suffix-len 16 \
