@@ -500,10 +500,27 @@ json.dump({"configuration": sys.argv[1], "runs": runs}, open(f"ray_vllm_views_{s
               --num-gpu-blocks-override $b" --json "frontier_server_b$b${v:+_$v}.json"
           done
         done
+        # the server started first in an invocation runs faster (frontier.md, "Which
+        # server runs first"): DLPM first at every size, and both orders twice at 20
+        for run in b16_dlpm_first b20_dlpm_first b20_lpm_first b20_dlpm_first_r2 \
+          b20_lpm_first_r2 b32_dlpm_first b64_dlpm_first; do
+          b=${run#b}; b=${b%%_*}
+          pol=dlpm,lpm
+          case "$run" in *lpm_first*) pol=lpm,dlpm ;; esac
+          fairq engine-bench --engine vllm-server --model small --policies "$pol" --runs 1 \
+            --requests-per-client 24 --flood-factor 4 --prefix-len 512 --suffix-len 16 \
+            --docs-per-client 4 --max-new-tokens 32 --quantum auto --max-model-len 1024 \
+            --server-args "--max-num-seqs 8 --max-num-batched-tokens 1024 \
+            --num-gpu-blocks-override $b" --json "frontier_server_$run.json"
+        done
         python -m fairq.enginebench.frontier --server-json "$(echo frontier_server_b16.json \
           frontier_server_b16_x1.json frontier_server_default.json frontier_server_default_r2.json \
           frontier_server_b20.json frontier_server_b20_x1.json frontier_server_b32.json \
-          frontier_server_b32_x1.json frontier_server_b64.json frontier_server_b64_x1.json | tr ' ' ,)" \
+          frontier_server_b32_x1.json frontier_server_b64.json frontier_server_b64_x1.json \
+          frontier_server_b16_dlpm_first.json frontier_server_b20_dlpm_first.json \
+          frontier_server_b20_lpm_first.json frontier_server_b20_dlpm_first_r2.json \
+          frontier_server_b20_lpm_first_r2.json frontier_server_b32_dlpm_first.json \
+          frontier_server_b64_dlpm_first.json | tr ' ' ,)" \
           --json frontier_server.json --plot frontier_server.png | tee frontier_server_table.md
       fi
       ;;
