@@ -87,6 +87,15 @@ def requests(
     return out
 
 
+async def _status_line(reader: asyncio.StreamReader) -> bytes:
+    """The response's status line, or ``b""`` when the server had closed
+    the connection (a reset reads as closed)."""
+    try:
+        return await reader.readline()
+    except ConnectionResetError:
+        return b""
+
+
 async def _flood(
     base: str, model: str, reqs: Sequence[HttpRequest], t0: float, connections: int
 ) -> list[tuple[int, float, float, bool]]:
@@ -131,7 +140,18 @@ async def _flood(
                 await asyncio.sleep(delay)
             sent = time.perf_counter() - t0
             writer.write(payloads[i])
-            status_line = await reader.readline()
+            status_line = await _status_line(reader)
+            if not status_line:
+                # the server closed the idle keep-alive connection while this
+                # worker waited for the arrival (vLLM's
+                # VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s): nothing was read of the
+                # request; send it again on a new connection
+                writer.close()
+                reader, writer = await asyncio.open_connection(host, int(port))
+                writer.write(payloads[i])
+                status_line = await reader.readline()
+                if not status_line:
+                    raise ConnectionError(f"flood request {reqs[i].request_id}: no response")
             length = 0
             while True:
                 line = await reader.readline()
