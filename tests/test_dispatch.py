@@ -356,6 +356,26 @@ def test_placement_kinds() -> None:
     assert p.credit is None and placement_kind(p, 1 - rr.worker_of("x")) == "off_other"
 
 
+def test_locality_is_each_dispatchers_own_rule() -> None:
+    """``locality``: the longest match and whether it counts, by the rule
+    the dispatcher places with (D2LPM's ``match_threshold``, the core's
+    ``dispatch::match_counts``); the other dispatchers count every match."""
+    doc = list(range(1, 65))
+    longer = doc + list(range(100, 200))  # 64 of 164 tokens held: 0.39
+    for threshold, counts in [(0.0, True), (0.39, True), (0.4, False), (1.0, False)]:
+        d = fairq.D2LPM(2, 100.0, match_threshold=threshold)
+        d.dispatch("s", "a", doc)
+        assert d.locality(longer) == (64, [d.worker_of("s")], counts)
+        held, holders = d.longest_match(longer)
+        assert d.locality(longer)[:2] == (held, holders)
+        # nothing held: never locality, every worker a holder
+        assert d.locality([999, 998]) == (0, [0, 1], False)
+    for other in (fairq.PrefixAffinity(2), fairq.RoundRobin(2)):
+        other.dispatch("s", "a", doc)
+        held, holders, counts = other.locality(longer)
+        assert counts == (held > 0)
+
+
 @pytest.mark.parametrize("flag", [True, False, np.bool_(True)])
 def test_a_bool_is_not_a_count(flag: object) -> None:
     # `placement_slack=True` was taken as 1: every int argument of the

@@ -598,6 +598,10 @@ class Dispatcher:
         """The worker is gone: drop it from the tree, reset its deficits, drop
         its in-flight requests (returned, sorted)."""
     def longest_match(self, tokens: TokenIds) -> tuple[int, list[int]]: ...
+    def locality(self, tokens: TokenIds) -> tuple[int, list[int], bool]:
+        """``longest_match(tokens)`` and whether that match counts as locality by
+        this dispatcher's own rule (D2LPM: something matched and at least
+        ``match_threshold`` of the prompt; the others: something matched)."""
     def held_len(self, worker: int, tokens: TokenIds) -> int: ...
     @property
     def num_workers(self) -> int: ...

@@ -189,15 +189,15 @@ class Probe:
 
 def probe_placement(d: Any, client: str, tokens: Any, workers: Iterable[int]) -> Probe:
     """Call before ``d`` dispatches ``tokens`` among ``workers`` (its
-    :meth:`Dispatcher.longest_match`, and D2LPM's deficits); then
+    :meth:`Dispatcher.locality`, and D2LPM's deficits); then
     :func:`placement_kind` with the worker it chose."""
     slots = set(workers)
-    held, holders = d.longest_match(tokens)
+    held, holders, counts = d.locality(tokens)
     g = frozenset(holders).intersection(slots)
-    # held everywhere (or nowhere), or too short a part of the prompt for
-    # D2LPM's match_threshold: the prefix decides nothing
-    short = held < getattr(d, "match_threshold", 0.0) * len(tokens)
-    n = 0 if g.issuperset(slots) or short else held
+    # held everywhere (or nowhere), or not locality by the dispatcher's own
+    # rule (too short a part of the prompt for D2LPM's match_threshold):
+    # the prefix decides nothing
+    n = 0 if g.issuperset(slots) or not counts else held
     deficit = getattr(d, "deficit", None)
     credit = None if deficit is None else any(deficit(client, w) > 0 for w in g)
     return Probe(n, g, credit, held)

@@ -239,6 +239,20 @@ impl Dispatcher {
         }
     }
 
+    /// [`Self::longest_match`], and whether that match counts as locality
+    /// by this dispatcher's own rule ([`match_counts`] with D2LPM's
+    /// `match_threshold`; every match counts for the other policies, the
+    /// affinity baselines included, which weigh the load besides). Routers
+    /// ask it before a dispatch to name the placement they see.
+    pub fn locality(&self, tokens: &[u32]) -> (usize, Vec<usize>, bool) {
+        let (held, holders) = self.longest_match(tokens);
+        let threshold = match &self.policy {
+            Policy::D2lpm(st) => st.cfg.match_threshold,
+            _ => 0.0,
+        };
+        (held, holders, match_counts(held, tokens.len(), threshold))
+    }
+
     /// Length of the prefix of `tokens` the dispatcher believes `worker` holds.
     pub fn held_len(&self, tokens: &[u32], worker: usize) -> Result<usize> {
         self.check_worker(worker)?;
@@ -490,6 +504,23 @@ mod tests {
         l.dispatch(id(1), "a", &[]).unwrap();
         l.on_finish(&id(0), 1).unwrap();
         assert_eq!(l.dispatch(id(2), "a", &[]).unwrap(), 0);
+    }
+
+    #[test]
+    fn locality_follows_d2lpms_match_threshold() {
+        let doc: Vec<u32> = (1..=64).collect();
+        let longer: Vec<u32> = doc.iter().copied().chain(100..200).collect(); // 64 of 164
+        for (threshold, counts) in [(0.0, true), (0.39, true), (0.4, false)] {
+            let mut cfg = D2lpmConfig::new(100.0);
+            cfg.match_threshold = threshold;
+            let mut d = Dispatcher::d2lpm(2, cfg).unwrap();
+            let w = d.dispatch(id(0), "a", &doc).unwrap();
+            assert_eq!(d.locality(&longer), (64, vec![w], counts));
+            assert_eq!(d.locality(&[999]), (0, vec![0, 1], false));
+        }
+        let mut a = Dispatcher::round_robin(2).unwrap();
+        a.dispatch(id(0), "a", &doc).unwrap();
+        assert!(!a.locality(&longer).2); // no tree: nothing is ever held
     }
 
     #[test]

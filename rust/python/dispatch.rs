@@ -162,6 +162,15 @@ impl PyDispatcher {
         Ok(self.inner.longest_match(&toks))
     }
 
+    /// `(length, workers, counts)`: `longest_match(tokens)`, and whether
+    /// that match counts as locality by this dispatcher's own rule (D2LPM:
+    /// something matched and at least `match_threshold` of the prompt; the
+    /// other dispatchers: something matched).
+    fn locality(&self, tokens: &Bound<'_, PyAny>) -> PyResult<(usize, Vec<usize>, bool)> {
+        let toks = extract_tokens(tokens, "tokens")?;
+        Ok(self.inner.locality(&toks))
+    }
+
     /// Length of the prefix of `tokens` that `worker` is believed to hold.
     fn held_len(
         &self,
