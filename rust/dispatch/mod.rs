@@ -240,10 +240,11 @@ impl Dispatcher {
     }
 
     /// [`Self::longest_match`], and whether that match counts as locality
-    /// by this dispatcher's own rule ([`match_counts`] with D2LPM's
-    /// `match_threshold`; every match counts for the other policies, the
-    /// affinity baselines included, which weigh the load besides). Routers
-    /// ask it before a dispatch to name the placement they see.
+    /// by D2LPM's rule ([`match_counts`] with its `match_threshold`; for the
+    /// other policies every match counts: the affinity baselines' own
+    /// threshold decides their routing together with the load, not what a
+    /// router's probe names). Routers ask it before a dispatch to name the
+    /// placement they see.
     pub fn locality(&self, tokens: &[u32]) -> (usize, Vec<usize>, bool) {
         let (held, holders) = self.longest_match(tokens);
         let threshold = match &self.policy {
