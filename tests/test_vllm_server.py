@@ -259,12 +259,22 @@ def _contention_workload() -> list[HttpRequest]:
     return reqs
 
 
-def _contention_run(model: str, policy: str | None, tmp: Path) -> dict[str, Any]:
+def _contention_run(
+    model: str,
+    policy: str | None,
+    tmp: Path,
+    options: dict[str, Any] | None = None,
+    name: str | None = None,
+) -> dict[str, Any]:
+    """One server (``policy`` with engine ``options``; its log ``tmp /
+    f"{name or policy}.log"``) under the contention workload: the run's
+    summary row (docs/results/contention.py runs it with chosen options)."""
     from fairq.enginebench.vllm_server import summarize
 
     # the cached tokens per request: DLPM's cost over the window
     args = ["--num-gpu-blocks-override", "16", "--enable-prompt-tokens-details"]
-    with _server(model, policy, tmp / f"{policy}.log", args=args, max_model_len=1024) as s:
+    log = tmp / f"{name or policy}.log"
+    with _server(model, policy, log, args=args, max_model_len=1024, options=options) as s:
         before = scrape(s.url)
         results = _send_contended(s.url, model, _contention_workload())
         after = scrape(s.url)
@@ -330,8 +340,8 @@ def test_fair_policies_protect_well_behaved_tenants_and_dlpm_keeps_locality(
         r = runs[p]
         # more service to the well-behaved tenants while all are backlogged
         # (stock vLLM gives them next to nothing before the flood is done),
-        # in the policy's own unit (measured as shipped: VTC about 0.5 of the
-        # output tokens; DLPM 0.52-0.53 of its cost, serving the three
+        # in the policy's own unit (measured as shipped: VTC 0.42-0.51 of the
+        # output tokens; DLPM 0.52-0.65 of its cost, serving the three
         # tenants one after another: a tenant that pays for its miss admits
         # its cheap hits with it, the others' misses wait for seats) ...
         assert _well_share(r, unit) > _well_share(stock, unit) + 0.15, runs

@@ -24,7 +24,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 import test_vllm_server as t  # noqa: E402
 
 from fairq.enginebench.server import write_model  # noqa: E402
-from fairq.enginebench.vllm_server import summarize  # noqa: E402
 
 VARIANTS: dict[str, tuple[str | None, dict | None]] = {
     "stock": (None, None),
@@ -46,21 +45,13 @@ def main(order: list[str], json_path: str | None = None) -> None:
             policy, opts = "dlpm", json.loads(options)
         else:
             policy, opts = VARIANTS[name]
-        args = ["--num-gpu-blocks-override", "16", "--enable-prompt-tokens-details"]
-        log = tmp / f"{name}.log"
-        with t._server(model, policy, log, args=args, max_model_len=1024, options=opts) as s:
-            before = t.scrape(s.url)
-            results = t._send_contended(s.url, model, t._contention_workload())
-            after = t.scrape(s.url)
-        row = summarize(results, before, after)
-        row.pop("service_timeline")
+        row = t._contention_run(model, policy, tmp, options=opts, name=name)
         out = {
             "variant": name,
             "options": opts,
             "well_share": t._well_share(row),
             "cost_share": t._well_share(row, "cost_window"),
-            "latency_p50_vs_flood": row["well_behaved"]["latency_p50_s"]
-            / row["flood"]["latency_p50_s"],
+            "latency_p50_vs_flood": row["latency_p50_vs_flood"],
             "well_latency_p50_s": row["well_behaved"]["latency_p50_s"],
             "prefix_hit_rate": row["prefix_hit_rate"],
             "jain_window": row["jain_window"],
